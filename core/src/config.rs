@@ -1,0 +1,73 @@
+//! Broker configuration: what the binary's flags and config file set.
+
+/// Configuration given to `Broker::new`. Defaults follow Apache Kafka.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    /// Host and port clients are told to connect to (Metadata, FindCoordinator).
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub cluster_id: String,
+    /// auto.create.topics.enable
+    pub auto_create_topics: bool,
+    /// num.partitions
+    pub default_partitions: i32,
+    /// log.segment.bytes
+    pub segment_bytes: u64,
+    /// log.retention.ms (-1: forever)
+    pub retention_ms: i64,
+    /// log.retention.bytes (-1: no limit)
+    pub retention_bytes: i64,
+    /// log.retention.check.interval.ms
+    pub retention_check_interval_ms: i64,
+    /// message.max.bytes
+    pub message_max_bytes: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            node_id: 1,
+            advertised_host: "127.0.0.1".into(),
+            advertised_port: 9092,
+            cluster_id: "doze-kafka-cluster-0001".into(),
+            auto_create_topics: true,
+            default_partitions: 1,
+            segment_bytes: 1024 * 1024 * 1024,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            retention_check_interval_ms: 5 * 60 * 1000,
+            message_max_bytes: crate::limits::MESSAGE_BYTES_MAX,
+        }
+    }
+}
+
+impl BrokerConfig {
+    /// Sets one broker property by its Kafka name (from a config file).
+    /// Returns an error text for an unknown key or a bad value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
+            v.trim().parse().map_err(|_| format!("bad value {v:?} for {key}"))
+        }
+        match key {
+            "node.id" | "broker.id" => self.node_id = num(key, value)?,
+            "cluster.id" => self.cluster_id = value.trim().to_string(),
+            "auto.create.topics.enable" => self.auto_create_topics = num(key, value)?,
+            "num.partitions" => self.default_partitions = num(key, value)?,
+            "log.segment.bytes" => self.segment_bytes = num(key, value)?,
+            "log.retention.ms" => self.retention_ms = num(key, value)?,
+            "log.retention.hours" => self.retention_ms = num::<i64>(key, value)? * 3_600_000,
+            "log.retention.bytes" => self.retention_bytes = num(key, value)?,
+            "log.retention.check.interval.ms" => self.retention_check_interval_ms = num(key, value)?,
+            "message.max.bytes" => self.message_max_bytes = num(key, value)?,
+            _ => return Err(format!("unknown broker property {key:?}")),
+        }
+        if self.default_partitions < 1 || self.default_partitions > crate::limits::TOPIC_PARTITIONS_MAX {
+            return Err(format!("num.partitions must be 1..={}", crate::limits::TOPIC_PARTITIONS_MAX));
+        }
+        if self.segment_bytes < 1024 {
+            return Err("log.segment.bytes must be at least 1024".into());
+        }
+        Ok(())
+    }
+}

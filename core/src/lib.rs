@@ -1,0 +1,22 @@
+//! doze-core: the sans-IO heart of doze-kafka.
+//!
+//! `Broker::handle(now_ms, Input)` takes what happened, `poll_output()` hands out
+//! what must be done (responses, disk work, meta.db writes) and
+//! `poll_timeout()` says when to come back with `Input::Tick`. No sockets,
+//! files, clocks or OS randomness live here: the same inputs give the same
+//! outputs, byte for byte, which is what lets the simulator replay a seed.
+
+pub mod api;
+pub mod batch;
+mod broker;
+pub mod config;
+mod conn;
+pub mod io;
+pub mod limits;
+pub mod log;
+pub mod meta;
+pub mod versions;
+
+pub use broker::Broker;
+pub use config::BrokerConfig;
+pub use io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output, PartitionDir};

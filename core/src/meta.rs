@@ -1,0 +1,1 @@
+//! meta.db records.

@@ -1,0 +1,1 @@
+//! Supported API versions.
