@@ -1,33 +1,340 @@
-use std::collections::VecDeque;
+//! The broker state machine: `handle` / `poll_output` / `poll_timeout`.
+//!
+//! Methods are grouped as in quinn-proto: construction and getters, `handle_*`
+//! for each input, helpers the API handlers call (`respond`, `emit_disk`,
+//! `request_sync`, `emit_meta`), and `poll_*`.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::api::{self, RequestCtx};
 use crate::config::BrokerConfig;
-use crate::io::{Input, Output};
+use crate::conn::Conn;
+use crate::io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output};
+use crate::log::{PartitionLog, SyncPoint};
+use crate::topics::{PartitionKey, Topics};
+use crate::versions;
 
-/// The broker state machine. See the crate docs.
+/// A sync in flight: the durability point each dirty partition will reach.
+struct SyncInFlight {
+    io: IoId,
+    points: Vec<(PartitionKey, SyncPoint)>,
+}
+
+/// The broker. See the crate docs.
 pub struct Broker {
-    config: BrokerConfig,
+    pub(crate) config: BrokerConfig,
+    /// The time of the input being handled (ms since the UNIX epoch).
+    pub(crate) now_ms: i64,
+    booted: bool,
     outputs: VecDeque<Output>,
+    conns: BTreeMap<ConnId, Conn>,
+    pub(crate) topics: Topics,
+    next_io: IoId,
+    /// Partitions with disk operations not yet covered by a sync.
+    dirty: BTreeSet<PartitionKey>,
+    sync_in_flight: Option<SyncInFlight>,
+    /// Meta.db writes in flight and what to do when each completes.
+    pub(crate) pending_meta: BTreeMap<IoId, api::MetaAction>,
+    /// Admin requests waiting for a topic's meta.db change in flight.
+    pub(crate) deferred_admin: Vec<(RequestCtx, RequestKind)>,
+    /// Produce requests waiting for their data to be durable.
+    pub(crate) pending_produces: Vec<api::produce::PendingProduce>,
+    /// Fetch requests waiting for data or their max_wait_ms.
+    pub(crate) waiting_fetches: Vec<api::fetch::WaitingFetch>,
+    next_retention_check_ms: i64,
 }
 
 impl Broker {
     pub fn new(config: BrokerConfig) -> Self {
-        Self { config, outputs: VecDeque::new() }
+        Self {
+            config,
+            now_ms: 0,
+            booted: false,
+            outputs: VecDeque::new(),
+            conns: BTreeMap::new(),
+            topics: Topics::default(),
+            next_io: 1,
+            dirty: BTreeSet::new(),
+            sync_in_flight: None,
+            pending_meta: BTreeMap::new(),
+            deferred_admin: Vec::new(),
+            pending_produces: Vec::new(),
+            waiting_fetches: Vec::new(),
+            next_retention_check_ms: 0,
+        }
     }
 
     pub fn config(&self) -> &BrokerConfig {
         &self.config
     }
 
-    pub fn handle(&mut self, now_ms: i64, input: Input) {
-        let _ = (now_ms, input);
+    /// One partition's log, for tests and tools.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionLog> {
+        self.topics.partition(topic, partition)
     }
+
+    pub fn topic_names(&self) -> Vec<String> {
+        self.topics.names()
+    }
+
+    // ---- inputs -----------------------------------------------------------
+
+    pub fn handle(&mut self, now_ms: i64, input: Input) {
+        // Time never runs backwards inside the core, even if the wall clock does.
+        self.now_ms = self.now_ms.max(now_ms);
+        match input {
+            Input::Boot(state) => self.handle_boot(state),
+            Input::Frame { conn, frame } => {
+                assert!(self.booted, "a request arrived before Input::Boot");
+                self.handle_frame(conn, frame)
+            }
+            Input::Disconnected { conn } => self.handle_disconnected(conn),
+            Input::SyncDone { io, result } => self.handle_sync_done(io, result),
+            Input::MetaDone { io, result } => self.handle_meta_done(io, result),
+            Input::Tick => {}
+        }
+        self.handle_timers();
+    }
+
+    fn handle_boot(&mut self, state: BootState) {
+        assert!(!self.booted, "Input::Boot sent twice");
+        self.booted = true;
+        let ops = self.topics.boot(&self.config, state);
+        for (key, op) in ops {
+            self.emit_disk(key, op);
+        }
+        // Repairs (torn tails) must be durable before anything is appended on top.
+        if !self.dirty.is_empty() {
+            self.request_sync();
+        }
+        self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
+    }
+
+    fn handle_frame(&mut self, conn: ConnId, frame: Bytes) {
+        let state = self.conns.entry(conn).or_default();
+        if state.in_flight() >= crate::limits::CONN_REQUESTS_IN_FLIGHT_MAX as u64 {
+            tracing::warn!(conn, "too many requests in flight; closing");
+            return self.close(conn);
+        }
+        // The first 8 bytes are api key, api version and correlation id in every
+        // header version; read them raw so an unsupported version can be answered.
+        if frame.len() < 8 {
+            return self.close(conn);
+        }
+        let key_raw = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+        let Ok(api_key) = ApiKey::try_from(key_raw) else {
+            tracing::debug!(conn, key_raw, "unknown api key; closing");
+            return self.close(conn);
+        };
+        let seq = self.conns.get_mut(&conn).expect("entry made above").take_seq();
+        let ctx = RequestCtx { conn, seq, api_key, version, correlation_id };
+        if !versions::is_supported(api_key, version) {
+            if api_key == ApiKey::ApiVersions {
+                // Kafka answers an unknown ApiVersions version with a v0 body
+                // carrying UNSUPPORTED_VERSION and the versions it does serve.
+                return api::api_versions::respond_unsupported(self, ctx);
+            }
+            tracing::debug!(conn, ?api_key, version, "unsupported version; closing");
+            return self.close(conn);
+        }
+        let mut buf = frame;
+        let header_version = api_key.request_header_version(version);
+        let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let header = RequestHeader::decode(&mut buf, header_version)?;
+            let request = RequestKind::decode(api_key, &mut buf, version)?;
+            anyhow::Ok((header, request))
+        }));
+        match decoded {
+            Ok(Ok((_header, request))) => api::dispatch(self, ctx, request),
+            Ok(Err(e)) => {
+                tracing::debug!(conn, ?api_key, version, "undecodable request ({e}); closing");
+                self.close(conn)
+            }
+            Err(_) => {
+                tracing::warn!(conn, ?api_key, version, "decoder panicked; closing");
+                self.close(conn)
+            }
+        }
+    }
+
+    fn handle_disconnected(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.waiting_fetches.retain(|f| f.ctx.conn != conn);
+        self.deferred_admin.retain(|(ctx, _)| ctx.conn != conn);
+    }
+
+    fn handle_sync_done(&mut self, io: IoId, result: Result<(), IoError>) {
+        let inflight = self.sync_in_flight.take();
+        let inflight = inflight.expect("SyncDone without a sync in flight");
+        assert_eq!(inflight.io, io, "SyncDone for a sync that is not the one in flight");
+        match result {
+            Ok(()) => {
+                for (key, point) in inflight.points {
+                    if let Some(log) = self.topics.partition_mut_by_key(&key) {
+                        log.mark_durable(point);
+                    }
+                }
+            }
+            Err(e) => {
+                // After a failed fsync the page cache cannot be trusted
+                // (fsyncgate): cut every partition back to what is known durable,
+                // fail whoever waited on the rest, and sync the cut itself.
+                tracing::error!("sync failed: {}; truncating to the durable point", e.0);
+                let mut keys: BTreeSet<PartitionKey> =
+                    inflight.points.into_iter().map(|(k, _)| k).collect();
+                keys.extend(self.dirty.iter().cloned());
+                for key in keys {
+                    let ops = match self.topics.partition_mut_by_key(&key) {
+                        Some(log) => log.truncate_to_durable(),
+                        None => continue,
+                    };
+                    for op in ops {
+                        self.emit_disk(key.clone(), op);
+                    }
+                }
+                api::produce::fail_undurable(self);
+            }
+        }
+        api::produce::complete_durable(self);
+        api::fetch::wake(self, true);
+        if !self.dirty.is_empty() {
+            self.start_sync();
+        }
+    }
+
+    fn handle_meta_done(&mut self, io: IoId, result: Result<(), IoError>) {
+        let action = self.pending_meta.remove(&io).expect("MetaDone for an unknown write");
+        if let Err(e) = &result {
+            tracing::error!("meta.db write failed: {}", e.0);
+        }
+        api::apply_meta(self, action, result.is_ok());
+    }
+
+    fn handle_timers(&mut self) {
+        if self.booted && self.now_ms >= self.next_retention_check_ms {
+            self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms.max(1);
+            let ops = self.topics.apply_retention(&self.config, self.now_ms);
+            for (key, op) in ops {
+                self.emit_disk(key, op);
+            }
+        }
+        api::fetch::wake(self, false);
+    }
+
+    // ---- helpers for API handlers ------------------------------------------
+
+    /// Sends `response` for request `ctx`, after every earlier request of the
+    /// same connection has been answered.
+    pub(crate) fn respond(&mut self, ctx: &RequestCtx, response: ResponseKind) {
+        let mut buf = BytesMut::new();
+        let header = ResponseHeader::default().with_correlation_id(ctx.correlation_id);
+        let header_version = ctx.api_key.response_header_version(ctx.version);
+        let encoded = header
+            .encode(&mut buf, header_version)
+            .and_then(|_| response.encode(&mut buf, ctx.version));
+        if let Err(e) = encoded {
+            // A response we cannot encode is our bug, but the client must not
+            // hang waiting: close the connection and say why.
+            tracing::error!(?ctx.api_key, ctx.version, "cannot encode response: {e}");
+            return self.close(ctx.conn);
+        }
+        self.release(ctx, Some(buf.freeze()));
+    }
+
+    /// Marks request `ctx` as answered with no response (acks=0 produce).
+    pub(crate) fn respond_none(&mut self, ctx: &RequestCtx) {
+        self.release(ctx, None);
+    }
+
+    /// Sends a raw, already encoded body (ApiVersions' v0 fallback).
+    pub(crate) fn respond_raw(&mut self, ctx: &RequestCtx, body: Bytes) {
+        let mut buf = BytesMut::with_capacity(4 + body.len());
+        buf.extend_from_slice(&ctx.correlation_id.to_be_bytes());
+        buf.extend_from_slice(&body);
+        self.release(ctx, Some(buf.freeze()));
+    }
+
+    fn release(&mut self, ctx: &RequestCtx, frame: Option<Bytes>) {
+        let Some(conn) = self.conns.get_mut(&ctx.conn) else {
+            return; // the connection is gone; nobody to answer
+        };
+        for frame in conn.finish(ctx.seq, frame) {
+            self.outputs.push_back(Output::Response { conn: ctx.conn, frame });
+        }
+    }
+
+    pub(crate) fn close(&mut self, conn: ConnId) {
+        if self.conns.remove(&conn).is_some() {
+            self.waiting_fetches.retain(|f| f.ctx.conn != conn);
+            self.outputs.push_back(Output::Close { conn });
+        }
+    }
+
+    /// Emits a disk operation for a partition; it becomes durable with the
+    /// next sync.
+    pub(crate) fn emit_disk(&mut self, key: PartitionKey, op: DiskOp) {
+        assert!(!matches!(op, DiskOp::Sync { .. }), "syncs are started by request_sync");
+        self.dirty.insert(key);
+        self.outputs.push_back(Output::Disk(op));
+    }
+
+    /// Asks for everything emitted so far to become durable. One sync is in
+    /// flight at a time; appends made meanwhile ride the next one together
+    /// (group commit).
+    pub(crate) fn request_sync(&mut self) {
+        if self.sync_in_flight.is_none() && !self.dirty.is_empty() {
+            self.start_sync();
+        }
+    }
+
+    fn start_sync(&mut self) {
+        assert!(self.sync_in_flight.is_none(), "one sync in flight at a time");
+        let io = self.take_io();
+        let mut points = Vec::with_capacity(self.dirty.len());
+        for key in std::mem::take(&mut self.dirty) {
+            if let Some(log) = self.topics.partition_mut_by_key(&key) {
+                points.push((key, log.sync_point()));
+            }
+        }
+        self.sync_in_flight = Some(SyncInFlight { io, points });
+        self.outputs.push_back(Output::Disk(DiskOp::Sync { io }));
+    }
+
+    /// Writes a batch to meta.db; `action` runs when it completes.
+    pub(crate) fn emit_meta(&mut self, ops: Vec<MetaOp>, action: api::MetaAction) {
+        let io = self.take_io();
+        self.pending_meta.insert(io, action);
+        self.outputs.push_back(Output::Meta { io, ops });
+    }
+
+    fn take_io(&mut self) -> IoId {
+        let io = self.next_io;
+        self.next_io += 1;
+        io
+    }
+
+    // ---- polls --------------------------------------------------------------
 
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
 
-    /// The absolute time (ms) at which the driver must send `Input::Tick`.
+    /// The absolute time (ms since the UNIX epoch) at which the driver must
+    /// send `Input::Tick`; `None` before boot.
     pub fn poll_timeout(&self) -> Option<i64> {
-        None
+        if !self.booted {
+            return None;
+        }
+        let fetch = self.waiting_fetches.iter().map(|f| f.deadline_ms).min();
+        Some(match fetch {
+            Some(d) => d.min(self.next_retention_check_ms),
+            None => self.next_retention_check_ms,
+        })
     }
 }

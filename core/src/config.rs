@@ -71,3 +71,22 @@ impl BrokerConfig {
         Ok(())
     }
 }
+
+impl BrokerConfig {
+    /// The broker properties DescribeConfigs reports, by their Kafka names.
+    pub fn describe(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("node.id", self.node_id.to_string()),
+            ("broker.id", self.node_id.to_string()),
+            ("advertised.listeners", format!("PLAINTEXT://{}:{}", self.advertised_host, self.advertised_port)),
+            ("auto.create.topics.enable", self.auto_create_topics.to_string()),
+            ("num.partitions", self.default_partitions.to_string()),
+            ("default.replication.factor", "1".into()),
+            ("log.segment.bytes", self.segment_bytes.to_string()),
+            ("log.retention.ms", self.retention_ms.to_string()),
+            ("log.retention.bytes", self.retention_bytes.to_string()),
+            ("log.retention.check.interval.ms", self.retention_check_interval_ms.to_string()),
+            ("message.max.bytes", self.message_max_bytes.to_string()),
+        ]
+    }
+}

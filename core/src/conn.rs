@@ -1,1 +1,65 @@
-//! Per-connection state.
+//! Per-connection state: Kafka answers the requests of one connection in the
+//! order they arrived, even when a later one (a metadata request) is ready
+//! before an earlier one (a produce waiting for its fsync). Each request takes
+//! a sequence number; finished responses wait here until every earlier one has
+//! gone out.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+#[derive(Default)]
+pub(crate) struct Conn {
+    /// Sequence number the next request will take.
+    next_seq: u64,
+    /// Sequence number of the next response to release.
+    next_release: u64,
+    /// Finished requests not yet released; `None` means "no response" (acks=0).
+    finished: BTreeMap<u64, Option<Bytes>>,
+}
+
+impl Conn {
+    pub(crate) fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Requests taken but not yet released.
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.next_seq - self.next_release
+    }
+
+    /// Records request `seq`'s response and returns every frame that may now go
+    /// out, in order.
+    pub(crate) fn finish(&mut self, seq: u64, frame: Option<Bytes>) -> Vec<Bytes> {
+        assert!(seq >= self.next_release, "request {seq} finished twice (released)");
+        assert!(seq < self.next_seq, "request {seq} was never taken");
+        let previous = self.finished.insert(seq, frame);
+        assert!(previous.is_none(), "request {seq} finished twice");
+        let mut out = Vec::new();
+        while let Some(frame) = self.finished.remove(&self.next_release) {
+            self.next_release += 1;
+            out.extend(frame);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_leave_in_request_order() {
+        let mut c = Conn::default();
+        let a = c.take_seq();
+        let b = c.take_seq();
+        let d = c.take_seq();
+        assert!(c.finish(b, Some(Bytes::from_static(b"b"))).is_empty());
+        assert!(c.finish(d, None).is_empty());
+        let out = c.finish(a, Some(Bytes::from_static(b"a")));
+        assert_eq!(out, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        assert_eq!(c.in_flight(), 0);
+    }
+}

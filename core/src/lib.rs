@@ -11,6 +11,8 @@ pub mod batch;
 mod broker;
 pub mod config;
 mod conn;
+pub mod topic_config;
+mod topics;
 pub mod io;
 pub mod limits;
 pub mod log;
@@ -19,4 +21,5 @@ pub mod versions;
 
 pub use broker::Broker;
 pub use config::BrokerConfig;
+pub use topics::PartitionKey;
 pub use io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output, PartitionDir};

@@ -1,1 +1,107 @@
-//! Supported API versions.
+//! The one table of supported API versions. It feeds the ApiVersions response
+//! and the request decoder: a request outside its range is refused before it
+//! is decoded. A test checks every version here against kafka-protocol's own
+//! range and that the codec really encodes a default response at it.
+
+use kafka_protocol::messages::ApiKey;
+
+/// (api key, min version, max version) for every API this broker serves.
+///
+/// Produce stops at v9 and there is no EndTxn above v4 (later issues), so
+/// clients stay on the classic transaction protocol (KIP-890 needs Produce v12).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// The supported range of an API key, if it is served at all.
+pub fn range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|&(_, min, max)| (min, max))
+}
+
+/// Whether `version` of `key` is served.
+pub fn is_supported(key: ApiKey, version: i16) -> bool {
+    matches!(range(key), Some((min, max)) if (min..=max).contains(&version))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::{Encodable, Message};
+
+    fn codec_range(key: ApiKey) -> (i16, i16) {
+        macro_rules! r {
+            ($req:ty, $resp:ty) => {{
+                let req = <$req as Message>::VERSIONS;
+                let resp = <$resp as Message>::VERSIONS;
+                (req.min.max(resp.min), req.max.min(resp.max))
+            }};
+        }
+        match key {
+            ApiKey::Produce => r!(ProduceRequest, ProduceResponse),
+            ApiKey::Fetch => r!(FetchRequest, FetchResponse),
+            ApiKey::ListOffsets => r!(ListOffsetsRequest, ListOffsetsResponse),
+            ApiKey::Metadata => r!(MetadataRequest, MetadataResponse),
+            ApiKey::ApiVersions => r!(ApiVersionsRequest, ApiVersionsResponse),
+            ApiKey::CreateTopics => r!(CreateTopicsRequest, CreateTopicsResponse),
+            ApiKey::DeleteTopics => r!(DeleteTopicsRequest, DeleteTopicsResponse),
+            ApiKey::DescribeConfigs => r!(DescribeConfigsRequest, DescribeConfigsResponse),
+            ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
+            ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
+            other => panic!("no codec range known for {other:?}; add it to this test"),
+        }
+    }
+
+    fn default_response(key: ApiKey) -> ResponseKind {
+        match key {
+            ApiKey::Produce => ResponseKind::Produce(Default::default()),
+            ApiKey::Fetch => ResponseKind::Fetch(Default::default()),
+            ApiKey::ListOffsets => ResponseKind::ListOffsets(Default::default()),
+            ApiKey::Metadata => ResponseKind::Metadata(Default::default()),
+            ApiKey::ApiVersions => ResponseKind::ApiVersions(Default::default()),
+            ApiKey::CreateTopics => ResponseKind::CreateTopics(Default::default()),
+            ApiKey::DeleteTopics => ResponseKind::DeleteTopics(Default::default()),
+            ApiKey::DescribeConfigs => ResponseKind::DescribeConfigs(Default::default()),
+            ApiKey::CreatePartitions => ResponseKind::CreatePartitions(Default::default()),
+            ApiKey::DescribeCluster => ResponseKind::DescribeCluster(Default::default()),
+            other => panic!("no default response for {other:?}; add it to this test"),
+        }
+    }
+
+    #[test]
+    fn table_is_within_the_codec_and_encodes() {
+        for &(key, min, max) in SUPPORTED {
+            assert!(min <= max, "{key:?}: empty range");
+            let (cmin, cmax) = codec_range(key);
+            assert!(min >= cmin, "{key:?}: min {min} below codec min {cmin}");
+            assert!(max <= cmax, "{key:?}: max {max} above codec max {cmax}");
+            for v in min..=max {
+                let mut buf = BytesMut::new();
+                default_response(key)
+                    .encode(&mut buf, v)
+                    .unwrap_or_else(|e| panic!("{key:?} v{v} does not encode: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn api_versions_v0_body_encodes_for_unsupported_reply() {
+        let resp = ApiVersionsResponse::default().with_error_code(35);
+        let mut buf = BytesMut::new();
+        resp.encode(&mut buf, 0).unwrap();
+        assert_eq!(&buf[..2], &35i16.to_be_bytes());
+    }
+}

@@ -1,0 +1,210 @@
+//! CreateTopics (key 19), v2–v7.
+//!
+//! Each topic is checked (name, partitions, replication factor 1, configs) and
+//! the good ones are stored in meta.db in one atomic batch; the topics exist,
+//! and the request is answered, only when that write completes. validate_only
+//! checks and stores nothing. A name being created by another request in
+//! flight is TOPIC_ALREADY_EXISTS, as Kafka answers for a topic it knows.
+//!
+//! The same path creates topics for Metadata's auto-creation.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, MetadataRequest, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{MetaAction, RequestCtx};
+use crate::broker::Broker;
+use crate::io::MetaOp;
+use crate::limits;
+use crate::meta::{self, TopicRecord};
+use crate::topic_config;
+
+/// Who waits for a topic creation.
+pub enum Origin {
+    CreateTopics { ctx: RequestCtx, response: CreateTopicsResponse },
+    /// Metadata auto-creation: answer the metadata request once stored.
+    Metadata { ctx: RequestCtx, request: MetadataRequest },
+}
+
+pub struct PendingCreate {
+    pub origin: Origin,
+    pub topics: Vec<(String, TopicRecord)>,
+}
+
+/// Kafka's rule for topic names (Topic.java): 1..=249 of [a-zA-Z0-9._-], not "." or "..".
+pub fn validate_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(format!("Topic name {name:?} is illegal"));
+    }
+    if name.len() > limits::TOPIC_NAME_BYTES_MAX {
+        return Err(format!("Topic name is longer than {} characters", limits::TOPIC_NAME_BYTES_MAX));
+    }
+    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-') {
+        return Err(format!("Topic name {name:?} has characters other than ASCII alphanumerics, '.', '_' and '-'"));
+    }
+    Ok(())
+}
+
+/// Builds the record of a new topic.
+pub(crate) fn new_record(b: &mut Broker, name: &str, partitions: i32, configs: BTreeMap<String, String>) -> TopicRecord {
+    let id = b.topics.next_id(name, b.now_ms);
+    TopicRecord { id: id.hyphenated().to_string(), partitions, configs }
+}
+
+/// Stores `topics` in meta.db; `origin` is answered when that completes.
+pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRecord)>) {
+    assert!(!topics.is_empty(), "store of no topics");
+    let ops = topics
+        .iter()
+        .map(|(name, record)| MetaOp::Put { key: meta::topic_key(name), value: meta::encode(record) })
+        .collect();
+    for (name, _) in &topics {
+        b.topics.mark_busy(name);
+    }
+    b.emit_meta(ops, MetaAction::CreateTopics(PendingCreate { origin, topics }));
+}
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) {
+    let mut response = CreateTopicsResponse::default();
+    let mut to_create = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let duplicates: std::collections::BTreeSet<String> = req
+        .topics
+        .iter()
+        .filter(|t| !seen.insert(t.name.0.to_string()))
+        .map(|t| t.name.0.to_string())
+        .collect();
+    for topic in &req.topics {
+        let name = topic.name.0.to_string();
+        let mut result = CreatableTopicResult::default()
+            .with_name(topic.name.clone())
+            .with_num_partitions(-1)
+            .with_replication_factor(-1);
+        let checked = check(b, topic, &duplicates, to_create.len());
+        match checked {
+            Err((error, message)) => {
+                result.error_code = error.code();
+                result.error_message = Some(StrBytes::from_string(message));
+            }
+            Ok((partitions, configs)) => {
+                result.num_partitions = partitions;
+                result.replication_factor = 1;
+                result.configs = Some(describe(b, &configs));
+                let record = new_record(b, &name, partitions, configs);
+                result.topic_id = crate::topics::parse_id(&record.id);
+                if !req.validate_only {
+                    to_create.push((name, record));
+                }
+            }
+        }
+        response.topics.push(result);
+    }
+    if to_create.is_empty() {
+        return b.respond(&ctx, ResponseKind::CreateTopics(response));
+    }
+    store(b, Origin::CreateTopics { ctx, response }, to_create);
+}
+
+type Checked = Result<(i32, BTreeMap<String, String>), (ResponseError, String)>;
+
+fn check(
+    b: &Broker,
+    topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
+    duplicates: &std::collections::BTreeSet<String>,
+    creating_now: usize,
+) -> Checked {
+    let name = topic.name.0.as_str();
+    if duplicates.contains(name) {
+        return Err((ResponseError::InvalidRequest, format!("Topic {name} appears more than once in the request")));
+    }
+    validate_name(name).map_err(|m| (ResponseError::InvalidTopicException, m))?;
+    if b.topics.get(name).is_some() || b.topics.is_busy(name) {
+        return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+    }
+    if b.topics.len() + b.topics.busy_count() + creating_now >= limits::TOPICS_MAX {
+        return Err((ResponseError::PolicyViolation, format!("The broker holds at most {} topics", limits::TOPICS_MAX)));
+    }
+    let partitions = if !topic.assignments.is_empty() {
+        if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            return Err((
+                ResponseError::InvalidRequest,
+                "Both numPartitions or replicationFactor and replicasAssignments were set.".into(),
+            ));
+        }
+        for a in &topic.assignments {
+            if a.broker_ids.len() != 1 || a.broker_ids[0].0 != b.config.node_id {
+                return Err((ResponseError::InvalidReplicaAssignment, "Replicas must be exactly this broker".into()));
+            }
+        }
+        topic.assignments.len() as i32
+    } else if topic.num_partitions == -1 {
+        b.config.default_partitions
+    } else {
+        topic.num_partitions
+    };
+    if partitions < 1 || partitions > limits::TOPIC_PARTITIONS_MAX {
+        return Err((
+            ResponseError::InvalidPartitions,
+            format!("Number of partitions must be in 1..={}.", limits::TOPIC_PARTITIONS_MAX),
+        ));
+    }
+    if topic.replication_factor != -1 && topic.replication_factor != 1 {
+        return Err((
+            ResponseError::InvalidReplicationFactor,
+            format!("Replication factor: {} larger than available brokers: 1.", topic.replication_factor),
+        ));
+    }
+    let mut configs = BTreeMap::new();
+    for c in &topic.configs {
+        let key = c.name.to_string();
+        let Some(value) = c.value.as_ref() else { continue };
+        topic_config::validate(&key, value).map_err(|m| (ResponseError::InvalidConfig, m))?;
+        configs.insert(key, value.to_string());
+    }
+    Ok((partitions, configs))
+}
+
+/// The topic's configs as CreateTopics v5+ reports them.
+fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
+    topic_config::TOPIC_CONFIGS
+        .iter()
+        .map(|(key, _)| {
+            let (value, source) = match overrides.get(*key) {
+                Some(v) => (v.clone(), 1), // TOPIC_CONFIG
+                None => (topic_config::default_value(&b.config, key).unwrap_or_default(), 5), // DEFAULT_CONFIG
+            };
+            CreatableTopicConfigs::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_value(Some(StrBytes::from_string(value)))
+                .with_config_source(source)
+        })
+        .collect()
+}
+
+pub(crate) fn apply(b: &mut Broker, pending: PendingCreate, stored: bool) {
+    for (name, record) in &pending.topics {
+        b.topics.unmark_busy(name);
+        if stored {
+            let config = b.config.clone();
+            b.topics.insert(&config, name, record.clone());
+        }
+    }
+    match pending.origin {
+        Origin::CreateTopics { ctx, mut response } => {
+            if !stored {
+                let created: std::collections::BTreeSet<&String> = pending.topics.iter().map(|(n, _)| n).collect();
+                for r in response.topics.iter_mut() {
+                    if created.contains(&r.name.0.to_string()) {
+                        r.error_code = ResponseError::UnknownServerError.code();
+                        r.error_message = Some(StrBytes::from_static_str("meta.db write failed"));
+                    }
+                }
+            }
+            b.respond(&ctx, ResponseKind::CreateTopics(response));
+        }
+        Origin::Metadata { ctx, request } => super::metadata::respond(b, ctx, request, false),
+    }
+}

@@ -1,0 +1,89 @@
+//! DeleteTopics (key 20), v1–v6.
+//!
+//! v1–v5 name topics; v6 names them or gives their ids. The topics are
+//! removed from meta.db in one batch; when that is stored they leave memory,
+//! their directories are deleted, and the request is answered. A directory
+//! left behind by a crash is deleted at the next start (boot finds no topic
+//! for it).
+
+use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::{MetaAction, RequestCtx};
+use crate::broker::Broker;
+use crate::io::MetaOp;
+use crate::meta;
+
+pub struct PendingDelete {
+    ctx: RequestCtx,
+    response: DeleteTopicsResponse,
+    /// (name, id) of each topic to remove.
+    topics: Vec<(String, Uuid)>,
+}
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) {
+    // Both forms name topics; v6 may give an id instead of a name.
+    let asked: Vec<(Option<String>, Uuid)> = if ctx.version >= 6 {
+        req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)).collect()
+    } else {
+        req.topic_names.iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect()
+    };
+    let mut response = DeleteTopicsResponse::default();
+    let mut topics = Vec::new();
+    for (name, id) in asked {
+        let found = match &name {
+            Some(n) => b.topics.get(n).map(|t| (n.clone(), t.id)),
+            None => b.topics.iter().find(|(_, t)| t.id == id).map(|(n, t)| (n.clone(), t.id)),
+        };
+        let mut result = DeletableTopicResult::default()
+            .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))
+            .with_topic_id(id);
+        match found {
+            Some((n, topic_id)) if !topics.iter().any(|(t, _)| *t == n) => {
+                result.name = Some(TopicName(StrBytes::from_string(n.clone())));
+                result.topic_id = topic_id;
+                topics.push((n, topic_id));
+            }
+            Some(_) => result.error_code = ResponseError::InvalidRequest.code(),
+            None if name.is_some() => result.error_code = ResponseError::UnknownTopicOrPartition.code(),
+            None => result.error_code = ResponseError::UnknownTopicId.code(),
+        }
+        response.responses.push(result);
+    }
+    if topics.is_empty() {
+        return b.respond(&ctx, ResponseKind::DeleteTopics(response));
+    }
+    for (n, _) in &topics {
+        b.topics.mark_busy(n);
+    }
+    let ops = topics.iter().map(|(n, _)| MetaOp::Delete { key: meta::topic_key(n) }).collect();
+    b.emit_meta(ops, MetaAction::DeleteTopics(PendingDelete { ctx, response, topics }));
+}
+
+pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
+    for (name, id) in &pending.topics {
+        b.topics.unmark_busy(name);
+        let still_there = b.topics.get(name).is_some_and(|t| t.id == *id);
+        if stored && still_there {
+            for (key, op) in b.topics.remove(name) {
+                b.emit_disk(key, op);
+            }
+        } else if !stored {
+            for r in pending.response.responses.iter_mut() {
+                if r.name.as_ref().is_some_and(|n| n.0.as_str() == name) {
+                    r.error_code = ResponseError::UnknownServerError.code();
+                    r.error_message = Some(StrBytes::from_static_str("meta.db write failed"));
+                }
+            }
+        }
+    }
+    if stored {
+        b.request_sync();
+        // Produce requests waiting on a deleted partition are answered now.
+        super::produce::complete_durable(b);
+    }
+    b.respond(&pending.ctx, ResponseKind::DeleteTopics(pending.response));
+}

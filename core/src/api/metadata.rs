@@ -1,0 +1,101 @@
+//! Metadata (key 3), v0–v12.
+//!
+//! One broker (this node) leads every partition, with itself as the only
+//! replica and ISR. Leader epochs are reported as -1 ("unknown"), so clients
+//! skip KIP-320 offset validation (OffsetForLeaderEpoch), which a single node
+//! with no leader changes has no use for.
+//!
+//! Topics asked for that do not exist are created when the request allows it
+//! (v4+ `allow_auto_topic_creation`; always for v0–v3, as Kafka) and the broker
+//! has `auto.create.topics.enable`; the answer then waits for meta.db. A topic
+//! being created by another request is LEADER_NOT_AVAILABLE, which clients retry.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::create_topics::{self, Origin};
+use super::RequestCtx;
+use crate::broker::Broker;
+
+/// "Authorized operations not asked for" (Kafka's Integer.MIN_VALUE).
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest) {
+    respond(b, ctx, req, true);
+}
+
+/// Answers `req`, first creating missing topics when `may_create` and allowed.
+pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may_create: bool) {
+    let allow_create = b.config.auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
+    // v0: an empty list means all topics; v1+: null means all topics.
+    let asked: Option<Vec<String>> = match &req.topics {
+        None => None,
+        Some(list) if list.is_empty() && ctx.version == 0 => None,
+        Some(list) => Some(list.iter().filter_map(|t| t.name.as_ref().map(|n| n.0.to_string())).collect()),
+    };
+    if may_create && allow_create {
+        if let Some(names) = &asked {
+            let mut new = Vec::new();
+            for name in names {
+                let exists = b.topics.get(name).is_some() || b.topics.is_busy(name);
+                let duplicate = new.iter().any(|(n, _)| n == name);
+                if !exists && !duplicate && create_topics::validate_name(name).is_ok() {
+                    let partitions = b.config.default_partitions;
+                    let record = create_topics::new_record(b, name, partitions, BTreeMap::new());
+                    new.push((name.clone(), record));
+                }
+            }
+            if !new.is_empty() {
+                return create_topics::store(b, Origin::Metadata { ctx, request: req }, new);
+            }
+        }
+    }
+    let names = asked.unwrap_or_else(|| b.topics.names());
+    let topics = names.iter().map(|name| describe_topic(b, name)).collect();
+    let broker = MetadataResponseBroker::default()
+        .with_node_id(BrokerId(b.config.node_id))
+        .with_host(StrBytes::from_string(b.config.advertised_host.clone()))
+        .with_port(b.config.advertised_port);
+    let response = MetadataResponse::default()
+        .with_brokers(vec![broker])
+        .with_cluster_id(Some(StrBytes::from_string(b.config.cluster_id.clone())))
+        .with_controller_id(BrokerId(b.config.node_id))
+        .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+        .with_topics(topics);
+    b.respond(&ctx, ResponseKind::Metadata(response));
+}
+
+fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {
+    let topic_name = TopicName(StrBytes::from_string(name.to_string()));
+    let base = MetadataResponseTopic::default()
+        .with_name(Some(topic_name))
+        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
+    let Some(topic) = b.topics.get(name) else {
+        let error = if b.topics.is_busy(name) {
+            ResponseError::LeaderNotAvailable
+        } else if create_topics::validate_name(name).is_err() {
+            ResponseError::InvalidTopicException
+        } else {
+            ResponseError::UnknownTopicOrPartition
+        };
+        return base.with_error_code(error.code());
+    };
+    let node = BrokerId(b.config.node_id);
+    let partitions = (0..topic.partitions.len() as i32)
+        .map(|p| {
+            MetadataResponsePartition::default()
+                .with_partition_index(p)
+                .with_leader_id(node)
+                .with_leader_epoch(-1)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    base.with_topic_id(topic.id).with_partitions(partitions)
+}

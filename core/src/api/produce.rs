@@ -1,0 +1,203 @@
+//! Produce (key 0), v3–v9.
+//!
+//! Each partition's records are split into RecordBatch v2 batches, checked
+//! (magic, lengths, CRC-32C, size against max.message.bytes and the segment
+//! size) and appended as the client sent them, compression and all, with the
+//! base offset rewritten by the broker. acks=1 and acks=-1 are both answered
+//! only once the data is fsynced: with one node and no replicas, "on disk" is
+//! the promise. acks=0 gets no response at all, as in Kafka.
+//!
+//! Produce stops at v9 so clients keep the classic transaction protocol.
+//! Idempotent and transactional batches are checked by the producer-state
+//! issue; until then such batches are appended like plain ones.
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::RequestCtx;
+use crate::batch::{self, BatchError};
+use crate::broker::Broker;
+use crate::limits;
+use crate::topics::PartitionKey;
+
+/// A produce request waiting for its data to be durable.
+pub struct PendingProduce {
+    ctx: RequestCtx,
+    response: ProduceResponse,
+    /// (partition, last offset that must be durable, topic index, partition index)
+    waits: Vec<(PartitionKey, i64, usize, usize)>,
+}
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
+    if !matches!(req.acks, -1..=1) {
+        let response = error_response(&req, ResponseError::InvalidRequiredAcks);
+        return b.respond(&ctx, ResponseKind::Produce(response));
+    }
+    let mut response = ProduceResponse::default();
+    let mut waits = Vec::new();
+    for (ti, topic_data) in req.topic_data.iter().enumerate() {
+        let name = topic_data.name.0.to_string();
+        let mut topic_response = TopicProduceResponse::default().with_name(topic_data.name.clone());
+        for (pi, part) in topic_data.partition_data.iter().enumerate() {
+            let mut pr = PartitionProduceResponse::default()
+                .with_index(part.index)
+                .with_base_offset(-1)
+                .with_log_append_time_ms(-1)
+                .with_log_start_offset(-1);
+            match append_partition(b, &name, part.index, part.records.as_ref()) {
+                Ok(appended) => {
+                    pr.base_offset = appended.base_offset;
+                    pr.log_append_time_ms = appended.log_append_time_ms;
+                    pr.log_start_offset = appended.log_start_offset;
+                    waits.push((appended.key, appended.last_offset, ti, pi));
+                }
+                Err((error, message)) => {
+                    pr.error_code = error.code();
+                    pr.error_message = message.map(StrBytes::from_string);
+                }
+            }
+            topic_response.partition_responses.push(pr);
+        }
+        response.responses.push(topic_response);
+    }
+    if !waits.is_empty() {
+        b.request_sync();
+    }
+    if req.acks == 0 {
+        return b.respond_none(&ctx);
+    }
+    if waits.is_empty() {
+        return b.respond(&ctx, ResponseKind::Produce(response));
+    }
+    b.pending_produces.push(PendingProduce { ctx, response, waits });
+}
+
+struct Appended {
+    key: PartitionKey,
+    base_offset: i64,
+    last_offset: i64,
+    log_append_time_ms: i64,
+    log_start_offset: i64,
+}
+
+type AppendResult = Result<Appended, (ResponseError, Option<String>)>;
+
+fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: Option<&bytes::Bytes>) -> AppendResult {
+    let Some(topic) = b.topics.get(topic_name) else {
+        return Err((ResponseError::UnknownTopicOrPartition, None));
+    };
+    if partition < 0 || partition as usize >= topic.partitions.len() {
+        return Err((ResponseError::UnknownTopicOrPartition, None));
+    }
+    let Some(records) = records else {
+        return Err((ResponseError::CorruptMessage, Some("records are null".into())));
+    };
+    if records.len() > limits::RECORD_LIST_BYTES_MAX {
+        return Err((ResponseError::RecordListTooLarge, None));
+    }
+    let message_bytes_max = topic.config_i64(&b.config, "max.message.bytes").max(0) as usize;
+    let segment_bytes = topic.config_i64(&b.config, "segment.bytes") as usize;
+    let log_append_time = topic.config(&b.config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
+    let key = topic.key(topic_name, partition);
+    let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
+        BatchError::CrcMismatch { .. } => (ResponseError::CorruptMessage, Some(e.to_string())),
+        other => (ResponseError::InvalidRecord, Some(other.to_string())),
+    })?;
+    for (header, bytes) in &batches {
+        if header.is_control() {
+            return Err((ResponseError::InvalidRecord, Some("clients may not write control batches".into())));
+        }
+        if bytes.len() > segment_bytes {
+            return Err((ResponseError::RecordListTooLarge, None));
+        }
+        if bytes.len() > message_bytes_max {
+            return Err((ResponseError::MessageTooLarge, None));
+        }
+    }
+    let now_ms = b.now_ms;
+    let log = b.topics.partition_mut(topic_name, partition).expect("checked above");
+    let mut first: Option<i64> = None;
+    let mut last = -1;
+    let mut all_ops = Vec::new();
+    for (_, bytes) in batches {
+        let info = log.append(bytes, now_ms, log_append_time);
+        first.get_or_insert(info.base_offset);
+        last = info.last_offset;
+        all_ops.extend(info.ops);
+    }
+    let log_start_offset = log.log_start_offset();
+    for op in all_ops {
+        b.emit_disk(key.clone(), op);
+    }
+    Ok(Appended {
+        key,
+        base_offset: first.expect("at least one batch"),
+        last_offset: last,
+        log_append_time_ms: if log_append_time { now_ms } else { -1 },
+        log_start_offset,
+    })
+}
+
+fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse {
+    let responses = req
+        .topic_data
+        .iter()
+        .map(|t| {
+            let parts = t
+                .partition_data
+                .iter()
+                .map(|p| {
+                    PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(error.code())
+                        .with_base_offset(-1)
+                        .with_log_append_time_ms(-1)
+                        .with_log_start_offset(-1)
+                })
+                .collect();
+            TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(parts)
+        })
+        .collect();
+    ProduceResponse::default().with_responses(responses)
+}
+
+/// Answers every pending produce whose data is now durable (or whose
+/// partition is gone).
+pub(crate) fn complete_durable(b: &mut Broker) {
+    let mut i = 0;
+    while i < b.pending_produces.len() {
+        let pending = &mut b.pending_produces[i];
+        pending.waits.retain(|(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
+            Some(log) => log.high_watermark() <= *last_offset,
+            None => {
+                let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
+                pr.error_code = ResponseError::UnknownTopicOrPartition.code();
+                false
+            }
+        });
+        if pending.waits.is_empty() {
+            let done = b.pending_produces.remove(i);
+            b.respond(&done.ctx, ResponseKind::Produce(done.response));
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// After a failed sync truncated the logs: every wait whose data was cut
+/// away fails with KAFKA_STORAGE_ERROR (retriable: the client sends it again).
+pub(crate) fn fail_undurable(b: &mut Broker) {
+    for pending in b.pending_produces.iter_mut() {
+        pending.waits.retain(|(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
+            Some(log) if log.log_end_offset() <= *last_offset => {
+                let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
+                pr.error_code = ResponseError::KafkaStorageError.code();
+                pr.base_offset = -1;
+                false
+            }
+            _ => true,
+        });
+    }
+}

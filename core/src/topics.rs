@@ -1,0 +1,231 @@
+//! Topics and their partition logs, as the broker holds them in memory.
+//! Changes arrive here only after meta.db has stored them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use crate::config::BrokerConfig;
+use crate::io::{BootState, DiskOp, PartitionDir};
+use crate::log::PartitionLog;
+use crate::meta::{self, MetaEntry, TopicRecord};
+use crate::topic_config;
+
+/// Names one partition of one incarnation of a topic: a topic deleted and
+/// created again under the same name has a new id, so a sync point or a
+/// waiting request of the old one never lands on the new one.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionKey {
+    pub topic: String,
+    pub id: Uuid,
+    pub partition: i32,
+}
+
+pub(crate) struct Topic {
+    pub id: Uuid,
+    pub record: TopicRecord,
+    pub partitions: Vec<PartitionLog>,
+}
+
+impl Topic {
+    /// The effective value of a topic config: the override, else the broker default.
+    pub fn config(&self, broker: &BrokerConfig, key: &str) -> Option<String> {
+        self.record
+            .configs
+            .get(key)
+            .cloned()
+            .or_else(|| topic_config::default_value(broker, key))
+    }
+
+    pub fn config_i64(&self, broker: &BrokerConfig, key: &str) -> i64 {
+        self.config(broker, key)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("topic config {key} has no numeric value"))
+    }
+
+    pub fn key(&self, name: &str, partition: i32) -> PartitionKey {
+        PartitionKey { topic: name.to_string(), id: self.id, partition }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Topics {
+    map: BTreeMap<String, Topic>,
+    /// Names with a meta.db change in flight (create, grow, delete). Admin
+    /// requests touching one wait until it completes, so meta.db and memory
+    /// see the changes of one topic in the same order.
+    busy: BTreeSet<String>,
+    /// Topic ids made so far (feeds `new_topic_id`).
+    ids_made: u64,
+}
+
+impl Topics {
+    pub fn next_id(&mut self, name: &str, now_ms: i64) -> Uuid {
+        self.ids_made += 1;
+        new_topic_id(name, now_ms, self.ids_made)
+    }
+
+    pub fn mark_busy(&mut self, name: &str) {
+        let fresh = self.busy.insert(name.to_string());
+        assert!(fresh, "topic {name} already has a change in flight");
+    }
+
+    pub fn unmark_busy(&mut self, name: &str) {
+        let was = self.busy.remove(name);
+        assert!(was, "topic {name} had no change in flight");
+    }
+
+    pub fn is_busy(&self, name: &str) -> bool {
+        self.busy.contains(name)
+    }
+
+    pub fn busy_count(&self) -> usize {
+        self.busy.len()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Topic> {
+        self.map.get(name)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut Topic> {
+        self.map.get_mut(name)
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.map.keys().cloned().collect()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Topic)> {
+        self.map.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionLog> {
+        let p = usize::try_from(partition).ok()?;
+        self.map.get(topic)?.partitions.get(p)
+    }
+
+    pub fn partition_mut(&mut self, topic: &str, partition: i32) -> Option<&mut PartitionLog> {
+        let p = usize::try_from(partition).ok()?;
+        self.map.get_mut(topic)?.partitions.get_mut(p)
+    }
+
+    pub fn partition_by_key(&self, key: &PartitionKey) -> Option<&PartitionLog> {
+        let topic = self.map.get(&key.topic).filter(|t| t.id == key.id)?;
+        topic.partitions.get(usize::try_from(key.partition).ok()?)
+    }
+
+    pub fn partition_mut_by_key(&mut self, key: &PartitionKey) -> Option<&mut PartitionLog> {
+        let topic = self.map.get_mut(&key.topic).filter(|t| t.id == key.id)?;
+        topic.partitions.get_mut(usize::try_from(key.partition).ok()?)
+    }
+
+    /// Adds a topic whose record meta.db has stored.
+    pub fn insert(&mut self, config: &BrokerConfig, name: &str, record: TopicRecord) {
+        let id = parse_id(&record.id);
+        let mut topic = Topic { id, record: record.clone(), partitions: Vec::new() };
+        let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
+        for p in 0..record.partitions {
+            topic.partitions.push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
+        }
+        let previous = self.map.insert(name.to_string(), topic);
+        assert!(previous.is_none(), "topic {name} inserted twice");
+    }
+
+    /// Grows a topic to the partition count of its stored record.
+    pub fn grow(&mut self, config: &BrokerConfig, name: &str, record: TopicRecord) {
+        let topic = self.map.get_mut(name).expect("grow of a missing topic");
+        assert!(record.partitions >= topic.partitions.len() as i32, "partitions never shrink");
+        topic.record = record;
+        let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
+        for p in topic.partitions.len() as i32..topic.record.partitions {
+            topic.partitions.push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
+        }
+    }
+
+    /// Removes a topic and returns the disk operations that delete its data.
+    pub fn remove(&mut self, name: &str) -> Vec<(PartitionKey, DiskOp)> {
+        let Some(topic) = self.map.remove(name) else { return Vec::new() };
+        topic
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(p, log)| (topic.key(name, p as i32), log.delete_all()))
+            .collect()
+    }
+
+    /// Rebuilds the topics from meta.db and their logs from the segments
+    /// found on disk. Returns the repairs (torn tails, leftovers of deleted
+    /// topics) to carry out before anything else.
+    pub fn boot(&mut self, config: &BrokerConfig, state: BootState) -> Vec<(PartitionKey, DiskOp)> {
+        for (key, value) in &state.meta {
+            match meta::decode_entry(key, value) {
+                Ok(MetaEntry::Topic { name, record }) => self.insert(config, &name, record),
+                Err(e) => tracing::error!("skipping unreadable meta.db entry: {e}"),
+            }
+        }
+        let mut ops = Vec::new();
+        for recovered in state.partitions {
+            let dir = recovered.dir.clone();
+            let Some(topic) = self.map.get_mut(&dir.topic) else {
+                // A directory without a topic: left by a deletion that a crash
+                // interrupted after meta.db forgot the topic.
+                let key = PartitionKey { topic: dir.topic.clone(), id: Uuid::nil(), partition: dir.partition };
+                ops.push((key, DiskOp::DeletePartition { dir }));
+                continue;
+            };
+            let key = topic.key(&dir.topic, dir.partition);
+            let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
+            let Some(slot) = usize::try_from(dir.partition).ok().and_then(|p| topic.partitions.get_mut(p)) else {
+                ops.push((key, DiskOp::DeletePartition { dir }));
+                continue;
+            };
+            let (log, repairs) = PartitionLog::recover(dir, segment_bytes, recovered.segments);
+            *slot = log;
+            ops.extend(repairs.into_iter().map(|op| (key.clone(), op)));
+        }
+        ops
+    }
+
+    /// Deletes segments past retention in every partition.
+    pub fn apply_retention(&mut self, config: &BrokerConfig, now_ms: i64) -> Vec<(PartitionKey, DiskOp)> {
+        let mut ops = Vec::new();
+        for (name, topic) in self.map.iter_mut() {
+            let retention_ms = topic.config_i64(config, "retention.ms");
+            let retention_bytes = topic.config_i64(config, "retention.bytes");
+            let id = topic.id;
+            for (p, log) in topic.partitions.iter_mut().enumerate() {
+                let key = PartitionKey { topic: name.clone(), id, partition: p as i32 };
+                for op in log.apply_retention(now_ms, retention_ms, retention_bytes) {
+                    ops.push((key.clone(), op));
+                }
+            }
+        }
+        ops
+    }
+}
+
+/// A new topic id. The core has no OS randomness, so ids are derived from the
+/// name, the time and a count; they only need to differ between incarnations.
+pub(crate) fn new_topic_id(name: &str, now_ms: i64, counter: u64) -> Uuid {
+    // FNV-1a over the inputs, widened to 128 bits by two rounds.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in name.bytes().chain(now_ms.to_be_bytes()).chain(counter.to_be_bytes()) {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    let hi = h;
+    let lo = h.rotate_left(29).wrapping_mul(0x9e3779b97f4a7c15) ^ counter;
+    let mut id = ((hi as u128) << 64) | lo as u128;
+    // Version 4 / variant bits, so tools print it as a normal UUID.
+    id = (id & !(0xf << 76)) | (0x4 << 76);
+    id = (id & !(0x3 << 62)) | (0x2 << 62);
+    Uuid::from_u128(id)
+}
+
+pub(crate) fn parse_id(hex: &str) -> Uuid {
+    Uuid::parse_str(hex).unwrap_or_else(|_| Uuid::nil())
+}

@@ -1,0 +1,321 @@
+//! Produce, fetch, long polling, group commit and durability, driven by hand.
+
+mod support;
+
+use bytes::Bytes;
+use doze_core::{BrokerConfig, PartitionDir};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use support::*;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create_topic(w: &mut World, topic: &str, partitions: i32) {
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(partitions)
+        .with_replication_factor(1)]);
+    w.send(99, 7, &req);
+    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else { panic!("no CreateTopics answer") };
+    assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+}
+
+fn produce_req(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![TopicProduceData::default()
+        .with_name(name(topic))
+        .with_partition_data(vec![PartitionProduceData::default().with_index(partition).with_records(Some(records))])])
+}
+
+fn fetch_req(topic: &str, partition: i32, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(50 * 1024 * 1024)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
+            FetchPartition::default().with_partition(partition).with_fetch_offset(offset).with_partition_max_bytes(1024 * 1024),
+        ])])
+}
+
+fn produce_answer(w: &mut World, conn: u64) -> Option<(i16, i64)> {
+    match w.recv(conn)? {
+        (_, ResponseKind::Produce(r)) => {
+            let p = &r.responses[0].partition_responses[0];
+            Some((p.error_code, p.base_offset))
+        }
+        other => panic!("expected a produce answer, got {other:?}"),
+    }
+}
+
+fn fetch_answer(w: &mut World, conn: u64) -> Option<fetch_response::PartitionData> {
+    match w.recv(conn)? {
+        (_, ResponseKind::Fetch(r)) => Some(r.responses[0].partitions[0].clone()),
+        other => panic!("expected a fetch answer, got {other:?}"),
+    }
+}
+
+#[test]
+fn produce_is_answered_only_after_sync_and_offsets_follow() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.auto_io = false;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a", b"b", b"c"], T0_MS), -1));
+    assert!(w.recv(1).is_none(), "acks=all answered before the fsync");
+    assert_eq!(w.pending_syncs.len(), 1);
+    // A second produce while the sync is in flight rides the next sync.
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"d"], T0_MS), 1));
+    assert_eq!(w.pending_syncs.len(), 1, "one sync in flight at a time");
+    w.complete_io();
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
+    assert!(w.recv(1).is_none(), "second produce not yet durable");
+    assert_eq!(w.pending_syncs.len(), 1, "the second append gets its own sync");
+    w.complete_io();
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 3)));
+    let log = w.broker.partition("t", 0).unwrap();
+    assert_eq!(log.high_watermark(), 4);
+}
+
+#[test]
+fn many_produces_share_one_sync() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 2);
+    w.auto_io = false;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"x"], T0_MS), -1));
+    for i in 0..10 {
+        w.send(2 + i, 9, &produce_req("t", (i % 2) as i32, batch(&[b"y"], T0_MS), -1));
+    }
+    assert_eq!(w.pending_syncs.len(), 1);
+    w.complete_io(); // covers the first
+    assert_eq!(w.pending_syncs.len(), 1, "all ten later appends wait on one sync");
+    w.complete_io();
+    for i in 0..10 {
+        assert_eq!(produce_answer(&mut w, 2 + i).unwrap().0, 0);
+    }
+    assert!(w.pending_syncs.is_empty());
+}
+
+#[test]
+fn acks_zero_gets_no_response_but_is_stored() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), 0));
+    assert!(w.raw_response(1).is_none());
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let p = fetch_answer(&mut w, 1).unwrap();
+    assert_eq!(decode_values(p.records.unwrap()), vec![(0, Bytes::from_static(b"a"))]);
+}
+
+#[test]
+fn fetch_returns_compressed_batches_as_stored_in_order() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let mut expected = Vec::new();
+    for (i, c) in [Compression::None, Compression::Lz4, Compression::Zstd].into_iter().enumerate() {
+        let values: Vec<Vec<u8>> = (0..5).map(|j| format!("v{i}-{j}").into_bytes()).collect();
+        let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+        w.send(1, 9, &produce_req("t", 0, batch_with(&refs, T0_MS, c), -1));
+        assert_eq!(produce_answer(&mut w, 1), Some((0, (i * 5) as i64)));
+        expected.extend(values);
+    }
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let p = fetch_answer(&mut w, 1).unwrap();
+    assert_eq!(p.high_watermark, 15);
+    let got = decode_values(p.records.unwrap());
+    let offsets: Vec<i64> = got.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, (0..15).collect::<Vec<_>>());
+    let values: Vec<Vec<u8>> = got.into_iter().map(|(_, v)| v.to_vec()).collect();
+    assert_eq!(values, expected);
+}
+
+#[test]
+fn unsynced_data_is_never_served() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.auto_io = false;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    w.send(2, 12, &fetch_req("t", 0, 0, 0, 1));
+    let p = fetch_answer(&mut w, 2).unwrap();
+    assert_eq!(p.error_code, 0);
+    assert_eq!(p.high_watermark, 0);
+    assert!(p.records.unwrap().is_empty());
+}
+
+#[test]
+fn long_poll_wakes_on_new_data_and_times_out_otherwise() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.send(2, 12, &fetch_req("t", 0, 0, 5_000, 1));
+    assert!(w.recv(2).is_none(), "no data: the fetch waits");
+    assert_eq!(w.broker.poll_timeout(), Some(w.now_ms + 5_000));
+    w.advance(1_000);
+    assert!(w.recv(2).is_none());
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"hello"], T0_MS), -1));
+    let p = fetch_answer(&mut w, 2).expect("woken by durable data");
+    assert_eq!(decode_values(p.records.unwrap()), vec![(0, Bytes::from_static(b"hello"))]);
+    // A fetch at the end waits out its max_wait_ms and returns empty.
+    w.send(2, 12, &fetch_req("t", 0, 1, 5_000, 1));
+    w.advance(4_999);
+    assert!(w.recv(2).is_none());
+    w.advance(1);
+    let p = fetch_answer(&mut w, 2).expect("answered at the deadline");
+    assert!(p.records.unwrap().is_empty());
+}
+
+#[test]
+fn fetch_errors() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    produce_answer(&mut w, 1).unwrap();
+    w.send(1, 12, &fetch_req("t", 0, 7, 0, 1));
+    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 1, "OFFSET_OUT_OF_RANGE");
+    w.send(1, 12, &fetch_req("nope", 0, 0, 0, 1));
+    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    w.send(1, 12, &fetch_req("t", 5, 0, 0, 1));
+    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 3);
+}
+
+#[test]
+fn produce_refusals() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.send(1, 9, &produce_req("nope", 0, batch(&[b"a"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    let mut corrupt = batch(&[b"abc"], T0_MS).to_vec();
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    w.send(1, 9, &produce_req("t", 0, Bytes::from(corrupt), -1));
+    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 2, "CORRUPT_MESSAGE");
+    let big = vec![0u8; 2 * 1024 * 1024];
+    w.send(1, 9, &produce_req("t", 0, batch(&[&big], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 10, "MESSAGE_TOO_LARGE");
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), 2));
+    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 21, "INVALID_REQUIRED_ACKS");
+    assert_eq!(w.broker.partition("t", 0).unwrap().log_end_offset(), 0, "nothing was written");
+}
+
+#[test]
+fn failed_sync_fails_the_produce_and_cuts_the_log() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
+    w.fail_next_sync = true;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"b"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 56, "KAFKA_STORAGE_ERROR");
+    let log = w.broker.partition("t", 0).unwrap();
+    assert_eq!(log.log_end_offset(), 1, "the unsynced batch is cut away");
+    let dir = PartitionDir::new("t", 0);
+    let on_disk: usize = w.files.iter().filter(|((d, _), _)| *d == dir).map(|(_, f)| f.data.len()).sum();
+    assert_eq!(on_disk, w.durable_len(&dir), "the file was truncated back to its synced length");
+    // The retry lands at the offset the failed one would have had.
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"b"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 1)));
+}
+
+#[test]
+fn acknowledged_records_survive_a_power_cut() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    for i in 0..20u8 {
+        w.send(1, 9, &produce_req("t", 0, batch(&[&[i]], T0_MS), -1));
+        assert_eq!(produce_answer(&mut w, 1), Some((0, i as i64)));
+    }
+    // One more appended but never synced: lost at the cut, never acknowledged.
+    w.auto_io = false;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"lost"], T0_MS), -1));
+    assert!(w.recv(1).is_none());
+    w.restart(true);
+    w.auto_io = true;
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let got = decode_values(fetch_answer(&mut w, 1).unwrap().records.unwrap());
+    assert_eq!(got.len(), 20);
+    for (i, (offset, value)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as i64);
+        assert_eq!(value.as_ref(), &[i as u8]);
+    }
+}
+
+#[test]
+fn torn_tail_is_truncated_at_boot_and_never_served() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    for i in 0..3u8 {
+        w.send(1, 9, &produce_req("t", 0, batch(&[&[i; 100]], T0_MS), -1));
+        produce_answer(&mut w, 1).unwrap();
+    }
+    let dir = PartitionDir::new("t", 0);
+    let file = w.files.get_mut(&(dir.clone(), 0)).unwrap();
+    let full = file.data.len();
+    // A torn last write: half a batch of garbage-free but incomplete bytes.
+    let half = batch(&[&[9u8; 100]], T0_MS);
+    file.data.extend_from_slice(&half[..half.len() / 2]);
+    file.synced_len = file.data.len();
+    w.restart(false);
+    assert_eq!(w.files[&(dir.clone(), 0)].data.len(), full, "the torn tail is cut off the file");
+    let log = w.broker.partition("t", 0).unwrap();
+    assert_eq!(log.log_end_offset(), 3);
+    assert_eq!(log.high_watermark(), 3);
+    // New data goes after the valid prefix.
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"next"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 3)));
+    // A flipped byte inside the last batch: CRC catches it.
+    let file = w.files.get_mut(&(dir.clone(), 0)).unwrap();
+    let n = file.data.len();
+    file.data[n - 2] ^= 0x55;
+    w.restart(false);
+    assert_eq!(w.broker.partition("t", 0).unwrap().log_end_offset(), 3);
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let got = decode_values(fetch_answer(&mut w, 1).unwrap().records.unwrap());
+    assert_eq!(got.len(), 3);
+}
+
+#[test]
+fn responses_keep_request_order_on_a_connection() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.auto_io = false;
+    let c1 = w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    let c2 = w.send(1, 12, &MetadataRequest::default().with_topics(None));
+    assert!(w.recv(1).is_none(), "metadata waits behind the produce");
+    w.complete_io();
+    assert_eq!(w.recv(1).unwrap().0, c1);
+    assert_eq!(w.recv(1).unwrap().0, c2);
+}
+
+#[test]
+fn retention_deletes_old_segments_by_size_and_time() {
+    let config = BrokerConfig { segment_bytes: 1024, retention_check_interval_ms: 1_000, ..Default::default() };
+    let mut w = World::new(config);
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name("r"))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(vec![create_topics_request::CreatableTopicConfig::default()
+            .with_name(StrBytes::from_static_str("retention.bytes"))
+            .with_value(Some(StrBytes::from_static_str("2048")))])]);
+    w.send(99, 7, &req);
+    w.recv(99).unwrap();
+    for _ in 0..20 {
+        w.send(1, 9, &produce_req("r", 0, batch(&[&[7u8; 400]], w.now_ms), -1));
+        produce_answer(&mut w, 1).unwrap();
+    }
+    assert_eq!(w.broker.partition("r", 0).unwrap().log_start_offset(), 0);
+    w.advance(1_000);
+    let log = w.broker.partition("r", 0).unwrap();
+    assert!(log.log_start_offset() > 0, "retention.bytes moved the log start");
+    assert!(log.size_bytes() <= 2048 + 1024, "at most retention.bytes plus the active segment");
+    let start = log.log_start_offset();
+    w.send(1, 12, &fetch_req("r", 0, 0, 0, 1));
+    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 1, "below the log start is out of range");
+    let files = w.files.keys().filter(|(d, _)| d.topic == "r").count();
+    assert!(files <= 4, "deleted segments left the disk ({files} files)");
+    assert!(start <= 20);
+}

@@ -1,0 +1,267 @@
+//! A hand-driven world for core tests: a clock the test moves, an in-memory
+//! disk that knows what is synced, meta.db as a map, and a client that speaks
+//! the Kafka protocol through kafka-protocol's real codecs.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
+use doze_core::io::{RecoveredPartition, RecoveredSegment};
+use doze_core::{BootState, Broker, BrokerConfig, ConnId, DiskOp, Input, IoId, MetaOp, Output, PartitionDir};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+/// A file with a durable prefix: `synced_len` bytes survive a power cut.
+#[derive(Clone, Default, Debug)]
+pub struct File {
+    pub data: Vec<u8>,
+    pub synced_len: usize,
+}
+
+pub struct World {
+    pub broker: Broker,
+    pub config: BrokerConfig,
+    pub now_ms: i64,
+    pub files: BTreeMap<(PartitionDir, i64), File>,
+    pub meta: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// Syncs and meta writes issued but not completed yet.
+    pub pending_syncs: VecDeque<IoId>,
+    pub pending_meta: VecDeque<(IoId, Vec<MetaOp>)>,
+    /// When false, the test completes I/O by hand (`complete_syncs`).
+    pub auto_io: bool,
+    pub fail_next_sync: bool,
+    responses: BTreeMap<ConnId, VecDeque<Bytes>>,
+    pub closed: Vec<ConnId>,
+    next_correlation: i32,
+    /// correlation id -> (api key, version), to decode the answer.
+    asked: BTreeMap<(ConnId, i32), (ApiKey, i16)>,
+}
+
+pub const T0_MS: i64 = 1_700_000_000_000;
+
+impl World {
+    pub fn new(config: BrokerConfig) -> Self {
+        let mut w = Self {
+            broker: Broker::new(config.clone()),
+            config,
+            now_ms: T0_MS,
+            files: BTreeMap::new(),
+            meta: BTreeMap::new(),
+            pending_syncs: VecDeque::new(),
+            pending_meta: VecDeque::new(),
+            auto_io: true,
+            fail_next_sync: false,
+            responses: BTreeMap::new(),
+            closed: Vec::new(),
+            next_correlation: 1,
+            asked: BTreeMap::new(),
+        };
+        w.boot();
+        w
+    }
+
+    /// Restarts the broker on what is on disk. With `power_cut`, unsynced
+    /// bytes (and unfinished meta writes) are lost first.
+    pub fn restart(&mut self, power_cut: bool) {
+        if power_cut {
+            for f in self.files.values_mut() {
+                f.data.truncate(f.synced_len);
+            }
+        }
+        self.pending_syncs.clear();
+        self.pending_meta.clear();
+        self.responses.clear();
+        self.asked.clear();
+        self.broker = Broker::new(self.config.clone());
+        self.boot();
+    }
+
+    fn boot(&mut self) {
+        let mut parts: BTreeMap<PartitionDir, Vec<RecoveredSegment>> = BTreeMap::new();
+        for ((dir, base), f) in &self.files {
+            parts.entry(dir.clone()).or_default().push(RecoveredSegment {
+                base_offset: *base,
+                bytes: Bytes::from(f.data.clone()),
+            });
+        }
+        let state = BootState {
+            meta: self.meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            partitions: parts.into_iter().map(|(dir, segments)| RecoveredPartition { dir, segments }).collect(),
+        };
+        self.input(Input::Boot(state));
+    }
+
+    pub fn input(&mut self, input: Input) {
+        self.broker.handle(self.now_ms, input);
+        self.drain();
+    }
+
+    /// Carries out every output; with `auto_io`, completes I/O until quiet.
+    pub fn drain(&mut self) {
+        loop {
+            while let Some(out) = self.broker.poll_output() {
+                self.apply(out);
+            }
+            if !self.auto_io || (self.pending_syncs.is_empty() && self.pending_meta.is_empty()) {
+                return;
+            }
+            self.complete_io();
+        }
+    }
+
+    fn apply(&mut self, out: Output) {
+        match out {
+            Output::Response { conn, frame } => self.responses.entry(conn).or_default().push_back(frame),
+            Output::Close { conn } => self.closed.push(conn),
+            Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
+            Output::Disk(op) => match op {
+                DiskOp::Append { dir, segment_base, bytes } => {
+                    self.files.entry((dir, segment_base)).or_default().data.extend_from_slice(&bytes)
+                }
+                DiskOp::Sync { io } => self.pending_syncs.push_back(io),
+                DiskOp::Truncate { dir, segment_base, len } => {
+                    let f = self.files.entry((dir, segment_base)).or_default();
+                    f.data.truncate(len as usize);
+                    f.synced_len = f.synced_len.min(len as usize);
+                }
+                DiskOp::DeleteSegment { dir, segment_base } => {
+                    self.files.remove(&(dir, segment_base));
+                }
+                DiskOp::DeletePartition { dir } => self.files.retain(|(d, _), _| *d != dir),
+            },
+        }
+    }
+
+    /// Completes every sync and meta write issued so far (not those the
+    /// completions themselves cause).
+    pub fn complete_io(&mut self) {
+        let metas: Vec<_> = self.pending_meta.drain(..).collect();
+        let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
+        for (io, ops) in metas {
+            for op in ops {
+                match op {
+                    MetaOp::Put { key, value } => {
+                        self.meta.insert(key, value);
+                    }
+                    MetaOp::Delete { key } => {
+                        self.meta.remove(&key);
+                    }
+                }
+            }
+            self.broker.handle(self.now_ms, Input::MetaDone { io, result: Ok(()) });
+            while let Some(out) = self.broker.poll_output() {
+                self.apply(out);
+            }
+        }
+        for io in syncs {
+            let result = if std::mem::take(&mut self.fail_next_sync) {
+                Err(doze_core::IoError("injected".into()))
+            } else {
+                for f in self.files.values_mut() {
+                    f.synced_len = f.data.len();
+                }
+                Ok(())
+            };
+            self.broker.handle(self.now_ms, Input::SyncDone { io, result });
+            while let Some(out) = self.broker.poll_output() {
+                self.apply(out);
+            }
+        }
+    }
+
+    /// Moves the clock and delivers a tick if a timer is due.
+    pub fn advance(&mut self, ms: i64) {
+        self.now_ms += ms;
+        if self.broker.poll_timeout().is_some_and(|t| t <= self.now_ms) {
+            self.input(Input::Tick);
+        }
+    }
+
+    /// Sends a request; returns its correlation id.
+    pub fn send<R: Request + Encodable>(&mut self, conn: ConnId, version: i16, req: &R) -> i32 {
+        let key = ApiKey::try_from(R::KEY).expect("known key");
+        let correlation_id = self.next_correlation;
+        self.next_correlation += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("core-test")));
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, key.request_header_version(version)).unwrap();
+        req.encode(&mut buf, version).unwrap();
+        self.asked.insert((conn, correlation_id), (key, version));
+        self.input(Input::Frame { conn, frame: buf.freeze() });
+        correlation_id
+    }
+
+    pub fn send_raw(&mut self, conn: ConnId, frame: Bytes) {
+        self.input(Input::Frame { conn, frame });
+    }
+
+    /// The next response on `conn`, decoded; None if nothing is there yet.
+    pub fn recv(&mut self, conn: ConnId) -> Option<(i32, ResponseKind)> {
+        let mut frame = self.responses.get_mut(&conn)?.pop_front()?;
+        let correlation = i32::from_be_bytes(frame[..4].try_into().unwrap());
+        let (key, version) = self.asked.remove(&(conn, correlation)).expect("response to a request we sent");
+        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, correlation);
+        let body = ResponseKind::decode(key, &mut frame, version).unwrap();
+        assert!(frame.is_empty(), "{key:?} v{version}: {} bytes left after the body", frame.len());
+        Some((correlation, body))
+    }
+
+    pub fn raw_response(&mut self, conn: ConnId) -> Option<Bytes> {
+        self.responses.get_mut(&conn)?.pop_front()
+    }
+
+    pub fn durable_len(&self, dir: &PartitionDir) -> usize {
+        self.files.iter().filter(|((d, _), _)| d == dir).map(|(_, f)| f.synced_len).sum()
+    }
+}
+
+/// One uncompressed batch of `values` (keys none), as a producer would send it.
+pub fn batch(values: &[&[u8]], timestamp_ms: i64) -> Bytes {
+    batch_with(values, timestamp_ms, Compression::None)
+}
+
+pub fn batch_with(values: &[&[u8]], timestamp_ms: i64, compression: Compression) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: timestamp_ms,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v)),
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+    buf.freeze()
+}
+
+/// Every record value in a fetch's records bytes, with its offset.
+pub fn decode_values(mut records: Bytes) -> Vec<(i64, Bytes)> {
+    let mut out = Vec::new();
+    if records.is_empty() {
+        return out;
+    }
+    let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut records).unwrap();
+    for set in sets {
+        for r in set.records {
+            out.push((r.offset, r.value.unwrap_or_default()));
+        }
+    }
+    out
+}
