@@ -33,16 +33,26 @@ def section(title):
 
 # --- 1. raw write + fdatasync -------------------------------------------------
 
-def raw_fsync_bandwidth(directory, chunk_bytes, total_bytes, max_s):
-    """Append `chunk_bytes` at a time to one file, fdatasync after each; MB/s."""
+def raw_fsync_bandwidth(directory, chunk_bytes, total_bytes, min_s, max_s):
+    """Append `chunk_bytes` at a time to one file, fdatasync after each; MB/s.
+
+    Writes at least `total_bytes` or for at least `min_s` (whichever is more),
+    never longer than `max_s`. A short warm-up (not counted) comes first.
+    """
     path = os.path.join(directory, "raw-fsync.bin")
     buf = os.urandom(chunk_bytes)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     written = 0
     syncs = 0
-    t0 = time.monotonic()
     try:
-        while written < total_bytes and time.monotonic() - t0 < max_s:
+        for _ in range(8):   # warm-up: allocate, settle the journal
+            os.write(fd, buf)
+            os.fdatasync(fd)
+        t0 = time.monotonic()
+        while True:
+            elapsed = time.monotonic() - t0
+            if elapsed >= max_s or (written >= total_bytes and elapsed >= min_s):
+                break
             n = os.write(fd, buf)
             assert n == len(buf)
             os.fdatasync(fd)
@@ -68,7 +78,8 @@ class BrokerProc:
     def __init__(self, binary, data_dir, sets):
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
-        self.log_path = os.path.join(data_dir, "..", "broker.log")
+        os.makedirs(data_dir, exist_ok=True)
+        self.log_path = os.path.join(os.path.dirname(data_dir), "broker.log")
         args = [binary, "--listen", self.bootstrap, "--data-dir", data_dir]
         for s in sets:
             args += ["--set", s]
@@ -160,6 +171,7 @@ def main():
     ap.add_argument("--chunk-kib", type=int, nargs="+", default=[256, 1024],
                     help="raw fdatasync chunk sizes; the ratio uses the first")
     ap.add_argument("--raw-mib", type=int, default=256, help="raw bytes per chunk size (MiB)")
+    ap.add_argument("--raw-min-s", type=float, default=5, help="minimum seconds per chunk size")
     ap.add_argument("--max-s", type=float, default=120, help="time limit per phase")
     ap.add_argument("--set", action="append", default=[], help="broker --set key=value")
     args = ap.parse_args()
@@ -172,7 +184,7 @@ def main():
         raw = {}
         for kib in args.chunk_kib:
             mbps, written, syncs, el = raw_fsync_bandwidth(work, kib * 1024, args.raw_mib * MiB,
-                                                           min(args.max_s, 30))
+                                                           args.raw_min_s, min(args.max_s, 30))
             raw[kib] = mbps
             print(f"  chunk {kib:5d} KiB: {mbps:8.1f} MB/s  ({written / MiB:.0f} MiB, "
                   f"{syncs} fdatasyncs, {syncs / el:.0f} fdatasync/s, {el:.1f} s)", flush=True)

@@ -13,7 +13,8 @@ TIMEOUT_S = 30
 
 
 def _create_error(broker, topic):
-    fs = admin(broker).create_topics([topic], request_timeout=TIMEOUT_S)
+    a = admin(broker)   # keep the handle alive until the futures resolve
+    fs = a.create_topics([topic], request_timeout=TIMEOUT_S)
     try:
         fs[topic.topic].result(timeout=TIMEOUT_S)
     except KafkaException as e:
@@ -51,7 +52,8 @@ def test_create_invalid_partitions(broker, partitions):
 def test_create_default_partitions(start_broker):
     b = start_broker(sets=["num.partitions=3"])
     name = unique_topic("adm-default")
-    fs = admin(b).create_topics([NewTopic(name, num_partitions=-1, replication_factor=-1)],
+    a = admin(b)
+    fs = a.create_topics([NewTopic(name, num_partitions=-1, replication_factor=-1)],
                                 request_timeout=TIMEOUT_S)
     fs[name].result(timeout=TIMEOUT_S)
     assert wait_for_partitions(b, name, 3) == [0, 1, 2]
@@ -60,8 +62,9 @@ def test_create_default_partitions(start_broker):
 @pytest.mark.timeout(60)
 def test_create_validate_only_creates_nothing(broker):
     name = unique_topic("adm-validate")
-    fs = admin(broker).create_topics([NewTopic(name, num_partitions=2, replication_factor=1)],
-                                     validate_only=True, request_timeout=TIMEOUT_S)
+    a = admin(broker)
+    fs = a.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)],
+                         validate_only=True, request_timeout=TIMEOUT_S)
     assert fs[name].result(timeout=TIMEOUT_S) is None
     time.sleep(0.5)
     assert topic_partitions(broker, name) is None, "validate_only created the topic"
@@ -72,14 +75,15 @@ def test_create_validate_only_creates_nothing(broker):
 @pytest.mark.timeout(60)
 def test_delete_topic(broker):
     name = create_topic(broker, unique_topic("adm-del"), 2)
-    fs = admin(broker).delete_topics([name], request_timeout=TIMEOUT_S)
+    a = admin(broker)
+    fs = a.delete_topics([name], request_timeout=TIMEOUT_S)
     fs[name].result(timeout=TIMEOUT_S)
     deadline = time.monotonic() + 15
     while topic_partitions(broker, name) is not None:
         assert time.monotonic() < deadline, "topic still in Metadata 15 s after DeleteTopics"
         time.sleep(0.2)
     # Deleting it again: UNKNOWN_TOPIC_OR_PART.
-    fs = admin(broker).delete_topics([name], request_timeout=TIMEOUT_S)
+    fs = a.delete_topics([name], request_timeout=TIMEOUT_S)
     with pytest.raises(KafkaException) as ei:
         fs[name].result(timeout=TIMEOUT_S)
     assert ei.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART, ei.value.args[0]
@@ -88,11 +92,12 @@ def test_delete_topic(broker):
 @pytest.mark.timeout(60)
 def test_create_partitions_grows_topic(broker):
     name = create_topic(broker, unique_topic("adm-grow"), 1)
-    fs = admin(broker).create_partitions([NewPartitions(name, 3)], request_timeout=TIMEOUT_S)
+    a = admin(broker)
+    fs = a.create_partitions([NewPartitions(name, 3)], request_timeout=TIMEOUT_S)
     fs[name].result(timeout=TIMEOUT_S)
     assert wait_for_partitions(broker, name, 3) == [0, 1, 2]
     # Shrinking is refused with INVALID_PARTITIONS.
-    fs = admin(broker).create_partitions([NewPartitions(name, 2)], request_timeout=TIMEOUT_S)
+    fs = a.create_partitions([NewPartitions(name, 2)], request_timeout=TIMEOUT_S)
     with pytest.raises(KafkaException) as ei:
         fs[name].result(timeout=TIMEOUT_S)
     assert ei.value.args[0].code() == KafkaError.INVALID_PARTITIONS, ei.value.args[0]
@@ -102,7 +107,8 @@ def test_create_partitions_grows_topic(broker):
 def test_describe_topic_configs(broker):
     name = create_topic(broker, unique_topic("adm-cfg"), 1, config={"retention.ms": "3600000"})
     res = ConfigResource(ResourceType.TOPIC, name)
-    fs = admin(broker).describe_configs([res], request_timeout=TIMEOUT_S)
+    a = admin(broker)
+    fs = a.describe_configs([res], request_timeout=TIMEOUT_S)
     configs = fs[res].result(timeout=TIMEOUT_S)
     for key in ("retention.ms", "retention.bytes", "segment.bytes", "cleanup.policy"):
         assert key in configs, f"DescribeConfigs lacks {key}; has {sorted(configs)}"

@@ -41,8 +41,13 @@ def create_topic(broker, name, partitions, config=None, timeout_s=ADMIN_TIMEOUT_
 
 
 def topic_partitions(broker, topic, timeout_s=METADATA_TIMEOUT_S):
-    """Partition ids of `topic` from Metadata, or None if the broker does not know it."""
-    md = admin(broker).list_topics(topic=topic, timeout=timeout_s)
+    """Partition ids of `topic` from Metadata, or None if the broker does not know it.
+
+    Asks for all topics: a Metadata request naming the topic would auto-create it
+    (librdkafka's admin/producer handles allow auto-creation, as does Kafka's
+    default auto.create.topics.enable=true).
+    """
+    md = admin(broker).list_topics(timeout=timeout_s)
     t = md.topics.get(topic)
     if t is None or t.error is not None:
         return None
