@@ -15,6 +15,8 @@ use crate::config::BrokerConfig;
 use crate::conn::Conn;
 use crate::io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output};
 use crate::log::{PartitionLog, SyncPoint};
+use crate::meta::{self, MetaEntry};
+use crate::producer::{ProducerIds, ProducerStates};
 use crate::topics::{PartitionKey, Topics};
 use crate::versions;
 
@@ -46,6 +48,14 @@ pub struct Broker {
     /// Fetch requests waiting for data or their max_wait_ms.
     pub(crate) waiting_fetches: Vec<api::fetch::WaitingFetch>,
     next_retention_check_ms: i64,
+    /// The producer id allocator (InitProducerId).
+    pub(crate) producer_ids: ProducerIds,
+    /// InitProducerId requests waiting for a new id block in meta.db.
+    pub(crate) init_waiting: Vec<RequestCtx>,
+    /// Producer state per partition; a missing entry is rebuilt from the
+    /// log's tail on first use (after a restart or a cut log).
+    pub(crate) producer_states: BTreeMap<PartitionKey, ProducerStates>,
+    next_producer_expiry_ms: i64,
 }
 
 impl Broker {
@@ -65,6 +75,10 @@ impl Broker {
             pending_produces: Vec::new(),
             waiting_fetches: Vec::new(),
             next_retention_check_ms: 0,
+            producer_ids: ProducerIds::default(),
+            init_waiting: Vec::new(),
+            producer_states: BTreeMap::new(),
+            next_producer_expiry_ms: 0,
         }
     }
 
@@ -103,6 +117,11 @@ impl Broker {
     fn handle_boot(&mut self, state: BootState) {
         assert!(!self.booted, "Input::Boot sent twice");
         self.booted = true;
+        for (key, value) in &state.meta {
+            if let Ok(MetaEntry::ProducerIds(record)) = meta::decode_entry(key, value) {
+                self.producer_ids.boot(&record);
+            }
+        }
         let ops = self.topics.boot(&self.config, state);
         for (key, op) in ops {
             self.emit_disk(key, op);
@@ -112,6 +131,7 @@ impl Broker {
             self.request_sync();
         }
         self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
+        self.next_producer_expiry_ms = self.now_ms + self.config.producer_id_expiration_check_interval_ms;
     }
 
     fn handle_frame(&mut self, conn: ConnId, frame: Bytes) {
@@ -190,6 +210,8 @@ impl Broker {
                     inflight.points.into_iter().map(|(k, _)| k).collect();
                 keys.extend(self.dirty.iter().cloned());
                 for key in keys {
+                    // Producer state may name batches that were cut: rebuild it.
+                    self.producer_states.remove(&key);
                     let ops = match self.topics.partition_mut_by_key(&key) {
                         Some(log) => log.truncate_to_durable(),
                         None => continue,
@@ -222,6 +244,14 @@ impl Broker {
             let ops = self.topics.apply_retention(&self.config, self.now_ms);
             for (key, op) in ops {
                 self.emit_disk(key, op);
+            }
+        }
+        if self.booted && self.now_ms >= self.next_producer_expiry_ms {
+            let interval_ms = self.config.producer_id_expiration_check_interval_ms.max(1);
+            self.next_producer_expiry_ms = self.now_ms + interval_ms;
+            let expiration_ms = self.config.producer_id_expiration_ms;
+            for states in self.producer_states.values_mut() {
+                states.expire(self.now_ms, expiration_ms);
             }
         }
         api::fetch::wake(self, false);
@@ -332,9 +362,10 @@ impl Broker {
             return None;
         }
         let fetch = self.waiting_fetches.iter().map(|f| f.deadline_ms).min();
-        Some(match fetch {
-            Some(d) => d.min(self.next_retention_check_ms),
-            None => self.next_retention_check_ms,
-        })
+        let mut deadline_ms = self.next_retention_check_ms.min(self.next_producer_expiry_ms);
+        if let Some(fetch_ms) = fetch {
+            deadline_ms = deadline_ms.min(fetch_ms);
+        }
+        Some(deadline_ms)
     }
 }

@@ -22,6 +22,10 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: i64,
     /// message.max.bytes
     pub message_max_bytes: usize,
+    /// producer.id.expiration.ms: producer state idle this long is forgotten.
+    pub producer_id_expiration_ms: i64,
+    /// producer.id.expiration.check.interval.ms
+    pub producer_id_expiration_check_interval_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -38,6 +42,8 @@ impl Default for BrokerConfig {
             retention_bytes: -1,
             retention_check_interval_ms: 5 * 60 * 1000,
             message_max_bytes: crate::limits::MESSAGE_BYTES_MAX,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
+            producer_id_expiration_check_interval_ms: 10 * 60 * 1000,
         }
     }
 }
@@ -60,6 +66,10 @@ impl BrokerConfig {
             "log.retention.bytes" => self.retention_bytes = num(key, value)?,
             "log.retention.check.interval.ms" => self.retention_check_interval_ms = num(key, value)?,
             "message.max.bytes" => self.message_max_bytes = num(key, value)?,
+            "producer.id.expiration.ms" => self.producer_id_expiration_ms = num(key, value)?,
+            "producer.id.expiration.check.interval.ms" => {
+                self.producer_id_expiration_check_interval_ms = num(key, value)?
+            }
             _ => return Err(format!("unknown broker property {key:?}")),
         }
         if self.default_partitions < 1 || self.default_partitions > crate::limits::TOPIC_PARTITIONS_MAX {
@@ -87,6 +97,11 @@ impl BrokerConfig {
             ("log.retention.bytes", self.retention_bytes.to_string()),
             ("log.retention.check.interval.ms", self.retention_check_interval_ms.to_string()),
             ("message.max.bytes", self.message_max_bytes.to_string()),
+            ("producer.id.expiration.ms", self.producer_id_expiration_ms.to_string()),
+            (
+                "producer.id.expiration.check.interval.ms",
+                self.producer_id_expiration_check_interval_ms.to_string(),
+            ),
         ]
     }
 }

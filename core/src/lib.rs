@@ -17,6 +17,7 @@ pub mod io;
 pub mod limits;
 pub mod log;
 pub mod meta;
+pub mod producer;
 pub mod versions;
 
 pub use broker::Broker;

@@ -21,6 +21,13 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const FETCH_WAIT_MS_MAX: i64 = 60_000;
 /// Fetch responses never carry more than this many bytes, whatever the client asks.
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
-/// Bytes appended but not yet synced before produce requests wait for the
-/// sync in flight (back-pressure on the group commit).
-pub const UNSYNCED_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Batches remembered per producer and partition for duplicate detection
+/// (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN).
+pub const PRODUCER_BATCHES_RETAINED: usize = 5;
+/// How much of a partition's tail is read to rebuild producer state after a
+/// restart: a producer idle for longer than this window loses duplicate
+/// protection for its first batch after the restart.
+pub const PRODUCER_STATE_REBUILD_BYTES: u64 = 16 * 1024 * 1024;
+/// Producer ids are taken from meta.db in blocks of this many, so only one
+/// InitProducerId in this many waits for a meta.db write.
+pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;

@@ -34,11 +34,16 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
 #[derive(Debug)]
 pub enum MetaEntry {
     Topic { name: String, record: TopicRecord },
+    ProducerIds(crate::producer::ids::ProducerIdsRecord),
 }
 
 /// Decodes one meta.db entry; `Err` names what was wrong (boot refuses to
 /// guess at a record it cannot read).
 pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
+    if key == crate::producer::ids::META_KEY {
+        let record = serde_json::from_slice(value).map_err(|e| format!("meta.db producer_ids: {e}"))?;
+        return Ok(MetaEntry::ProducerIds(record));
+    }
     let key = std::str::from_utf8(key).map_err(|_| "meta.db key is not UTF-8".to_string())?;
     if let Some(name) = key.strip_prefix(TOPIC_PREFIX) {
         let record: TopicRecord =
@@ -62,6 +67,7 @@ mod tests {
                 assert_eq!(name, "a-b");
                 assert_eq!(record, r);
             }
+            other => panic!("decoded as {other:?}"),
         }
     }
 

@@ -87,10 +87,6 @@ impl Topics {
         self.map.get(name)
     }
 
-    pub fn get_mut(&mut self, name: &str) -> Option<&mut Topic> {
-        self.map.get_mut(name)
-    }
-
     pub fn names(&self) -> Vec<String> {
         self.map.keys().cloned().collect()
     }
@@ -164,6 +160,7 @@ impl Topics {
         for (key, value) in &state.meta {
             match meta::decode_entry(key, value) {
                 Ok(MetaEntry::Topic { name, record }) => self.insert(config, &name, record),
+                Ok(_) => {} // other records are the other modules' to rebuild
                 Err(e) => tracing::error!("skipping unreadable meta.db entry: {e}"),
             }
         }

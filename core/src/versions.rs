@@ -20,6 +20,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The supported range of an API key, if it is served at all.
@@ -61,6 +62,7 @@ mod tests {
             ApiKey::DescribeConfigs => r!(DescribeConfigsRequest, DescribeConfigsResponse),
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
+            ApiKey::InitProducerId => r!(InitProducerIdRequest, InitProducerIdResponse),
             other => panic!("no codec range known for {other:?}; add it to this test"),
         }
     }
@@ -77,6 +79,7 @@ mod tests {
             ApiKey::DescribeConfigs => ResponseKind::DescribeConfigs(Default::default()),
             ApiKey::CreatePartitions => ResponseKind::CreatePartitions(Default::default()),
             ApiKey::DescribeCluster => ResponseKind::DescribeCluster(Default::default()),
+            ApiKey::InitProducerId => ResponseKind::InitProducerId(Default::default()),
             other => panic!("no default response for {other:?}; add it to this test"),
         }
     }

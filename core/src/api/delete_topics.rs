@@ -68,6 +68,7 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
         b.topics.unmark_busy(name);
         let still_there = b.topics.get(name).is_some_and(|t| t.id == *id);
         if stored && still_there {
+            b.producer_states.retain(|key, _| key.id != *id);
             for (key, op) in b.topics.remove(name) {
                 b.emit_disk(key, op);
             }

@@ -14,6 +14,7 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod fetch;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -34,6 +35,7 @@ pub enum MetaAction {
     CreateTopics(create_topics::PendingCreate),
     DeleteTopics(delete_topics::PendingDelete),
     CreatePartitions(create_partitions::PendingGrow),
+    ProducerIdBlock(crate::producer::ids::ProducerIdsRecord),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -72,6 +74,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::CreatePartitions(r) => create_partitions::handle(b, ctx, r),
         RequestKind::DescribeConfigs(r) => describe_configs::handle(b, ctx, r),
         RequestKind::DescribeCluster(r) => describe_cluster::handle(b, ctx, r),
+        RequestKind::InitProducerId(r) => init_producer_id::handle(b, ctx, r),
         other => {
             // versions::SUPPORTED lists only the keys above, so the frame
             // decoder never lets another through.
@@ -85,6 +88,7 @@ pub(crate) fn apply_meta(b: &mut Broker, action: MetaAction, stored: bool) {
         MetaAction::CreateTopics(p) => create_topics::apply(b, p, stored),
         MetaAction::DeleteTopics(p) => delete_topics::apply(b, p, stored),
         MetaAction::CreatePartitions(p) => create_partitions::apply(b, p, stored),
+        MetaAction::ProducerIdBlock(r) => init_producer_id::block_stored(b, r, stored),
     }
     // Admin requests that waited for this change run again, in arrival order.
     for (ctx, request) in std::mem::take(&mut b.deferred_admin) {

@@ -8,8 +8,14 @@
 //! the promise. acks=0 gets no response at all, as in Kafka.
 //!
 //! Produce stops at v9 so clients keep the classic transaction protocol.
-//! Idempotent and transactional batches are checked by the producer-state
-//! issue; until then such batches are appended like plain ones.
+//! As Kafka requires from v3 on, each partition carries exactly one batch.
+//!
+//! A batch with a producer id is checked against the partition's producer
+//! state (`producer::state`): a duplicate is answered with its original
+//! offsets once they are durable and is not written again; an old epoch gets
+//! INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.
+//! Transactional batches wait for the transaction coordinator (a later
+//! issue) and are refused with INVALID_TXN_STATE until then.
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
@@ -20,6 +26,7 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
+use crate::producer::{AppendCheck, ProducerError, ProducerStates};
 use crate::topics::PartitionKey;
 
 /// A produce request waiting for its data to be durable.
@@ -71,6 +78,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     if waits.is_empty() {
         return b.respond(&ctx, ResponseKind::Produce(response));
     }
+    // A duplicate of durable data needs no sync: answer it now.
+    let durable = |(key, last_offset, _, _): &(PartitionKey, i64, usize, usize)| {
+        b.topics.partition_by_key(key).is_some_and(|log| log.high_watermark() > *last_offset)
+    };
+    if waits.iter().all(durable) {
+        return b.respond(&ctx, ResponseKind::Produce(response));
+    }
     b.pending_produces.push(PendingProduce { ctx, response, waits });
 }
 
@@ -105,7 +119,14 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
         BatchError::CrcMismatch { .. } => (ResponseError::CorruptMessage, Some(e.to_string())),
         other => (ResponseError::InvalidRecord, Some(other.to_string())),
     })?;
+    if batches.len() != 1 {
+        let m = "Produce requests with version 3 and above carry exactly one record batch";
+        return Err((ResponseError::InvalidRecord, Some(m.into())));
+    }
     for (header, bytes) in &batches {
+        if header.is_transactional() {
+            return Err((ResponseError::InvalidTxnState, Some("transactions are not served yet".into())));
+        }
         if header.is_control() {
             return Err((ResponseError::InvalidRecord, Some("clients may not write control batches".into())));
         }
@@ -116,28 +137,48 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
             return Err((ResponseError::MessageTooLarge, None));
         }
     }
+    let (header, bytes) = batches.into_iter().next().expect("exactly one batch");
     let now_ms = b.now_ms;
-    let log = b.topics.partition_mut(topic_name, partition).expect("checked above");
-    let mut first: Option<i64> = None;
-    let mut last = -1;
-    let mut all_ops = Vec::new();
-    for (_, bytes) in batches {
-        let info = log.append(bytes, now_ms, log_append_time);
-        first.get_or_insert(info.base_offset);
-        last = info.last_offset;
-        all_ops.extend(info.ops);
+    if header.has_producer_id() {
+        let states = producer_states(b, &key);
+        match states.check(&header) {
+            Ok(AppendCheck::Append) => {}
+            Ok(AppendCheck::Duplicate { first_offset, last_offset }) => {
+                // Answered once the original is durable, like any append.
+                let log_start_offset = b.topics.partition_by_key(&key).expect("exists").log_start_offset();
+                let log_append_time_ms = -1;
+                return Ok(Appended { key, base_offset: first_offset, last_offset, log_append_time_ms, log_start_offset });
+            }
+            Err(e @ ProducerError::InvalidEpoch { .. }) => {
+                return Err((ResponseError::InvalidProducerEpoch, Some(e.to_string())))
+            }
+            Err(e @ ProducerError::OutOfOrderSequence { .. }) => {
+                return Err((ResponseError::OutOfOrderSequenceNumber, Some(e.to_string())))
+            }
+        }
     }
+    let log = b.topics.partition_mut(topic_name, partition).expect("checked above");
+    let info = log.append(bytes, now_ms, log_append_time);
     let log_start_offset = log.log_start_offset();
-    for op in all_ops {
+    if header.has_producer_id() {
+        producer_states(b, &key).record(&header, info.base_offset, info.last_offset, now_ms);
+    }
+    for op in info.ops {
         b.emit_disk(key.clone(), op);
     }
     Ok(Appended {
         key,
-        base_offset: first.expect("at least one batch"),
-        last_offset: last,
-        log_append_time_ms: if log_append_time { now_ms } else { -1 },
+        base_offset: info.base_offset,
+        last_offset: info.last_offset,
+        log_append_time_ms: info.log_append_time_ms,
         log_start_offset,
     })
+}
+
+/// The partition's producer state, rebuilt from the log's tail if missing.
+fn producer_states<'a>(b: &'a mut Broker, key: &PartitionKey) -> &'a mut ProducerStates {
+    let log = b.topics.partition_by_key(key).expect("the partition exists");
+    b.producer_states.entry(key.clone()).or_insert_with(|| ProducerStates::rebuild(log))
 }
 
 fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse {

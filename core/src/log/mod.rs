@@ -184,6 +184,23 @@ impl PartitionLog {
         self.batches.range(first..).map(|b| (&b.entry, &b.bytes))
     }
 
+    /// The base offset of the oldest batch within the last `window_bytes` of
+    /// the log (the log end if it is empty): where a rebuild of producer
+    /// state from the log's tail starts. Walks back from the end, so it costs
+    /// the batches in the window, not the whole log.
+    pub fn tail_start_offset(&self, window_bytes: u64) -> i64 {
+        let mut total_bytes: u64 = 0;
+        let mut start = self.log_end_offset;
+        for stored in self.batches.iter().rev() {
+            total_bytes += stored.bytes.len() as u64;
+            if total_bytes > window_bytes {
+                break;
+            }
+            start = stored.entry.base_offset();
+        }
+        start
+    }
+
     /// Index of the first batch whose last offset is >= `offset`.
     fn index_of_offset(&self, offset: i64) -> usize {
         self.batches

@@ -3,6 +3,8 @@
 //! the Kafka protocol through kafka-protocol's real codecs.
 #![allow(dead_code)]
 
+pub mod requests;
+
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
@@ -227,18 +229,39 @@ pub fn batch(values: &[&[u8]], timestamp_ms: i64) -> Bytes {
 }
 
 pub fn batch_with(values: &[&[u8]], timestamp_ms: i64, compression: Compression) -> Bytes {
+    producer_batch(values, timestamp_ms, compression, Producer { id: -1, epoch: -1, sequence: -1, transactional: false })
+}
+
+/// Who writes a batch: id -1 for a plain producer.
+#[derive(Clone, Copy, Debug)]
+pub struct Producer {
+    pub id: i64,
+    pub epoch: i16,
+    /// First sequence of the batch.
+    pub sequence: i32,
+    pub transactional: bool,
+}
+
+/// A batch from an idempotent producer.
+pub fn idem_batch(values: &[&[u8]], id: i64, epoch: i16, sequence: i32) -> Bytes {
+    producer_batch(values, T0_MS, Compression::None, Producer { id, epoch, sequence, transactional: false })
+}
+
+pub fn producer_batch(values: &[&[u8]], timestamp_ms: i64, compression: Compression, p: Producer) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
         .map(|(i, v)| Record {
-            transactional: false,
+            transactional: p.transactional,
             control: false,
             partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
+            producer_id: p.id,
+            producer_epoch: p.epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // The encoder keeps records in one batch while offset - sequence
+            // stays constant; a plain producer's batch has base sequence -1.
+            sequence: p.sequence.wrapping_add(i as i32),
             timestamp: timestamp_ms,
             key: None,
             value: Some(Bytes::copy_from_slice(v)),

@@ -1,0 +1,253 @@
+//! Per-partition producer state, as Kafka's ProducerStateManager and
+//! ProducerAppendInfo keep it (storage/src/main/java/org/apache/kafka/storage/
+//! internals/log/ProducerAppendInfo.java, ProducerStateEntry.java):
+//!
+//! - each producer id has its current epoch and the sequence ranges and
+//!   offsets of its last `PRODUCER_BATCHES_RETAINED` (5) batches;
+//! - a batch whose epoch and first/last sequence match a retained batch is a
+//!   duplicate: it is not written again, and is answered with the original
+//!   offsets (UnifiedLog.analyzeAndValidateProducerState);
+//! - an epoch below the current one is INVALID_PRODUCER_EPOCH (checkProducerEpoch);
+//! - a new epoch must start at sequence 0, unless the producer has no state
+//!   (checkSequence); the same epoch must continue at last sequence + 1
+//!   (wrapping at i32::MAX), else OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! - a producer with no state here (new, expired, or older than the rebuild
+//!   window) is accepted at any sequence. Kafka 4.x does the same: it no longer
+//!   answers UNKNOWN_PRODUCER_ID from Produce ("If there is no current producer
+//!   epoch ... accept writes with any sequence number").
+//!
+//! The state is not stored: it is rebuilt from the log. After a restart (or a
+//! failed sync that cut the log) the partition's state is rebuilt from the
+//! batch headers of its last `PRODUCER_STATE_REBUILD_BYTES` (16 MiB) on first
+//! use, so a batch resent across a crash is still recognised. A producer whose
+//! last batch lies before that window has no state and so loses duplicate
+//! protection for its first batch after the restart.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::batch::{increment_sequence, BatchHeader};
+use crate::limits::{PRODUCER_BATCHES_RETAINED, PRODUCER_STATE_REBUILD_BYTES};
+use crate::log::PartitionLog;
+
+/// One retained batch of a producer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct BatchMeta {
+    first_seq: i32,
+    last_seq: i32,
+    first_offset: i64,
+    last_offset: i64,
+}
+
+#[derive(Clone, Debug)]
+struct ProducerEntry {
+    epoch: i16,
+    /// Oldest first; at most PRODUCER_BATCHES_RETAINED.
+    batches: VecDeque<BatchMeta>,
+    /// When the producer last wrote here (broker time, or the batch's max
+    /// timestamp when rebuilt from the log), for producer.id.expiration.ms.
+    last_write_ms: i64,
+}
+
+/// What to do with a batch that passed the checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppendCheck {
+    /// Append it.
+    Append,
+    /// Already in the log at these offsets: answer with them, write nothing.
+    Duplicate { first_offset: i64, last_offset: i64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProducerError {
+    /// The batch's epoch is older than the producer's current epoch.
+    InvalidEpoch { current: i16 },
+    /// The batch's first sequence does not follow the last one.
+    OutOfOrderSequence { expected: i32, got: i32 },
+}
+
+impl std::fmt::Display for ProducerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidEpoch { current } => write!(f, "producer epoch is older than the current epoch {current}"),
+            Self::OutOfOrderSequence { expected, got } => {
+                write!(f, "out of order sequence number: expected {expected}, got {got}")
+            }
+        }
+    }
+}
+
+/// All producers' state for one partition.
+#[derive(Clone, Debug, Default)]
+pub struct ProducerStates {
+    producers: BTreeMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    /// Rebuilds the state from the batch headers of the log's last
+    /// PRODUCER_STATE_REBUILD_BYTES.
+    pub fn rebuild(log: &PartitionLog) -> Self {
+        let mut states = Self::default();
+        let end = log.log_end_offset();
+        let start = log.tail_start_offset(PRODUCER_STATE_REBUILD_BYTES);
+        for (entry, _) in log.batches_from(start) {
+            let h = &entry.header;
+            if h.has_producer_id() && !h.is_control() && h.last_offset() < end {
+                states.record(h, h.base_offset, h.last_offset(), h.max_timestamp);
+            }
+        }
+        states
+    }
+
+    /// Checks a producer's batch (producer id >= 0) before it is appended.
+    pub fn check(&self, h: &BatchHeader) -> Result<AppendCheck, ProducerError> {
+        assert!(h.has_producer_id(), "only batches with a producer id are checked");
+        let Some(entry) = self.producers.get(&h.producer_id) else {
+            return Ok(AppendCheck::Append);
+        };
+        if h.producer_epoch == entry.epoch {
+            let last_seq = h.last_sequence();
+            if let Some(dup) = entry.batches.iter().find(|b| b.first_seq == h.base_sequence && b.last_seq == last_seq) {
+                return Ok(AppendCheck::Duplicate { first_offset: dup.first_offset, last_offset: dup.last_offset });
+            }
+        }
+        if h.producer_epoch < entry.epoch {
+            return Err(ProducerError::InvalidEpoch { current: entry.epoch });
+        }
+        if h.producer_epoch != entry.epoch {
+            // A bumped epoch starts again at 0.
+            if h.base_sequence != 0 {
+                return Err(ProducerError::OutOfOrderSequence { expected: 0, got: h.base_sequence });
+            }
+            return Ok(AppendCheck::Append);
+        }
+        // An entry with no batches left (its batches aged out of the window)
+        // accepts any sequence, like Kafka's state with no epoch.
+        let Some(last) = entry.batches.back() else { return Ok(AppendCheck::Append) };
+        let expected = increment_sequence(last.last_seq, 1);
+        if h.base_sequence != expected {
+            return Err(ProducerError::OutOfOrderSequence { expected, got: h.base_sequence });
+        }
+        Ok(AppendCheck::Append)
+    }
+
+    /// Records an appended batch (after `check` said Append).
+    pub fn record(&mut self, h: &BatchHeader, first_offset: i64, last_offset: i64, now_ms: i64) {
+        assert!(h.has_producer_id(), "only batches with a producer id are recorded");
+        assert!(first_offset <= last_offset, "a batch spans at least one offset");
+        let entry = self.producers.entry(h.producer_id).or_insert_with(|| ProducerEntry {
+            epoch: h.producer_epoch,
+            batches: VecDeque::new(),
+            last_write_ms: now_ms,
+        });
+        if h.producer_epoch != entry.epoch {
+            // ProducerStateEntry.maybeUpdateProducerEpoch: a new epoch forgets the old batches.
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        entry.batches.push_back(BatchMeta {
+            first_seq: h.base_sequence,
+            last_seq: h.last_sequence(),
+            first_offset,
+            last_offset,
+        });
+        while entry.batches.len() > PRODUCER_BATCHES_RETAINED {
+            entry.batches.pop_front();
+        }
+    }
+
+    /// Forgets producers idle for longer than `expiration_ms`
+    /// (producer.id.expiration.ms).
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
+        self.producers.retain(|_, e| now_ms - e.last_write_ms <= expiration_ms);
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// The producer's current epoch here, if it has state.
+    pub fn epoch(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(pid: i64, epoch: i16, seq: i32, count: i32) -> BatchHeader {
+        BatchHeader {
+            base_offset: 0,
+            batch_length: 100,
+            partition_leader_epoch: -1,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: count - 1,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            records_count: count,
+        }
+    }
+
+    #[test]
+    fn in_order_duplicate_and_gap() {
+        let mut s = ProducerStates::default();
+        let h0 = header(7, 0, 0, 3);
+        assert_eq!(s.check(&h0), Ok(AppendCheck::Append));
+        s.record(&h0, 10, 12, 0);
+        assert_eq!(s.check(&h0), Ok(AppendCheck::Duplicate { first_offset: 10, last_offset: 12 }));
+        let gap = header(7, 0, 4, 1);
+        assert_eq!(s.check(&gap), Err(ProducerError::OutOfOrderSequence { expected: 3, got: 4 }));
+        let next = header(7, 0, 3, 1);
+        assert_eq!(s.check(&next), Ok(AppendCheck::Append));
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered() {
+        let mut s = ProducerStates::default();
+        for i in 0..6 {
+            s.record(&header(1, 0, i, 1), i as i64, i as i64, 0);
+        }
+        assert_eq!(s.check(&header(1, 0, 5, 1)), Ok(AppendCheck::Duplicate { first_offset: 5, last_offset: 5 }));
+        assert_eq!(s.check(&header(1, 0, 1, 1)), Ok(AppendCheck::Duplicate { first_offset: 1, last_offset: 1 }));
+        // The first batch fell out of the window: neither duplicate nor in order.
+        assert!(matches!(s.check(&header(1, 0, 0, 1)), Err(ProducerError::OutOfOrderSequence { .. })));
+    }
+
+    #[test]
+    fn epochs() {
+        let mut s = ProducerStates::default();
+        s.record(&header(1, 3, 0, 1), 0, 0, 0);
+        assert_eq!(s.check(&header(1, 2, 1, 1)), Err(ProducerError::InvalidEpoch { current: 3 }));
+        assert!(matches!(s.check(&header(1, 4, 5, 1)), Err(ProducerError::OutOfOrderSequence { expected: 0, .. })));
+        assert_eq!(s.check(&header(1, 4, 0, 1)), Ok(AppendCheck::Append));
+        // Unknown producers are accepted at any sequence, as Kafka 4 does.
+        assert_eq!(s.check(&header(2, 0, 42, 1)), Ok(AppendCheck::Append));
+    }
+
+    #[test]
+    fn sequence_wraps_at_i32_max() {
+        let mut s = ProducerStates::default();
+        s.record(&header(1, 0, i32::MAX - 1, 2), 0, 1, 0);
+        assert_eq!(s.check(&header(1, 0, 0, 1)), Ok(AppendCheck::Append));
+    }
+
+    #[test]
+    fn idle_producers_expire() {
+        let mut s = ProducerStates::default();
+        s.record(&header(1, 0, 0, 1), 0, 0, 1_000);
+        s.record(&header(2, 0, 0, 1), 1, 1, 5_000);
+        s.expire(6_000, 2_000);
+        assert_eq!(s.epoch(1), None);
+        assert_eq!(s.epoch(2), Some(0));
+    }
+}
