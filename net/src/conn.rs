@@ -1,0 +1,268 @@
+//! One client connection: a reader task and a writer task over the two halves
+//! of the socket, so that a slow reader or writer never holds up the broker
+//! task, and the broker task never waits on a socket.
+//!
+//! Framing is Kafka's: a 4-byte big-endian size, then that many bytes. A size
+//! of zero, a negative size or one above `limits::REQUEST_BYTES_MAX` closes the
+//! connection before anything more is read (Kafka does the same for
+//! `socket.request.max.bytes`).
+//!
+//! Lifetime: the broker task holds a `ConnHandle`. Dropping it (the core said
+//! `Close`, or the client stopped reading its responses) stops the reader and
+//! lets the writer flush what is queued, then close. Whoever ends the
+//! connection, the reader sends exactly one `Disconnected` for it.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use doze_core::limits::{CONN_REQUESTS_IN_FLIGHT_MAX, REQUEST_BYTES_MAX};
+use doze_core::ConnId;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tracing::{debug, warn};
+
+use crate::server::Event;
+
+/// Responses queued for one connection before it is closed as not reading
+/// them. A client waiting for this many answers is stuck or hostile.
+pub const RESPONSES_QUEUED_MAX: usize = CONN_REQUESTS_IN_FLIGHT_MAX;
+/// Socket buffers: large enough that small requests and responses go in one
+/// system call each.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// Memory reserved for a frame before its bytes arrive; past this the buffer
+/// grows as data comes in, so a size prefix alone cannot reserve 100 MiB.
+const FRAME_RESERVE_BYTES_MAX: usize = 64 * 1024;
+/// How long queued responses may take to go out once the connection is over
+/// (the client hung up, or the broker closed it) before the socket is dropped.
+const LINGER: Duration = Duration::from_secs(5);
+
+/// The broker task's side of a connection.
+pub struct ConnHandle {
+    /// Response frames, without the size prefix (the writer adds it).
+    pub responses: mpsc::Sender<Bytes>,
+    /// Never sent on: dropping it tells the reader to stop.
+    pub _stop_reader: oneshot::Sender<()>,
+}
+
+/// Registers the connection with the broker task, then starts its reader and
+/// writer. `permit` counts it against the connection limit until both end.
+pub async fn start(
+    conn: ConnId,
+    stream: TcpStream,
+    peer: SocketAddr,
+    events: mpsc::Sender<Event>,
+    permit: OwnedSemaphorePermit,
+) {
+    // Kafka requests are small and latency-bound; Nagle would hold them back.
+    if let Err(e) = stream.set_nodelay(true) {
+        debug!(conn, %peer, error = %e, "cannot set TCP_NODELAY");
+    }
+    let (read_half, write_half) = stream.into_split();
+    let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
+    let (stop_reader, reader_stopped) = oneshot::channel();
+    // Registered before the reader starts, so the broker task knows the
+    // connection before its first frame arrives on the same channel.
+    let handle = ConnHandle {
+        responses,
+        _stop_reader: stop_reader,
+    };
+    if events
+        .send(Event::Connected { conn, handle })
+        .await
+        .is_err()
+    {
+        return; // shutting down
+    }
+    debug!(conn, %peer, "connected");
+    let permit = Arc::new(permit);
+    let (reader_done, writer_linger) = oneshot::channel();
+    tokio::spawn(write_loop(
+        conn,
+        write_half,
+        queued,
+        writer_linger,
+        Arc::clone(&permit),
+    ));
+    tokio::spawn(read_loop(
+        conn,
+        peer,
+        read_half,
+        events,
+        reader_stopped,
+        reader_done,
+        permit,
+    ));
+}
+
+async fn read_loop(
+    conn: ConnId,
+    peer: SocketAddr,
+    read_half: OwnedReadHalf,
+    events: mpsc::Sender<Event>,
+    mut stop: oneshot::Receiver<()>,
+    _done: oneshot::Sender<()>,
+    _permit: Arc<OwnedSemaphorePermit>,
+) {
+    let mut socket = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    loop {
+        let frame = tokio::select! {
+            frame = read_frame(&mut socket) => frame,
+            // The broker dropped its handle; whatever was half read is moot.
+            _ = &mut stop => {
+                debug!(conn, %peer, "closed by the broker");
+                break;
+            }
+        };
+        match frame {
+            Ok(Some(frame)) => {
+                if events.send(Event::Frame { conn, frame }).await.is_err() {
+                    return; // shutting down
+                }
+            }
+            Ok(None) => {
+                debug!(conn, %peer, "client closed the connection");
+                break;
+            }
+            Err(FrameError::BadSize(size)) => {
+                warn!(conn, %peer, size, "bad request size; closing");
+                break;
+            }
+            Err(FrameError::Io(e)) => {
+                debug!(conn, %peer, error = %e, "read failed; closing");
+                break;
+            }
+        }
+    }
+    let _ = events.send(Event::Disconnected { conn }).await;
+    // `_done` drops here and starts the writer's linger.
+}
+
+async fn write_loop(
+    conn: ConnId,
+    write_half: OwnedWriteHalf,
+    mut queued: mpsc::Receiver<Bytes>,
+    reader_done: oneshot::Receiver<()>,
+    _permit: Arc<OwnedSemaphorePermit>,
+) {
+    let mut socket = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
+    let write_all = async {
+        while let Some(frame) = queued.recv().await {
+            write_frame(&mut socket, &frame).await?;
+            // Flush when nothing else is waiting: a burst of responses leaves
+            // in one system call, a lone one leaves at once.
+            if queued.is_empty() {
+                socket.flush().await?;
+            }
+        }
+        // The broker dropped the connection: deliver what it had answered
+        // (e.g. the responses before a request it refused), then say goodbye.
+        socket.shutdown().await
+    };
+    let linger = async {
+        let _ = reader_done.await;
+        tokio::time::sleep(LINGER).await;
+    };
+    tokio::select! {
+        result = write_all => {
+            if let Err(e) = result {
+                debug!(conn, error = %e, "write failed; closing");
+            }
+        }
+        // A client that stopped reading must not keep the socket forever.
+        () = linger => debug!(conn, "responses not delivered in time; dropping the socket"),
+    }
+}
+
+#[derive(Debug)]
+enum FrameError {
+    BadSize(i32),
+    Io(io::Error),
+}
+
+impl From<io::Error> for FrameError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Reads one frame; `None` at a clean end of stream.
+async fn read_frame<R: AsyncRead + Unpin>(socket: &mut R) -> Result<Option<Bytes>, FrameError> {
+    let mut prefix = [0u8; 4];
+    match socket.read_exact(&mut prefix).await {
+        Ok(_) => {}
+        // Also a hang-up within the prefix: nothing was lost that was whole.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let size = i32::from_be_bytes(prefix);
+    let Some(len) = usize::try_from(size)
+        .ok()
+        .filter(|&n| n > 0 && n <= REQUEST_BYTES_MAX)
+    else {
+        return Err(FrameError::BadSize(size));
+    };
+    let mut frame = Vec::with_capacity(len.min(FRAME_RESERVE_BYTES_MAX));
+    let read = socket.take(len as u64).read_to_end(&mut frame).await?;
+    if read != len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed inside a frame",
+        )
+        .into());
+    }
+    Ok(Some(Bytes::from(frame)))
+}
+
+async fn write_frame(socket: &mut BufWriter<OwnedWriteHalf>, frame: &[u8]) -> io::Result<()> {
+    let size = i32::try_from(frame.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "response larger than 2 GiB"))?;
+    socket.write_all(&size.to_be_bytes()).await?;
+    socket.write_all(frame).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read(bytes: &[u8]) -> Result<Option<Bytes>, FrameError> {
+        let mut socket = bytes;
+        read_frame(&mut socket).await
+    }
+
+    #[tokio::test]
+    async fn framing() {
+        let mut two = Vec::new();
+        for body in [&b"abc"[..], b"de"] {
+            two.extend_from_slice(&(body.len() as i32).to_be_bytes());
+            two.extend_from_slice(body);
+        }
+        let mut socket = &two[..];
+        assert_eq!(read_frame(&mut socket).await.unwrap().unwrap(), &b"abc"[..]);
+        assert_eq!(read_frame(&mut socket).await.unwrap().unwrap(), &b"de"[..]);
+        assert!(read_frame(&mut socket).await.unwrap().is_none());
+
+        assert!(matches!(
+            read(&0i32.to_be_bytes()).await,
+            Err(FrameError::BadSize(0))
+        ));
+        assert!(matches!(
+            read(&(-1i32).to_be_bytes()).await,
+            Err(FrameError::BadSize(-1))
+        ));
+        let too_big = (REQUEST_BYTES_MAX as i32 + 1).to_be_bytes();
+        assert!(matches!(read(&too_big).await, Err(FrameError::BadSize(_))));
+        // Cut inside the body: an error, not a short frame.
+        assert!(matches!(
+            read(&[0, 0, 0, 5, 1, 2]).await,
+            Err(FrameError::Io(_))
+        ));
+        // Cut inside the prefix: a plain hang-up.
+        assert!(read(&[0, 0]).await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,166 @@
+//! The meta worker: applies the core's meta.db batches on a dedicated OS
+//! thread that owns the `sled::Db`.
+//!
+//! Each `Output::Meta` becomes one `sled::Batch` (atomic), and is answered
+//! with `MetaDone` only after `Db::flush` has made it durable. As with the
+//! disk worker, batches already queued are applied before one flush that
+//! covers them all (group commit): a flush writes sled's whole log buffer, so
+//! one flush for ten batches costs about as much as one for one.
+//!
+//! A batch that sled refuses is answered `Err` and is not in the database. A
+//! batch that was applied but whose flush failed is answered `Err` too, though
+//! sled may still write it later; the core must not rely on it either way, and
+//! after a crash it reads back whatever did reach the disk.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Instant;
+
+use doze_core::{Input, IoError, IoId, MetaOp};
+use tokio::sync::mpsc::UnboundedSender;
+use tracing::{debug, info, warn};
+
+/// Batches applied in one round before its flush, so that a queue that never
+/// empties still gets answered.
+const ROUND_BATCHES_MAX: usize = 1024;
+
+/// One `Output::Meta`.
+pub struct MetaWrite {
+    pub io: IoId,
+    pub ops: Vec<MetaOp>,
+}
+
+pub struct MetaWorker {
+    writes: mpsc::Sender<MetaWrite>,
+    thread: thread::JoinHandle<Result<(), IoError>>,
+}
+
+impl MetaWorker {
+    pub fn spawn(db: sled::Db, completions: UnboundedSender<Input>) -> std::io::Result<Self> {
+        let (writes, queue) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("doze-meta".into())
+            .spawn(move || run(db, queue, completions))?;
+        Ok(Self { writes, thread })
+    }
+
+    /// Splits into the queue (for the broker task) and the thread (for the
+    /// shutdown). Dropping the queue tells the worker to flush and stop.
+    pub fn into_parts(self) -> (MetaQueue, thread::JoinHandle<Result<(), IoError>>) {
+        (MetaQueue(self.writes), self.thread)
+    }
+}
+
+/// The broker task's end of the worker's queue.
+pub struct MetaQueue(mpsc::Sender<MetaWrite>);
+
+impl MetaQueue {
+    /// Fails only if the worker thread is gone (it panicked).
+    pub fn submit(&self, write: MetaWrite) -> Result<(), IoError> {
+        self.0
+            .send(write)
+            .map_err(|_| IoError("the meta.db worker has stopped".into()))
+    }
+}
+
+fn run(
+    db: sled::Db,
+    queue: mpsc::Receiver<MetaWrite>,
+    completions: UnboundedSender<Input>,
+) -> Result<(), IoError> {
+    while let Ok(first) = queue.recv() {
+        let started = Instant::now();
+        // Each batch with the result of applying it, before the flush.
+        let mut round = vec![(first.io, apply(&db, first.ops))];
+        while round.len() < ROUND_BATCHES_MAX {
+            match queue.try_recv() {
+                Ok(write) => round.push((write.io, apply(&db, write.ops))),
+                Err(_) => break,
+            }
+        }
+        let flushed = flush(&db);
+        debug!(
+            batches = round.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "meta.db flushed"
+        );
+        for (io, applied) in round {
+            let result = applied.and_then(|()| flushed.clone());
+            // The broker task is gone only during shutdown.
+            let _ = completions.send(Input::MetaDone { io, result });
+        }
+    }
+    // The queue closed: the broker is shutting down.
+    let result = flush(&db);
+    match &result {
+        Ok(()) => info!("meta worker: meta.db flushed"),
+        Err(e) => warn!(error = %e.0, "meta worker: final flush failed"),
+    }
+    result
+}
+
+fn apply(db: &sled::Db, ops: Vec<MetaOp>) -> Result<(), IoError> {
+    let mut batch = sled::Batch::default();
+    for op in ops {
+        match op {
+            MetaOp::Put { key, value } => batch.insert(key, value),
+            MetaOp::Delete { key } => batch.remove(key),
+        }
+    }
+    db.apply_batch(batch).map_err(|e| {
+        warn!(error = %e, "meta.db batch failed");
+        IoError(format!("meta.db batch: {e}"))
+    })
+}
+
+fn flush(db: &sled::Db) -> Result<(), IoError> {
+    db.flush().map(|_| ()).map_err(|e| {
+        warn!(error = %e, "meta.db flush failed");
+        IoError(format!("meta.db flush: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    #[test]
+    fn batches_are_applied_and_answered_in_order() {
+        let path = std::env::temp_dir().join(format!("doze-meta-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let db = sled::open(&path).unwrap();
+        let (tx, mut done) = unbounded_channel();
+        let (queue, thread) = MetaWorker::spawn(db, tx).unwrap().into_parts();
+        let put = |k: &[u8], v: &[u8]| MetaOp::Put {
+            key: k.to_vec(),
+            value: v.to_vec(),
+        };
+        queue
+            .submit(MetaWrite {
+                io: 1,
+                ops: vec![put(b"a", b"1"), put(b"b", b"2")],
+            })
+            .unwrap();
+        queue
+            .submit(MetaWrite {
+                io: 2,
+                ops: vec![MetaOp::Delete { key: b"a".to_vec() }],
+            })
+            .unwrap();
+        for want in 1..=2 {
+            match done.blocking_recv() {
+                Some(Input::MetaDone { io, result }) => assert_eq!((io, result), (want, Ok(()))),
+                _ => panic!("expected MetaDone {want}"),
+            }
+        }
+        drop(queue);
+        assert_eq!(thread.join().unwrap(), Ok(()));
+
+        let db = sled::open(&path).unwrap();
+        assert!(db.get(b"a").unwrap().is_none());
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+        drop(db);
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+}

@@ -1,0 +1,297 @@
+//! The server: the acceptor, the broker task, and the shutdown that ties the
+//! disk and meta workers off.
+//!
+//! ```text
+//!  acceptor ──Connected──┐
+//!  readers ──Frame───────┤ events (bounded)           ┌─► writers (per connection)
+//!          ──Disconnected┘            ▼               │
+//!                              broker task ── Broker ─┼─► disk worker thread ──┐
+//!  disk, meta ──SyncDone/MetaDone──►  ▲               └─► meta worker thread ──┤
+//!               (completions, unbounded)  ◄───────────────────────────────────┘
+//! ```
+//!
+//! One task owns the `Broker`: the core is a single-threaded state machine,
+//! and a single owner needs no lock. After every `handle` the task drains
+//! `poll_output` until it is empty, so outputs leave in the order the core
+//! produced them; disk ops in particular go to one queue in that order.
+//!
+//! Back-pressure: connection events go through a bounded channel, so a broker
+//! that falls behind stops the readers (and TCP stops the clients).
+//! Completions go through an unbounded one: there are few of them (the core
+//! has one sync in flight at a time) and a worker thread must never block.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context};
+use bytes::Bytes;
+use doze_core::{Broker, BrokerConfig, ConnId, Input, Output};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
+use tracing::{debug, error, info, warn};
+
+use crate::boot::Boot;
+use crate::config::HostPort;
+use crate::conn::{self, ConnHandle};
+use crate::disk::{DiskQueue, DiskWorker};
+use crate::metadb::{MetaQueue, MetaWorker, MetaWrite};
+
+/// Connection events queued for the broker task before readers wait.
+const EVENTS_QUEUED_MAX: usize = 4096;
+/// Open client connections; one more is accepted and closed at once, so the
+/// broker keeps file descriptors for its segment files.
+const CONNECTIONS_MAX: usize = 10_000;
+/// Pause after a failed accept (typically out of file descriptors) so the
+/// acceptor does not spin while the condition lasts.
+const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
+/// The longest the broker task sleeps without looking at the wall clock, so a
+/// clock jump delays a due `Tick` by at most this much.
+const TIMER_RECHECK_MS: i64 = 1000;
+
+/// What the connection tasks tell the broker task.
+pub enum Event {
+    Connected { conn: ConnId, handle: ConnHandle },
+    Frame { conn: ConnId, frame: Bytes },
+    Disconnected { conn: ConnId },
+}
+
+/// Everything start-up prepared, handed to `serve`.
+pub struct Setup {
+    pub listener: std::net::TcpListener,
+    pub advertised: HostPort,
+    pub settings: BrokerConfig,
+    pub boot: Boot,
+    /// `<data>/logs`, where the disk worker works.
+    pub logs_dir: PathBuf,
+}
+
+/// Runs the broker until `shutdown` resolves (or the broker task dies), then
+/// shuts down in order: stop accepting, stop the broker task, let the disk
+/// worker finish its queue and fsync, flush meta.db. An error means the final
+/// sync or flush failed, or the broker failed: data may not be durable.
+pub async fn serve(setup: Setup, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let Setup {
+        listener,
+        advertised,
+        settings,
+        boot,
+        logs_dir,
+    } = setup;
+    let listener = TcpListener::from_std(listener).context("cannot register the listener")?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the listen address")?;
+
+    let (completion_tx, completions) = mpsc::unbounded_channel();
+    let (disk, disk_thread) = DiskWorker::spawn(logs_dir, completion_tx.clone())
+        .context("cannot start the disk worker")?
+        .into_parts();
+    let (meta, meta_thread) = MetaWorker::spawn(boot.db, completion_tx)
+        .context("cannot start the meta worker")?
+        .into_parts();
+
+    // Boot before the first connection: the core must see `Input::Boot` first,
+    // and its repairs are queued before any append.
+    let mut driver = Driver {
+        broker: Broker::new(settings),
+        conns: HashMap::new(),
+        disk,
+        meta,
+    };
+    driver.handle(Input::Boot(boot.state))?;
+
+    let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
+    let (stop_broker, broker_stop) = oneshot::channel();
+    let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
+    let acceptor = tokio::spawn(accept_loop(listener, event_tx));
+
+    // Tests and scripts wait for this line. Written without `println!`, which
+    // would panic if stdout had been closed.
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "doze-kafka listening on {local}").and_then(|()| stdout.flush());
+    drop(stdout);
+    info!(listen = %local, %advertised, "doze-kafka listening");
+
+    let joined = tokio::select! {
+        () = shutdown => {
+            // Stop accepting first (the listener closes with its task), then
+            // the broker task, which drops the workers' queues as it ends.
+            acceptor.abort();
+            let _ = stop_broker.send(());
+            broker_task.await
+        }
+        // The broker task ended on its own: a worker died or the core panicked.
+        joined = &mut broker_task => {
+            acceptor.abort();
+            joined
+        }
+    };
+    let broker_result = match joined {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => Err(anyhow!("the broker task panicked")),
+        Err(e) => Err(anyhow!("the broker task failed: {e}")),
+    };
+    if let Err(e) = &broker_result {
+        error!("{e:#}");
+    }
+
+    // The broker task is over and its queues dropped: the workers finish what
+    // was queued, sync or flush it, and stop. Joined off the async threads.
+    let (disk_result, meta_result) =
+        tokio::task::spawn_blocking(move || (disk_thread.join(), meta_thread.join()))
+            .await
+            .context("cannot join the workers")?;
+    let disk_result = disk_result.map_err(|_| anyhow!("the disk worker panicked"))?;
+    let meta_result = meta_result.map_err(|_| anyhow!("the meta worker panicked"))?;
+    disk_result.map_err(|e| anyhow!("final disk sync failed: {}", e.0))?;
+    meta_result.map_err(|e| anyhow!("final meta.db flush failed: {}", e.0))?;
+    broker_result?;
+    info!("shut down cleanly");
+    Ok(())
+}
+
+/// Accepts connections until aborted, numbering them from 1. Connection ids
+/// are never reused within a run (the core's contract).
+async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
+    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
+    let mut next_conn: ConnId = 1;
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+            warn!(%peer, limit = CONNECTIONS_MAX, "too many connections; refused");
+            continue; // dropping the stream closes it
+        };
+        let conn = next_conn;
+        next_conn += 1;
+        debug!(conn, %peer, "accepted");
+        conn::start(conn, stream, peer, events.clone(), permit).await;
+    }
+}
+
+/// The broker task's state: the core, and where its outputs go.
+struct Driver {
+    broker: Broker,
+    /// Live connections. Absent: never seen, disconnected, or closed by us;
+    /// frames still in flight from such a connection are dropped.
+    conns: HashMap<ConnId, ConnHandle>,
+    disk: DiskQueue,
+    meta: MetaQueue,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut events: mpsc::Receiver<Event>,
+        mut completions: mpsc::UnboundedReceiver<Input>,
+        mut stop: oneshot::Receiver<()>,
+    ) -> anyhow::Result<()> {
+        loop {
+            let deadline_ms = self.broker.poll_timeout();
+            // `poll_timeout` is wall-clock time; sleeping is monotonic. Sleep
+            // towards the deadline, but look at the wall clock again at least
+            // every TIMER_RECHECK_MS in case it jumped.
+            let wake = deadline_ms.map(|deadline| {
+                let wait_ms = (deadline - now_ms()).clamp(0, TIMER_RECHECK_MS);
+                Instant::now() + Duration::from_millis(wait_ms as u64)
+            });
+            tokio::select! {
+                // Order matters: stop first, then a due timer (so a stream of
+                // frames cannot starve it), then completions (they unblock
+                // waiting requests), then new work.
+                biased;
+                _ = &mut stop => return Ok(()),
+                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                    if deadline_ms.is_some_and(|deadline| now_ms() >= deadline) {
+                        self.handle(Input::Tick)?;
+                    }
+                }
+                Some(completion) = completions.recv() => self.handle(completion)?,
+                Some(event) = events.recv() => self.on_event(event)?,
+                else => return Err(anyhow!("every event source closed")),
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event) -> anyhow::Result<()> {
+        match event {
+            Event::Connected { conn, handle } => {
+                let previous = self.conns.insert(conn, handle);
+                assert!(previous.is_none(), "connection id {conn} reused");
+                Ok(())
+            }
+            Event::Frame { conn, frame } => {
+                if !self.conns.contains_key(&conn) {
+                    return Ok(()); // closed by us; the core is done with it
+                }
+                self.handle(Input::Frame { conn, frame })
+            }
+            Event::Disconnected { conn } => {
+                self.conns.remove(&conn);
+                self.handle(Input::Disconnected { conn })
+            }
+        }
+    }
+
+    /// Feeds one input to the core and carries out everything it asks for.
+    fn handle(&mut self, input: Input) -> anyhow::Result<()> {
+        self.broker.handle(now_ms(), input);
+        while let Some(output) = self.broker.poll_output() {
+            match output {
+                Output::Response { conn, frame } => self.respond(conn, frame),
+                Output::Close { conn } => {
+                    if self.conns.remove(&conn).is_some() {
+                        debug!(conn, "closing at the broker's request");
+                    }
+                }
+                Output::Disk(op) => self.disk.submit(op).map_err(|e| anyhow!(e.0))?,
+                Output::Meta { io, ops } => self
+                    .meta
+                    .submit(MetaWrite { io, ops })
+                    .map_err(|e| anyhow!(e.0))?,
+            }
+        }
+        Ok(())
+    }
+
+    fn respond(&mut self, conn: ConnId, frame: Bytes) {
+        let Some(handle) = self.conns.get(&conn) else {
+            return; // gone; its reader has sent or will send Disconnected
+        };
+        match handle.responses.try_send(frame) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                warn!(
+                    conn,
+                    queued = conn::RESPONSES_QUEUED_MAX,
+                    "client is not reading its responses; closing"
+                );
+                self.conns.remove(&conn);
+            }
+            // The writer failed; the reader will notice the dead socket.
+            Err(TrySendError::Closed(_)) => {
+                self.conns.remove(&conn);
+            }
+        }
+    }
+}
+
+/// Wall-clock milliseconds since the UNIX epoch: the only clock the core sees.
+fn now_ms() -> i64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since_epoch.as_millis()).unwrap_or(i64::MAX)
+}
