@@ -13,14 +13,14 @@ DATA_DIR   ?= ./doze-data
 # Extra pytest arguments, e.g. `make wire PYTEST_ARGS='-k kcat -x'`.
 PYTEST_ARGS ?=
 
-.PHONY: help run build-release test cargo-test wire bench fmt fmt-check clippy deps venv kcat clean-venv
+.PHONY: help run build-release test cargo-test wire bench fmt fmt-check clippy deps venv kcat js-deps clean-venv
 
 help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
 	@echo "make test    install test deps, then cargo test --workspace and the wire tests"
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
 	@echo "make bench   raw fdatasync bandwidth vs broker acks=all produce throughput"
-	@echo "make deps    .venv (tests/requirements.txt) and kcat;  make venv: only .venv"
+	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make fmt | fmt-check | clippy"
 
 build-release:
@@ -52,7 +52,16 @@ kcat:
 	  echo "WARNING: kcat is missing and apt-get is unavailable (or not root); the kcat wire test will be skipped"; \
 	fi
 
-deps: venv kcat
+# kafkajs for the JS wire tests (tests/js, pinned by its package-lock.json).
+# Re-runs only when the lock file changes (or node_modules is gone).
+JS_STAMP := tests/js/node_modules/.doze-lock.stamp
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+js-deps: $(JS_STAMP)
+
+deps: venv kcat js-deps
 
 # --- tests ------------------------------------------------------------------
 
@@ -61,7 +70,7 @@ cargo-test:
 
 # Each wire test is bounded by pytest-timeout (tests/pytest.ini) and the whole
 # run by `timeout`, so a hung broker cannot eat CI's budget.
-wire: venv build-release
+wire: venv js-deps build-release
 	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 1500 ../$(VPY) -m pytest $(PYTEST_ARGS)
 
 test: deps cargo-test wire

@@ -47,6 +47,8 @@ pub struct Broker {
     pub(crate) pending_produces: Vec<api::produce::PendingProduce>,
     /// Fetch requests waiting for data or their max_wait_ms.
     pub(crate) waiting_fetches: Vec<api::fetch::WaitingFetch>,
+    /// The group coordinator (consumer groups and committed offsets).
+    pub(crate) groups: crate::group::Coordinator,
     next_retention_check_ms: i64,
     /// The producer id allocator (InitProducerId).
     pub(crate) producer_ids: ProducerIds,
@@ -61,6 +63,7 @@ pub struct Broker {
 impl Broker {
     pub fn new(config: BrokerConfig) -> Self {
         Self {
+            groups: crate::group::Coordinator::new(&config),
             config,
             now_ms: 0,
             booted: false,
@@ -122,6 +125,7 @@ impl Broker {
                 self.producer_ids.boot(&record);
             }
         }
+        self.groups.boot(self.now_ms, &state.meta);
         let ops = self.topics.boot(&self.config, state);
         for (key, op) in ops {
             self.emit_disk(key, op);
@@ -153,7 +157,7 @@ impl Broker {
             return self.close(conn);
         };
         let seq = self.conns.get_mut(&conn).expect("entry made above").take_seq();
-        let ctx = RequestCtx { conn, seq, api_key, version, correlation_id };
+        let mut ctx = RequestCtx { conn, seq, api_key, version, correlation_id, client_id: Default::default() };
         if !versions::is_supported(api_key, version) {
             if api_key == ApiKey::ApiVersions {
                 // Kafka answers an unknown ApiVersions version with a v0 body
@@ -171,7 +175,11 @@ impl Broker {
             anyhow::Ok((header, request))
         }));
         match decoded {
-            Ok(Ok((_header, request))) => api::dispatch(self, ctx, request),
+            Ok(Ok((header, request))) => {
+                // Kafka names members after their client id.
+                ctx.client_id = header.client_id.unwrap_or_default();
+                api::dispatch(self, ctx, request)
+            }
             Ok(Err(e)) => {
                 tracing::debug!(conn, ?api_key, version, "undecodable request ({e}); closing");
                 self.close(conn)
@@ -254,6 +262,8 @@ impl Broker {
                 states.expire(self.now_ms, expiration_ms);
             }
         }
+        self.groups.tick(self.now_ms);
+        crate::group::flush(self);
         api::fetch::wake(self, false);
     }
 
@@ -365,6 +375,9 @@ impl Broker {
         let mut deadline_ms = self.next_retention_check_ms.min(self.next_producer_expiry_ms);
         if let Some(fetch_ms) = fetch {
             deadline_ms = deadline_ms.min(fetch_ms);
+        }
+        if let Some(group_ms) = self.groups.next_deadline_ms() {
+            deadline_ms = deadline_ms.min(group_ms);
         }
         Some(deadline_ms)
     }

@@ -22,6 +22,13 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: i64,
     /// message.max.bytes
     pub message_max_bytes: usize,
+    /// group.initial.rebalance.delay.ms: how long a new group waits for more
+    /// members before its first generation (0 in tests and small setups).
+    pub group_initial_rebalance_delay_ms: i64,
+    /// group.min.session.timeout.ms
+    pub group_min_session_timeout_ms: i32,
+    /// group.max.session.timeout.ms
+    pub group_max_session_timeout_ms: i32,
     /// producer.id.expiration.ms: producer state idle this long is forgotten.
     pub producer_id_expiration_ms: i64,
     /// producer.id.expiration.check.interval.ms
@@ -42,6 +49,9 @@ impl Default for BrokerConfig {
             retention_bytes: -1,
             retention_check_interval_ms: 5 * 60 * 1000,
             message_max_bytes: crate::limits::MESSAGE_BYTES_MAX,
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 30 * 60 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             producer_id_expiration_check_interval_ms: 10 * 60 * 1000,
         }
@@ -66,6 +76,9 @@ impl BrokerConfig {
             "log.retention.bytes" => self.retention_bytes = num(key, value)?,
             "log.retention.check.interval.ms" => self.retention_check_interval_ms = num(key, value)?,
             "message.max.bytes" => self.message_max_bytes = num(key, value)?,
+            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = num(key, value)?,
+            "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = num(key, value)?,
+            "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = num(key, value)?,
             "producer.id.expiration.ms" => self.producer_id_expiration_ms = num(key, value)?,
             "producer.id.expiration.check.interval.ms" => {
                 self.producer_id_expiration_check_interval_ms = num(key, value)?
@@ -74,6 +87,12 @@ impl BrokerConfig {
         }
         if self.default_partitions < 1 || self.default_partitions > crate::limits::TOPIC_PARTITIONS_MAX {
             return Err(format!("num.partitions must be 1..={}", crate::limits::TOPIC_PARTITIONS_MAX));
+        }
+        if self.group_initial_rebalance_delay_ms < 0 {
+            return Err("group.initial.rebalance.delay.ms must not be negative".into());
+        }
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            return Err("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms".into());
         }
         if self.segment_bytes < 1024 {
             return Err("log.segment.bytes must be at least 1024".into());
@@ -97,6 +116,9 @@ impl BrokerConfig {
             ("log.retention.bytes", self.retention_bytes.to_string()),
             ("log.retention.check.interval.ms", self.retention_check_interval_ms.to_string()),
             ("message.max.bytes", self.message_max_bytes.to_string()),
+            ("group.initial.rebalance.delay.ms", self.group_initial_rebalance_delay_ms.to_string()),
+            ("group.min.session.timeout.ms", self.group_min_session_timeout_ms.to_string()),
+            ("group.max.session.timeout.ms", self.group_max_session_timeout_ms.to_string()),
             ("producer.id.expiration.ms", self.producer_id_expiration_ms.to_string()),
             (
                 "producer.id.expiration.check.interval.ms",

@@ -11,6 +11,7 @@ pub mod batch;
 mod broker;
 pub mod config;
 mod conn;
+pub mod group;
 pub mod topic_config;
 mod topics;
 pub mod io;

@@ -21,6 +21,24 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const FETCH_WAIT_MS_MAX: i64 = 60_000;
 /// Fetch responses never carry more than this many bytes, whatever the client asks.
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Consumer groups the coordinator holds (a new one is refused with
+/// COORDINATOR_NOT_AVAILABLE beyond this).
+pub const GROUPS_MAX: usize = 10_000;
+/// Members (and, separately, members waiting to join with a new id) per group:
+/// Kafka's group.max.size, which defaults to unbounded there.
+pub const GROUP_MEMBERS_MAX: usize = 1_000;
+/// How long a new member's JoinGroup may wait in a rebalance before the
+/// member is dropped (Kafka's classicGroupNewMemberJoinTimeoutMs, 5 minutes).
+pub const GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 5 * 60 * 1000;
+/// How often Empty groups holding nothing are forgotten
+/// (Kafka's offsets.retention.check.interval.ms).
+pub const GROUP_CLEANUP_INTERVAL_MS: i64 = 10 * 60 * 1000;
+/// Group timers firing in one tick; more means a timer reschedules itself
+/// in a loop (a bug).
+pub const GROUP_TIMERS_PER_TICK_MAX: usize = 1_000_000;
+/// Longest metadata string of a committed offset (Kafka's
+/// offset.metadata.max.bytes); longer gets OFFSET_METADATA_TOO_LARGE.
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Batches remembered per producer and partition for duplicate detection
 /// (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN).
 pub const PRODUCER_BATCHES_RETAINED: usize = 5;

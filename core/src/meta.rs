@@ -35,6 +35,8 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
 pub enum MetaEntry {
     Topic { name: String, record: TopicRecord },
     ProducerIds(crate::producer::ids::ProducerIdsRecord),
+    /// A committed consumer offset, under `offset/<group>/<topic>/<partition>`.
+    GroupOffset { group: String, topic: String, partition: i32, record: crate::group::OffsetRecord },
 }
 
 /// Decodes one meta.db entry; `Err` names what was wrong (boot refuses to
@@ -49,6 +51,10 @@ pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
         let record: TopicRecord =
             serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
         return Ok(MetaEntry::Topic { name: name.to_string(), record });
+    }
+    if let Some((group, topic, partition)) = crate::group::parse_offset_key(key) {
+        let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
+        return Ok(MetaEntry::GroupOffset { group, topic, partition, record });
     }
     Err(format!("meta.db: unknown key {key:?}"))
 }
@@ -65,6 +71,18 @@ mod tests {
         match decode_entry(&topic_key("a-b"), &encode(&r)).unwrap() {
             MetaEntry::Topic { name, record } => {
                 assert_eq!(name, "a-b");
+                assert_eq!(record, r);
+            }
+            other => panic!("decoded as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn group_offset_round_trips() {
+        let r = crate::group::OffsetRecord { offset: 42, leader_epoch: 3, metadata: "m".into(), commit_timestamp_ms: 7 };
+        match decode_entry(&crate::group::offset_key("g/1", "t", 2), &encode(&r)).unwrap() {
+            MetaEntry::GroupOffset { group, topic, partition, record } => {
+                assert_eq!((group.as_str(), topic.as_str(), partition), ("g/1", "t", 2));
                 assert_eq!(record, r);
             }
             other => panic!("decoded as {other:?}"),

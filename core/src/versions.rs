@@ -21,6 +21,19 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::InitProducerId, 0, 5),
+    // Consumer groups, classic protocol only (no ConsumerGroupHeartbeat):
+    // Kafka 4.x's ranges (it dropped OffsetCommit v0-1 and OffsetFetch v0).
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// The supported range of an API key, if it is served at all.
@@ -63,6 +76,17 @@ mod tests {
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
             ApiKey::InitProducerId => r!(InitProducerIdRequest, InitProducerIdResponse),
+            ApiKey::FindCoordinator => r!(FindCoordinatorRequest, FindCoordinatorResponse),
+            ApiKey::JoinGroup => r!(JoinGroupRequest, JoinGroupResponse),
+            ApiKey::SyncGroup => r!(SyncGroupRequest, SyncGroupResponse),
+            ApiKey::Heartbeat => r!(HeartbeatRequest, HeartbeatResponse),
+            ApiKey::LeaveGroup => r!(LeaveGroupRequest, LeaveGroupResponse),
+            ApiKey::OffsetCommit => r!(OffsetCommitRequest, OffsetCommitResponse),
+            ApiKey::OffsetFetch => r!(OffsetFetchRequest, OffsetFetchResponse),
+            ApiKey::ListGroups => r!(ListGroupsRequest, ListGroupsResponse),
+            ApiKey::DescribeGroups => r!(DescribeGroupsRequest, DescribeGroupsResponse),
+            ApiKey::DeleteGroups => r!(DeleteGroupsRequest, DeleteGroupsResponse),
+            ApiKey::OffsetDelete => r!(OffsetDeleteRequest, OffsetDeleteResponse),
             other => panic!("no codec range known for {other:?}; add it to this test"),
         }
     }
@@ -80,6 +104,17 @@ mod tests {
             ApiKey::CreatePartitions => ResponseKind::CreatePartitions(Default::default()),
             ApiKey::DescribeCluster => ResponseKind::DescribeCluster(Default::default()),
             ApiKey::InitProducerId => ResponseKind::InitProducerId(Default::default()),
+            ApiKey::FindCoordinator => ResponseKind::FindCoordinator(Default::default()),
+            ApiKey::JoinGroup => ResponseKind::JoinGroup(Default::default()),
+            ApiKey::SyncGroup => ResponseKind::SyncGroup(Default::default()),
+            ApiKey::Heartbeat => ResponseKind::Heartbeat(Default::default()),
+            ApiKey::LeaveGroup => ResponseKind::LeaveGroup(Default::default()),
+            ApiKey::OffsetCommit => ResponseKind::OffsetCommit(Default::default()),
+            ApiKey::OffsetFetch => ResponseKind::OffsetFetch(Default::default()),
+            ApiKey::ListGroups => ResponseKind::ListGroups(Default::default()),
+            ApiKey::DescribeGroups => ResponseKind::DescribeGroups(Default::default()),
+            ApiKey::DeleteGroups => ResponseKind::DeleteGroups(Default::default()),
+            ApiKey::OffsetDelete => ResponseKind::OffsetDelete(Default::default()),
             other => panic!("no default response for {other:?}; add it to this test"),
         }
     }

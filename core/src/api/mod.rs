@@ -10,14 +10,25 @@ use crate::io::ConnId;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
+pub mod describe_groups;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod heartbeat;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod produce;
+pub mod sync_group;
 
 /// Who asked, so the answer finds its way back in order.
 #[derive(Clone, Debug)]
@@ -28,6 +39,8 @@ pub struct RequestCtx {
     pub api_key: ApiKey,
     pub version: i16,
     pub correlation_id: i32,
+    /// The client id of the request header ("" when null).
+    pub client_id: kafka_protocol::protocol::StrBytes,
 }
 
 /// What to do when a meta.db write completes (Ok or not).
@@ -36,6 +49,9 @@ pub enum MetaAction {
     DeleteTopics(delete_topics::PendingDelete),
     CreatePartitions(create_partitions::PendingGrow),
     ProducerIdBlock(crate::producer::ids::ProducerIdsRecord),
+    OffsetCommit(offset_commit::PendingCommit),
+    OffsetDelete(offset_delete::PendingOffsetDelete),
+    DeleteGroups(delete_groups::PendingDeleteGroups),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -75,6 +91,17 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::DescribeConfigs(r) => describe_configs::handle(b, ctx, r),
         RequestKind::DescribeCluster(r) => describe_cluster::handle(b, ctx, r),
         RequestKind::InitProducerId(r) => init_producer_id::handle(b, ctx, r),
+        RequestKind::FindCoordinator(r) => find_coordinator::handle(b, ctx, r),
+        RequestKind::JoinGroup(r) => join_group::handle(b, ctx, r),
+        RequestKind::SyncGroup(r) => sync_group::handle(b, ctx, r),
+        RequestKind::Heartbeat(r) => heartbeat::handle(b, ctx, r),
+        RequestKind::LeaveGroup(r) => leave_group::handle(b, ctx, r),
+        RequestKind::OffsetCommit(r) => offset_commit::handle(b, ctx, r),
+        RequestKind::OffsetFetch(r) => offset_fetch::handle(b, ctx, r),
+        RequestKind::OffsetDelete(r) => offset_delete::handle(b, ctx, r),
+        RequestKind::ListGroups(r) => list_groups::handle(b, ctx, r),
+        RequestKind::DescribeGroups(r) => describe_groups::handle(b, ctx, r),
+        RequestKind::DeleteGroups(r) => delete_groups::handle(b, ctx, r),
         other => {
             // versions::SUPPORTED lists only the keys above, so the frame
             // decoder never lets another through.
@@ -89,6 +116,9 @@ pub(crate) fn apply_meta(b: &mut Broker, action: MetaAction, stored: bool) {
         MetaAction::DeleteTopics(p) => delete_topics::apply(b, p, stored),
         MetaAction::CreatePartitions(p) => create_partitions::apply(b, p, stored),
         MetaAction::ProducerIdBlock(r) => init_producer_id::block_stored(b, r, stored),
+        MetaAction::OffsetCommit(p) => offset_commit::apply(b, p, stored),
+        MetaAction::OffsetDelete(p) => offset_delete::apply(b, p, stored),
+        MetaAction::DeleteGroups(p) => delete_groups::apply(b, p, stored),
     }
     // Admin requests that waited for this change run again, in arrival order.
     for (ctx, request) in std::mem::take(&mut b.deferred_admin) {

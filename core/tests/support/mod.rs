@@ -33,6 +33,8 @@ pub struct World {
     /// When false, the test completes I/O by hand (`complete_syncs`).
     pub auto_io: bool,
     pub fail_next_sync: bool,
+    /// The next meta.db write fails (nothing of it is applied).
+    pub fail_next_meta: bool,
     responses: BTreeMap<ConnId, VecDeque<Bytes>>,
     pub closed: Vec<ConnId>,
     next_correlation: i32,
@@ -54,6 +56,7 @@ impl World {
             pending_meta: VecDeque::new(),
             auto_io: true,
             fail_next_sync: false,
+            fail_next_meta: false,
             responses: BTreeMap::new(),
             closed: Vec::new(),
             next_correlation: 1,
@@ -141,6 +144,13 @@ impl World {
         let metas: Vec<_> = self.pending_meta.drain(..).collect();
         let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
         for (io, ops) in metas {
+            if std::mem::take(&mut self.fail_next_meta) {
+                self.broker.handle(self.now_ms, Input::MetaDone { io, result: Err(doze_core::IoError("injected".into())) });
+                while let Some(out) = self.broker.poll_output() {
+                    self.apply(out);
+                }
+                continue;
+            }
             for op in ops {
                 match op {
                     MetaOp::Put { key, value } => {

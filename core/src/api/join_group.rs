@@ -1,0 +1,44 @@
+//! JoinGroup (key 11), v0–v9.
+//!
+//! Classic group membership (see `group::rebalance`): a member joins, waits
+//! until the join phase ends (every known member rejoined, the rebalance
+//! timeout, or for a new group group.initial.rebalance.delay.ms), and gets
+//! the generation; the leader also gets every member's metadata. From v4 a
+//! member without an id is first answered MEMBER_ID_REQUIRED with its new id.
+//! v0 has no rebalance timeout: the session timeout stands in for it, as in
+//! Kafka. A static member (group.instance.id, v5+) rejoining replaces its old
+//! id; v9 lets its leader skip the assignment.
+
+use kafka_protocol::messages::JoinGroupRequest;
+
+use super::RequestCtx;
+use crate::broker::Broker;
+use crate::group::{self, JoinArgs, Protocol};
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
+    let rebalance_timeout_ms = if ctx.version == 0 || req.rebalance_timeout_ms < 0 {
+        req.session_timeout_ms
+    } else {
+        req.rebalance_timeout_ms
+    };
+    let args = JoinArgs {
+        group_id: req.group_id.0.to_string(),
+        member_id: req.member_id.to_string(),
+        instance_id: req.group_instance_id.map(|s| s.to_string()),
+        client_id: ctx.client_id.to_string(),
+        session_timeout_ms: req.session_timeout_ms,
+        rebalance_timeout_ms,
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .into_iter()
+            .map(|p| Protocol {
+                name: p.name.to_string(),
+                metadata: p.metadata,
+            })
+            .collect(),
+    };
+    let now_ms = b.now_ms;
+    b.groups.join(now_ms, ctx, args);
+    group::flush(b);
+}

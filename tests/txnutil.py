@@ -1,0 +1,90 @@
+"""Helpers for the transaction wire tests (tests/test_txn_*.py).
+
+Readers here stop on the consumer's *position* (the next offset to fetch), not
+on the last record's offset: under read_committed the tail of a partition can be
+an aborted transaction or a marker, so the last record delivered may sit well
+below the end offset.
+"""
+
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from wireutil import base_conf, consumer
+
+# Broker settings every transaction test uses: timed-out transactions are looked
+# for every 500 ms (Kafka's default is 10 s) and groups rebalance at once.
+TXN_BROKER_SETS = (
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+    "group.initial.rebalance.delay.ms=0",
+)
+
+
+def txn_producer_conf(broker, txn_id, **extra):
+    conf = base_conf(broker, **{
+        "transactional.id": txn_id,
+        "transaction.timeout.ms": 10000,
+        "linger.ms": 5,
+    })
+    conf.update(extra)
+    # librdkafka requires message.timeout.ms <= transaction.timeout.ms.
+    conf.setdefault("message.timeout.ms", conf["transaction.timeout.ms"])
+    return conf
+
+
+def end_offsets(broker, topic, partitions, isolation, timeout_s=15):
+    """ListOffsets latest under `isolation` ("read_committed" -> the LSO)."""
+    c = consumer(broker, **{"isolation.level": isolation})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s,
+                                           cached=False)[1]
+                for p in partitions}
+    finally:
+        c.close()
+
+
+def read_to(broker, topic, partitions, isolation, until=None, timeout_s=60):
+    """Read from the beginning until every partition's position reaches `until[p]`
+    (default: ListOffsets latest under the same isolation, taken first).
+
+    Returns {partition: [(offset, value), ...]}."""
+    if until is None:
+        until = end_offsets(broker, topic, partitions, isolation)
+    c = consumer(broker, **{"isolation.level": isolation})
+    out = {p: [] for p in partitions}
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pos = {tp.partition: tp.offset
+                   for tp in c.position([TopicPartition(topic, p) for p in partitions])}
+            if all(pos[p] >= until[p] for p in partitions):
+                return out
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"read_to {topic} ({isolation}): timed out after {timeout_s}s; target {until}, "
+                    f"positions {pos}, counts { {p: len(v) for p, v in out.items()} }")
+            for m in c.consume(num_messages=10000, timeout=0.3):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise AssertionError(f"consumer error on {topic}: {m.error()}")
+                out[m.partition()].append((m.offset(), m.value()))
+    finally:
+        c.close()
+
+
+def values(recs):
+    """[(offset, value)] of all partitions -> sorted values."""
+    return sorted(v for rs in recs.values() for (_, v) in rs)
+
+
+def wait_until(pred, timeout_s, interval_s=0.25, what="condition"):
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"{what} not reached within {timeout_s}s (last: {last!r})")
