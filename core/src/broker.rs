@@ -53,7 +53,13 @@ pub struct Broker {
     /// The producer id allocator (InitProducerId).
     pub(crate) producer_ids: ProducerIds,
     /// InitProducerId requests waiting for a new id block in meta.db.
-    pub(crate) init_waiting: Vec<RequestCtx>,
+    pub(crate) init_waiting: Vec<(RequestCtx, kafka_protocol::messages::InitProducerIdRequest)>,
+    /// The transaction coordinator's ids.
+    pub(crate) txns: crate::txn::Txns,
+    /// Open and aborted transactions per partition (absent: none ever).
+    pub(crate) partition_txns: BTreeMap<PartitionKey, crate::txn::PartitionTxns>,
+    /// Partitions flagged in meta.db as having held transactional batches.
+    pub(crate) txn_flagged: BTreeSet<PartitionKey>,
     /// Producer state per partition; a missing entry is rebuilt from the
     /// log's tail on first use (after a restart or a cut log).
     pub(crate) producer_states: BTreeMap<PartitionKey, ProducerStates>,
@@ -82,6 +88,9 @@ impl Broker {
             init_waiting: Vec::new(),
             producer_states: BTreeMap::new(),
             next_producer_expiry_ms: 0,
+            txns: crate::txn::Txns::default(),
+            partition_txns: BTreeMap::new(),
+            txn_flagged: BTreeSet::new(),
         }
     }
 
@@ -126,6 +135,7 @@ impl Broker {
             }
         }
         self.groups.boot(self.now_ms, &state.meta);
+        let meta_entries = state.meta.clone();
         let ops = self.topics.boot(&self.config, state);
         for (key, op) in ops {
             self.emit_disk(key, op);
@@ -136,6 +146,7 @@ impl Broker {
         }
         self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
         self.next_producer_expiry_ms = self.now_ms + self.config.producer_id_expiration_check_interval_ms;
+        crate::txn::boot::boot(self, &meta_entries);
     }
 
     fn handle_frame(&mut self, conn: ConnId, frame: Bytes) {
@@ -227,11 +238,17 @@ impl Broker {
                     for op in ops {
                         self.emit_disk(key.clone(), op);
                     }
+                    // So may the open/aborted transactions: rebuild from what is left.
+                    if self.partition_txns.contains_key(&key) {
+                        let log = self.topics.partition_by_key(&key).expect("present above");
+                        self.partition_txns.insert(key.clone(), crate::txn::PartitionTxns::rebuild(log));
+                    }
                 }
                 api::produce::fail_undurable(self);
             }
         }
         api::produce::complete_durable(self);
+        crate::txn::complete::on_sync(self);
         api::fetch::wake(self, true);
         if !self.dirty.is_empty() {
             self.start_sync();
@@ -253,6 +270,12 @@ impl Broker {
             for (key, op) in ops {
                 self.emit_disk(key, op);
             }
+            // Aborted transactions below the new log starts are no longer fetched.
+            for (key, txns) in self.partition_txns.iter_mut() {
+                if let Some(log) = self.topics.partition_by_key(key) {
+                    txns.forget_below(log.log_start_offset());
+                }
+            }
         }
         if self.booted && self.now_ms >= self.next_producer_expiry_ms {
             let interval_ms = self.config.producer_id_expiration_check_interval_ms.max(1);
@@ -264,6 +287,9 @@ impl Broker {
         }
         self.groups.tick(self.now_ms);
         crate::group::flush(self);
+        if self.booted {
+            crate::txn::timers::tick(self);
+        }
         api::fetch::wake(self, false);
     }
 
@@ -379,6 +405,7 @@ impl Broker {
         if let Some(group_ms) = self.groups.next_deadline_ms() {
             deadline_ms = deadline_ms.min(group_ms);
         }
+        deadline_ms = deadline_ms.min(crate::txn::timers::next_deadline_ms(self));
         Some(deadline_ms)
     }
 }

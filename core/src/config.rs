@@ -33,6 +33,14 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i64,
     /// producer.id.expiration.check.interval.ms
     pub producer_id_expiration_check_interval_ms: i64,
+    /// transaction.max.timeout.ms: the largest transaction.timeout.ms a producer may ask.
+    pub transaction_max_timeout_ms: i32,
+    /// transaction.abort.timed.out.transaction.cleanup.interval.ms
+    pub transaction_abort_check_interval_ms: i64,
+    /// transactional.id.expiration.ms: an idle transactional id is forgotten.
+    pub transactional_id_expiration_ms: i64,
+    /// transaction.remove.expired.transaction.cleanup.interval.ms
+    pub transactional_id_expiration_check_interval_ms: i64,
 }
 
 impl Default for BrokerConfig {
@@ -54,6 +62,10 @@ impl Default for BrokerConfig {
             group_max_session_timeout_ms: 30 * 60 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             producer_id_expiration_check_interval_ms: 10 * 60 * 1000,
+            transaction_max_timeout_ms: 15 * 60 * 1000,
+            transaction_abort_check_interval_ms: 10_000,
+            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
+            transactional_id_expiration_check_interval_ms: 3600 * 1000,
         }
     }
 }
@@ -80,6 +92,14 @@ impl BrokerConfig {
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = num(key, value)?,
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = num(key, value)?,
             "producer.id.expiration.ms" => self.producer_id_expiration_ms = num(key, value)?,
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = num(key, value)?,
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                self.transaction_abort_check_interval_ms = num(key, value)?
+            }
+            "transactional.id.expiration.ms" => self.transactional_id_expiration_ms = num(key, value)?,
+            "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                self.transactional_id_expiration_check_interval_ms = num(key, value)?
+            }
             "producer.id.expiration.check.interval.ms" => {
                 self.producer_id_expiration_check_interval_ms = num(key, value)?
             }
@@ -123,6 +143,16 @@ impl BrokerConfig {
             (
                 "producer.id.expiration.check.interval.ms",
                 self.producer_id_expiration_check_interval_ms.to_string(),
+            ),
+            ("transaction.max.timeout.ms", self.transaction_max_timeout_ms.to_string()),
+            (
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                self.transaction_abort_check_interval_ms.to_string(),
+            ),
+            ("transactional.id.expiration.ms", self.transactional_id_expiration_ms.to_string()),
+            (
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+                self.transactional_id_expiration_check_interval_ms.to_string(),
             ),
         ]
     }

@@ -14,6 +14,7 @@ mod conn;
 pub mod group;
 pub mod topic_config;
 mod topics;
+pub mod txn;
 pub mod io;
 pub mod limits;
 pub mod log;

@@ -1,8 +1,12 @@
 //! Every limit of the broker, in one place. Units last in names.
 
 /// Largest request frame accepted from a client; a larger size prefix closes
-/// the connection before anything is read (Kafka's socket.request.max.bytes).
-pub const REQUEST_BYTES_MAX: usize = 100 * 1024 * 1024;
+/// the connection before anything is read. Kafka's socket.request.max.bytes
+/// is 100 MiB; ours is lower because the decoders allocate per element
+/// claimed, and a frame bounds what a hostile one can make them touch
+/// (see net/src/alloc.rs). Clients send at most max.request.size (1 MiB by
+/// default) per request.
+pub const REQUEST_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Largest record batch accepted in a produce (Kafka's message.max.bytes default
 /// is 1 MiB + overhead; we allow the same order).
 pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024 + 12;
@@ -49,3 +53,6 @@ pub const PRODUCER_STATE_REBUILD_BYTES: u64 = 16 * 1024 * 1024;
 /// Producer ids are taken from meta.db in blocks of this many, so only one
 /// InitProducerId in this many waits for a meta.db write.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+/// How long the coordinator waits before trying again to carry out a
+/// decision whose marker or Complete record could not be stored.
+pub const TXN_RETRY_BACKOFF_MS: i64 = 100;

@@ -37,6 +37,10 @@ pub enum MetaEntry {
     ProducerIds(crate::producer::ids::ProducerIdsRecord),
     /// A committed consumer offset, under `offset/<group>/<topic>/<partition>`.
     GroupOffset { group: String, topic: String, partition: i32, record: crate::group::OffsetRecord },
+    /// A transactional id's state, under `txn/<id>`.
+    Txn { id: String, record: crate::txn::TxnRecord },
+    /// A partition that has held transactional batches: `txnpart/<topic id>/<partition>`.
+    TxnPartitionFlag { topic_id: String, partition: i32 },
 }
 
 /// Decodes one meta.db entry; `Err` names what was wrong (boot refuses to
@@ -51,6 +55,15 @@ pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
         let record: TopicRecord =
             serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
         return Ok(MetaEntry::Topic { name: name.to_string(), record });
+    }
+    if let Some(id) = key.strip_prefix(crate::txn::record::KEY_PREFIX) {
+        let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
+        return Ok(MetaEntry::Txn { id: id.to_string(), record });
+    }
+    if let Some(rest) = key.strip_prefix(crate::txn::record::PARTITION_FLAG_PREFIX) {
+        let parsed = rest.rsplit_once('/').and_then(|(t, p)| Some((t.to_string(), p.parse::<i32>().ok()?)));
+        let (topic_id, partition) = parsed.ok_or_else(|| format!("meta.db: bad key {key:?}"))?;
+        return Ok(MetaEntry::TxnPartitionFlag { topic_id, partition });
     }
     if let Some((group, topic, partition)) = crate::group::parse_offset_key(key) {
         let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;

@@ -7,8 +7,8 @@ use kafka_protocol::messages::ApiKey;
 
 /// (api key, min version, max version) for every API this broker serves.
 ///
-/// Produce stops at v9 and there is no EndTxn above v4 (later issues), so
-/// clients stay on the classic transaction protocol (KIP-890 needs Produce v12).
+/// Produce stops at v9 and EndTxn at v4, so clients stay on the classic
+/// transaction protocol (KIP-890 part 2 needs Produce v12 and EndTxn v5).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
@@ -34,6 +34,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The supported range of an API key, if it is served at all.
@@ -87,6 +94,13 @@ mod tests {
             ApiKey::DescribeGroups => r!(DescribeGroupsRequest, DescribeGroupsResponse),
             ApiKey::DeleteGroups => r!(DeleteGroupsRequest, DeleteGroupsResponse),
             ApiKey::OffsetDelete => r!(OffsetDeleteRequest, OffsetDeleteResponse),
+            ApiKey::AddPartitionsToTxn => r!(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+            ApiKey::AddOffsetsToTxn => r!(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+            ApiKey::EndTxn => r!(EndTxnRequest, EndTxnResponse),
+            ApiKey::TxnOffsetCommit => r!(TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+            ApiKey::DescribeTransactions => r!(DescribeTransactionsRequest, DescribeTransactionsResponse),
+            ApiKey::ListTransactions => r!(ListTransactionsRequest, ListTransactionsResponse),
+            ApiKey::DescribeProducers => r!(DescribeProducersRequest, DescribeProducersResponse),
             other => panic!("no codec range known for {other:?}; add it to this test"),
         }
     }
@@ -115,6 +129,13 @@ mod tests {
             ApiKey::DescribeGroups => ResponseKind::DescribeGroups(Default::default()),
             ApiKey::DeleteGroups => ResponseKind::DeleteGroups(Default::default()),
             ApiKey::OffsetDelete => ResponseKind::OffsetDelete(Default::default()),
+            ApiKey::AddPartitionsToTxn => ResponseKind::AddPartitionsToTxn(Default::default()),
+            ApiKey::AddOffsetsToTxn => ResponseKind::AddOffsetsToTxn(Default::default()),
+            ApiKey::EndTxn => ResponseKind::EndTxn(Default::default()),
+            ApiKey::TxnOffsetCommit => ResponseKind::TxnOffsetCommit(Default::default()),
+            ApiKey::DescribeTransactions => ResponseKind::DescribeTransactions(Default::default()),
+            ApiKey::ListTransactions => ResponseKind::ListTransactions(Default::default()),
+            ApiKey::DescribeProducers => ResponseKind::DescribeProducers(Default::default()),
             other => panic!("no default response for {other:?}; add it to this test"),
         }
     }

@@ -9,7 +9,7 @@ use support::requests::*;
 use support::*;
 
 fn init_producer_id(w: &mut World, conn: u64, version: i16) -> (i16, i64, i16) {
-    w.send(conn, version, &InitProducerIdRequest::default().with_transaction_timeout_ms(60_000));
+    w.send(conn, version, &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000));
     match w.recv(conn) {
         Some((_, ResponseKind::InitProducerId(r))) => (r.error_code, r.producer_id.0, r.producer_epoch),
         other => panic!("expected InitProducerId answer, got {other:?}"),
@@ -43,7 +43,7 @@ fn producer_ids_are_unique_and_never_reused_after_restart() {
 fn init_producer_id_waits_for_its_block_to_be_stored() {
     let mut w = World::new(BrokerConfig::default());
     w.auto_io = false;
-    w.send(1, 4, &InitProducerIdRequest::default());
+    w.send(1, 4, &InitProducerIdRequest::default().with_transactional_id(None));
     assert!(w.recv(1).is_none(), "no id before the block is in meta.db");
     w.complete_io();
     let Some((_, ResponseKind::InitProducerId(r))) = w.recv(1) else { panic!("no answer") };

@@ -9,6 +9,7 @@
 //! Exit codes: 0 after a clean shutdown, 2 for bad usage (flags, config file),
 //! 1 for anything else (port in use, data dir unusable, a failed final sync).
 
+mod alloc;
 mod boot;
 mod config;
 mod conn;
@@ -29,6 +30,9 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 use crate::config::HostPort;
+
+#[global_allocator]
+static GLOBAL: alloc::GuardedAlloc = alloc::GuardedAlloc;
 
 /// How long connection tasks get to finish once the broker has shut down;
 /// by then everything durable is already on disk.

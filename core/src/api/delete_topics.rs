@@ -59,7 +59,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
     for (n, _) in &topics {
         b.topics.mark_busy(n);
     }
-    let ops = topics.iter().map(|(n, _)| MetaOp::Delete { key: meta::topic_key(n) }).collect();
+    let mut ops: Vec<MetaOp> = topics.iter().map(|(n, _)| MetaOp::Delete { key: meta::topic_key(n) }).collect();
+    // The transaction flags of the topic's partitions go with it.
+    for flagged in b.txn_flagged.iter().filter(|k| topics.iter().any(|(_, id)| *id == k.id)) {
+        ops.push(MetaOp::Delete { key: crate::txn::record::partition_flag_key(&flagged.id, flagged.partition) });
+    }
     b.emit_meta(ops, MetaAction::DeleteTopics(PendingDelete { ctx, response, topics }));
 }
 
@@ -69,6 +73,8 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
         let still_there = b.topics.get(name).is_some_and(|t| t.id == *id);
         if stored && still_there {
             b.producer_states.retain(|key, _| key.id != *id);
+            b.partition_txns.retain(|key, _| key.id != *id);
+            b.txn_flagged.retain(|key| key.id != *id);
             for (key, op) in b.topics.remove(name) {
                 b.emit_disk(key, op);
             }

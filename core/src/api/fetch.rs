@@ -14,11 +14,13 @@
 //! new session gets session id 0, so the client keeps sending full fetches.
 //! A request naming a session we never gave gets FETCH_SESSION_ID_NOT_FOUND.
 //!
-//! read_uncommitted readers get no aborted-transaction list (null), as Kafka;
-//! read_committed readers get the list (empty until transactions exist).
+//! read_committed readers are never sent anything at or above the last
+//! stable offset, and get the aborted transactions overlapping what they were
+//! sent (`PartitionTxns::aborted_overlapping`); read_uncommitted readers get
+//! no list (null), as Kafka (a list there was Redpanda #18852).
 
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ResponseKind};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
@@ -78,6 +80,11 @@ pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
     // swap_remove reorders; keep deadlines found by poll_timeout's min().
 }
 
+/// The first offset of the oldest open transaction, or the high watermark.
+pub(crate) fn last_stable_offset(txns: Option<&crate::txn::PartitionTxns>, hw: i64) -> i64 {
+    txns.and_then(|t| t.first_unstable_offset()).map_or(hw, |first| first.min(hw))
+}
+
 struct Built {
     response: FetchResponse,
     bytes: usize,
@@ -114,16 +121,27 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
                 continue;
             };
             let hw = log.high_watermark();
-            // The last stable offset equals the high watermark until
-            // transactions exist (a later issue moves it).
-            let lso = hw;
+            let key = b.topics.get(name).expect("partition found above").key(name, p.partition);
+            let txns = b.partition_txns.get(&key);
+            let lso = last_stable_offset(txns, hw);
             pd.high_watermark = hw;
             pd.last_stable_offset = lso;
             pd.log_start_offset = log.log_start_offset();
-            if read_committed {
-                pd.aborted_transactions = Some(Vec::new());
-            }
             let upper = if read_committed { lso } else { hw };
+            pd.aborted_transactions = None;
+            if read_committed {
+                let aborted = txns.map(|t| t.aborted_overlapping(p.fetch_offset, upper)).unwrap_or_default();
+                pd.aborted_transactions = Some(
+                    aborted
+                        .into_iter()
+                        .map(|a| {
+                            AbortedTransaction::default()
+                                .with_producer_id(ProducerId(a.producer_id))
+                                .with_first_offset(a.first_offset)
+                        })
+                        .collect(),
+                );
+            }
             let room = max_bytes.saturating_sub(total).min(p.partition_max_bytes.max(0) as usize);
             let first = total == 0;
             if p.fetch_offset >= upper && p.fetch_offset <= log.log_end_offset() {

@@ -1,18 +1,30 @@
-//! InitProducerId (key 22), v0–v5.
+//! InitProducerId (key 22), v0–v5 (aiokafka sends v0, kafkajs v1).
 //!
 //! Without a transactional id (an idempotent producer): a fresh producer id
-//! with epoch 0, taken from the allocator (`producer::ids`); when its block is
-//! used up the request waits for the next block to be stored in meta.db (a
-//! failed write answers NOT_COORDINATOR, which clients retry). A v3+ request
-//! carrying its current producer id/epoch (KIP-360) also gets a fresh id, as
-//! Kafka's TransactionCoordinator.handleInitProducerId does when
-//! transactionalId is null.
+//! with epoch 0 from the allocator (`producer::ids`). A request that finds
+//! the allocator's block used up waits for the next block to be stored in
+//! meta.db; a failed write answers NOT_COORDINATOR, which clients retry.
 //!
-//! With a transactional id: the transaction coordinator (a later issue).
-//! Until then such a request is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-//! so that a transactional client stops with a clear error instead of retrying.
+//! With a transactional id, as TransactionCoordinator.handleInitProducerId
+//! and prepareInitProducerIdTransit (core/src/main/scala/kafka/coordinator/
+//! transaction/TransactionCoordinator.scala) do:
+//! - an empty id is INVALID_REQUEST; a timeout outside 1..=transaction.max.timeout.ms
+//!   is INVALID_TRANSACTION_TIMEOUT;
+//! - a new id gets a producer id and epoch 0;
+//! - a change in flight (a write, or a decision being carried out) is
+//!   CONCURRENT_TRANSACTIONS;
+//! - KIP-360 (v3+): a request carrying a producer id and epoch must name the
+//!   current producer id (or the previous one with an exhausted epoch), else
+//!   PRODUCER_FENCED; a retry naming the last epoch gets the current one back;
+//! - Empty / Complete*: the epoch is raised (fencing the previous owner), or a
+//!   new producer id is taken when the epoch is exhausted;
+//! - Ongoing: the previous owner is fenced (epoch + 1) and its transaction
+//!   aborted; the answer is CONCURRENT_TRANSACTIONS and the client retries;
+//! - Prepare*: CONCURRENT_TRANSACTIONS.
+//!
+//! Every change is stored in meta.db before it is answered.
 
-use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind};
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
 use super::{MetaAction, RequestCtx};
@@ -20,25 +32,114 @@ use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::meta;
 use crate::producer::ids::{ProducerIdsRecord, META_KEY};
+use crate::txn::coordinator::fenced_error;
+use crate::txn::record::{epoch_exhausted, TxnRecord, TxnState};
+use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
-    if req.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty()) {
-        let response = InitProducerIdResponse::default()
-            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
-        return b.respond(&ctx, ResponseKind::InitProducerId(response));
+    let Some(id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
+        return give_id(b, ctx, req);
+    };
+    if id.is_empty() {
+        return error(b, &ctx, ResponseError::InvalidRequest);
     }
-    give_id(b, ctx);
+    if req.transaction_timeout_ms <= 0 || req.transaction_timeout_ms > b.config.transaction_max_timeout_ms {
+        return error(b, &ctx, ResponseError::InvalidTransactionTimeout);
+    }
+    if b.txns.is_creating(&id) {
+        return error(b, &ctx, ResponseError::ConcurrentTransactions);
+    }
+    let expected = (ctx.version >= 3 && req.producer_id.0 != -1).then_some((req.producer_id.0, req.producer_epoch));
+    let now_ms = b.now_ms;
+    let Some(entry) = b.txns.get(&id) else {
+        let Some(pid) = b.producer_ids.take() else { return wait_for_block(b, ctx, req) };
+        let mut record = TxnRecord::new(pid, req.transaction_timeout_ms, now_ms);
+        record.producer_epoch = 0;
+        return write::store(b, &id, record, Vec::new(), Then::Init { ctx });
+    };
+    if entry.busy() {
+        return error(b, &ctx, ResponseError::ConcurrentTransactions);
+    }
+    let current = entry.record.clone();
+    if let Some((pid, epoch)) = expected {
+        let valid = current.producer_epoch == -1
+            || pid == current.producer_id
+            || (pid == current.previous_producer_id && epoch_exhausted(epoch));
+        if !valid {
+            return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version));
+        }
+    }
+    match current.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort => error(b, &ctx, ResponseError::ConcurrentTransactions),
+        TxnState::Ongoing => {
+            // TransactionMetadata.prepareFenceProducerEpoch, then PrepareAbort.
+            let record = TxnRecord {
+                producer_epoch: current.producer_epoch.saturating_add(1),
+                last_producer_epoch: -1,
+                state: TxnState::PrepareAbort,
+                last_update_ms: now_ms,
+                ..current
+            };
+            write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: Some(ctx) });
+        }
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            let base = TxnRecord {
+                timeout_ms: req.transaction_timeout_ms,
+                state: TxnState::Empty,
+                partitions: Default::default(),
+                groups: Default::default(),
+                staged_offsets: Default::default(),
+                start_ms: -1,
+                last_update_ms: now_ms,
+                ..current.clone()
+            };
+            let record = if epoch_exhausted(current.producer_epoch)
+                && expected.is_none_or(|(_, e)| e == current.producer_epoch)
+            {
+                // TransactionMetadata.prepareProducerIdRotation.
+                let Some(pid) = b.producer_ids.take() else { return wait_for_block(b, ctx, req) };
+                TxnRecord {
+                    producer_id: pid,
+                    previous_producer_id: current.producer_id,
+                    producer_epoch: 0,
+                    last_producer_epoch: if expected.is_some() { current.producer_epoch } else { -1 },
+                    ..base
+                }
+            } else {
+                // TransactionMetadata.prepareIncrementProducerEpoch.
+                let (epoch, last) = match expected {
+                    None => (current.producer_epoch + 1, -1),
+                    Some((_, e)) if current.producer_epoch == -1 || e == current.producer_epoch => {
+                        (current.producer_epoch + 1, current.producer_epoch)
+                    }
+                    Some((_, e)) if e == current.last_producer_epoch => (current.producer_epoch, current.last_producer_epoch),
+                    Some(_) => return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version)),
+                };
+                TxnRecord { producer_epoch: epoch, last_producer_epoch: last, ..base }
+            };
+            write::store(b, &id, record, Vec::new(), Then::Init { ctx });
+        }
+    }
 }
 
-/// Answers with a fresh id, or parks the request until a block is stored.
-fn give_id(b: &mut Broker, ctx: RequestCtx) {
-    if let Some(id) = b.producer_ids.take() {
-        let response = InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0);
-        return b.respond(&ctx, ResponseKind::InitProducerId(response));
-    }
-    b.init_waiting.push(ctx);
+fn error(b: &mut Broker, ctx: &RequestCtx, error: ResponseError) {
+    let response = InitProducerIdResponse::default()
+        .with_error_code(error.code())
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    b.respond(ctx, ResponseKind::InitProducerId(response));
+}
+
+/// Answers an idempotent producer with a fresh id, or waits for a block.
+fn give_id(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
+    let Some(id) = b.producer_ids.take() else { return wait_for_block(b, ctx, req) };
+    let response = InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0);
+    b.respond(&ctx, ResponseKind::InitProducerId(response));
+}
+
+/// Parks the request until the next id block is stored, then runs it again.
+fn wait_for_block(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
+    b.init_waiting.push((ctx, req));
     if let Some(record) = b.producer_ids.start_block() {
         let op = MetaOp::Put { key: META_KEY.to_vec(), value: meta::encode(&record) };
         b.emit_meta(vec![op], MetaAction::ProducerIdBlock(record));
@@ -47,15 +148,11 @@ fn give_id(b: &mut Broker, ctx: RequestCtx) {
 
 pub(crate) fn block_stored(b: &mut Broker, record: ProducerIdsRecord, stored: bool) {
     b.producer_ids.block_done(&record, stored);
-    for ctx in std::mem::take(&mut b.init_waiting) {
+    for (ctx, req) in std::mem::take(&mut b.init_waiting) {
         if stored {
-            give_id(b, ctx);
+            handle(b, ctx, req);
         } else {
-            let response = InitProducerIdResponse::default()
-                .with_error_code(ResponseError::NotCoordinator.code())
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1);
-            b.respond(&ctx, ResponseKind::InitProducerId(response));
+            error(b, &ctx, ResponseError::NotCoordinator);
         }
     }
 }

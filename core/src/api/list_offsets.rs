@@ -39,9 +39,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
                     return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                 };
                 let hw = log.high_watermark();
-                // The last stable offset equals the high watermark until
-                // transactions exist (a later issue moves it).
-                let lso = hw;
+                let key = b.topics.get(name).expect("partition found above").key(name, p.partition_index);
+                let lso = super::fetch::last_stable_offset(b.partition_txns.get(&key), hw);
                 let upper = if read_committed { lso } else { hw };
                 match p.timestamp {
                     LATEST => base.with_offset(upper),

@@ -99,3 +99,8 @@ fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {
         .collect();
     base.with_topic_id(topic.id).with_partitions(partitions)
 }
+
+/// A topic name for a response.
+pub(crate) fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_string()))
+}

@@ -7,6 +7,8 @@ use kafka_protocol::messages::{ApiKey, RequestKind};
 use crate::broker::Broker;
 use crate::io::ConnId;
 
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod api_versions;
 pub mod create_partitions;
 pub mod create_topics;
@@ -15,6 +17,9 @@ pub mod delete_topics;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
+pub mod describe_producers;
+pub mod describe_transactions;
+pub mod end_txn;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod heartbeat;
@@ -23,12 +28,14 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
 pub mod sync_group;
+pub mod txn_offset_commit;
 
 /// Who asked, so the answer finds its way back in order.
 #[derive(Clone, Debug)]
@@ -52,6 +59,7 @@ pub enum MetaAction {
     OffsetCommit(offset_commit::PendingCommit),
     OffsetDelete(offset_delete::PendingOffsetDelete),
     DeleteGroups(delete_groups::PendingDeleteGroups),
+    Txn(crate::txn::write::TxnWrite),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -102,6 +110,13 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::ListGroups(r) => list_groups::handle(b, ctx, r),
         RequestKind::DescribeGroups(r) => describe_groups::handle(b, ctx, r),
         RequestKind::DeleteGroups(r) => delete_groups::handle(b, ctx, r),
+        RequestKind::AddPartitionsToTxn(r) => add_partitions_to_txn::handle(b, ctx, r),
+        RequestKind::AddOffsetsToTxn(r) => add_offsets_to_txn::handle(b, ctx, r),
+        RequestKind::TxnOffsetCommit(r) => txn_offset_commit::handle(b, ctx, r),
+        RequestKind::EndTxn(r) => end_txn::handle(b, ctx, r),
+        RequestKind::DescribeTransactions(r) => describe_transactions::handle(b, ctx, r),
+        RequestKind::ListTransactions(r) => list_transactions::handle(b, ctx, r),
+        RequestKind::DescribeProducers(r) => describe_producers::handle(b, ctx, r),
         other => {
             // versions::SUPPORTED lists only the keys above, so the frame
             // decoder never lets another through.
@@ -119,6 +134,7 @@ pub(crate) fn apply_meta(b: &mut Broker, action: MetaAction, stored: bool) {
         MetaAction::OffsetCommit(p) => offset_commit::apply(b, p, stored),
         MetaAction::OffsetDelete(p) => offset_delete::apply(b, p, stored),
         MetaAction::DeleteGroups(p) => delete_groups::apply(b, p, stored),
+        MetaAction::Txn(w) => crate::txn::write::done(b, w, stored),
     }
     // Admin requests that waited for this change run again, in arrival order.
     for (ctx, request) in std::mem::take(&mut b.deferred_admin) {

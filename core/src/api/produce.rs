@@ -14,8 +14,8 @@
 //! state (`producer::state`): a duplicate is answered with its original
 //! offsets once they are durable and is not written again; an old epoch gets
 //! INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.
-//! Transactional batches wait for the transaction coordinator (a later
-//! issue) and are refused with INVALID_TXN_STATE until then.
+//! Transactional batches must belong to an Ongoing transaction that added
+//! the partition (see `check_transaction`).
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
@@ -124,9 +124,6 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
         return Err((ResponseError::InvalidRecord, Some(m.into())));
     }
     for (header, bytes) in &batches {
-        if header.is_transactional() {
-            return Err((ResponseError::InvalidTxnState, Some("transactions are not served yet".into())));
-        }
         if header.is_control() {
             return Err((ResponseError::InvalidRecord, Some("clients may not write control batches".into())));
         }
@@ -139,6 +136,7 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
     }
     let (header, bytes) = batches.into_iter().next().expect("exactly one batch");
     let now_ms = b.now_ms;
+    check_transaction(b, &key, topic_name, partition, &header)?;
     if header.has_producer_id() {
         let states = producer_states(b, &key);
         match states.check(&header) {
@@ -163,6 +161,9 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
     if header.has_producer_id() {
         producer_states(b, &key).record(&header, info.base_offset, info.last_offset, now_ms);
     }
+    if header.is_transactional() {
+        b.partition_txns.entry(key.clone()).or_default().on_data(header.producer_id, info.base_offset);
+    }
     for op in info.ops {
         b.emit_disk(key.clone(), op);
     }
@@ -175,8 +176,70 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
     })
 }
 
+/// The transaction checks of a produce, as Kafka's partition verification
+/// (TransactionCoordinator.handleVerifyPartitionsInTransaction, with the
+/// error translation of ReplicaManager for Produce v9 and below): a
+/// transactional batch needs a producer id owned by a transactional id
+/// (INVALID_PRODUCER_ID_MAPPING), its epoch (INVALID_PRODUCER_EPOCH: Produce
+/// has no PRODUCER_FENCED), no decision being carried out
+/// (CONCURRENT_TRANSACTIONS becomes NOT_ENOUGH_REPLICAS, which clients retry),
+/// and an Ongoing transaction that added this partition (INVALID_TXN_STATE,
+/// "Partition was not added to the transaction"). A plain batch from a
+/// producer with a transaction open here is INVALID_TXN_STATE
+/// (ProducerAppendInfo.appendDataBatch).
+fn check_transaction(
+    b: &Broker,
+    key: &PartitionKey,
+    topic: &str,
+    partition: i32,
+    h: &crate::batch::BatchHeader,
+) -> Result<(), (ResponseError, Option<String>)> {
+    if !h.is_transactional() {
+        let open_here = h.has_producer_id() && b.partition_txns.get(key).is_some_and(|t| t.is_ongoing(h.producer_id));
+        if open_here {
+            return Err((ResponseError::InvalidTxnState, Some("Expected a transactional write".into())));
+        }
+        return Ok(());
+    }
+    let Some((_, entry)) = b.txns.by_producer(h.producer_id) else {
+        return Err((ResponseError::InvalidProducerIdMapping, None));
+    };
+    let r = &entry.record;
+    if r.producer_epoch != h.producer_epoch {
+        return Err((ResponseError::InvalidProducerEpoch, None));
+    }
+    if entry.completion.is_some() || r.state.is_prepare() {
+        let m = "Unable to verify the partition has been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS";
+        return Err((ResponseError::NotEnoughReplicas, Some(m.into())));
+    }
+    if r.state != crate::txn::TxnState::Ongoing || !r.partitions.contains(&(topic.to_string(), partition)) {
+        return Err((ResponseError::InvalidTxnState, Some("Partition was not added to the transaction".into())));
+    }
+    Ok(())
+}
+
+/// Appends a transaction marker of `producer_id` to a partition; returns its
+/// offset, or None if the partition is gone.
+pub(crate) fn append_marker(
+    b: &mut Broker,
+    key: &PartitionKey,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    now_ms: i64,
+) -> Option<i64> {
+    let log = b.topics.partition_mut_by_key(key)?;
+    let info = log.append(crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms), now_ms, false);
+    b.partition_txns.entry(key.clone()).or_default().on_marker(producer_id, commit, info.base_offset);
+    producer_states(b, key).record_marker(producer_id, epoch, now_ms);
+    for op in info.ops {
+        b.emit_disk(key.clone(), op);
+    }
+    Some(info.base_offset)
+}
+
 /// The partition's producer state, rebuilt from the log's tail if missing.
-fn producer_states<'a>(b: &'a mut Broker, key: &PartitionKey) -> &'a mut ProducerStates {
+pub(crate) fn producer_states<'a>(b: &'a mut Broker, key: &PartitionKey) -> &'a mut ProducerStates {
     let log = b.topics.partition_by_key(key).expect("the partition exists");
     b.producer_states.entry(key.clone()).or_insert_with(|| ProducerStates::rebuild(log))
 }

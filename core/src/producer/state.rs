@@ -48,6 +48,15 @@ struct ProducerEntry {
     last_write_ms: i64,
 }
 
+/// One producer as DescribeProducers reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerDescription {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp_ms: i64,
+}
+
 /// What to do with a batch that passed the checks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AppendCheck {
@@ -91,7 +100,12 @@ impl ProducerStates {
         let start = log.tail_start_offset(PRODUCER_STATE_REBUILD_BYTES);
         for (entry, _) in log.batches_from(start) {
             let h = &entry.header;
-            if h.has_producer_id() && !h.is_control() && h.last_offset() < end {
+            if !h.has_producer_id() || h.last_offset() >= end {
+                continue;
+            }
+            if h.is_control() {
+                states.record_marker(h.producer_id, h.producer_epoch, h.max_timestamp);
+            } else {
                 states.record(h, h.base_offset, h.last_offset(), h.max_timestamp);
             }
         }
@@ -168,6 +182,35 @@ impl ProducerStates {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// A transaction marker of `producer_id` at `epoch` was appended: the
+    /// epoch becomes current (a raised epoch fences older writers here, as
+    /// ProducerAppendInfo.appendEndTxnMarker does).
+    pub fn record_marker(&mut self, producer_id: i64, epoch: i16, now_ms: i64) {
+        let entry = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry {
+            epoch,
+            batches: VecDeque::new(),
+            last_write_ms: now_ms,
+        });
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+    }
+
+    /// Every producer's state, for DescribeProducers.
+    pub fn describe(&self) -> Vec<ProducerDescription> {
+        self.producers
+            .iter()
+            .map(|(id, e)| ProducerDescription {
+                producer_id: *id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp_ms: e.last_write_ms,
+            })
+            .collect()
     }
 
     /// The producer's current epoch here, if it has state.

@@ -4,15 +4,20 @@
 #![allow(dead_code)]
 
 pub mod requests;
+pub mod txn;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
-use doze_core::{BootState, Broker, BrokerConfig, ConnId, DiskOp, Input, IoId, MetaOp, Output, PartitionDir};
+use doze_core::{
+    BootState, Broker, BrokerConfig, ConnId, DiskOp, Input, IoId, MetaOp, Output, PartitionDir,
+};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 /// A file with a durable prefix: `synced_len` bytes survive a power cut.
 #[derive(Clone, Default, Debug)]
@@ -85,14 +90,24 @@ impl World {
     fn boot(&mut self) {
         let mut parts: BTreeMap<PartitionDir, Vec<RecoveredSegment>> = BTreeMap::new();
         for ((dir, base), f) in &self.files {
-            parts.entry(dir.clone()).or_default().push(RecoveredSegment {
-                base_offset: *base,
-                bytes: Bytes::from(f.data.clone()),
-            });
+            parts
+                .entry(dir.clone())
+                .or_default()
+                .push(RecoveredSegment {
+                    base_offset: *base,
+                    bytes: Bytes::from(f.data.clone()),
+                });
         }
         let state = BootState {
-            meta: self.meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            partitions: parts.into_iter().map(|(dir, segments)| RecoveredPartition { dir, segments }).collect(),
+            meta: self
+                .meta
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            partitions: parts
+                .into_iter()
+                .map(|(dir, segments)| RecoveredPartition { dir, segments })
+                .collect(),
         };
         self.input(Input::Boot(state));
     }
@@ -117,15 +132,28 @@ impl World {
 
     fn apply(&mut self, out: Output) {
         match out {
-            Output::Response { conn, frame } => self.responses.entry(conn).or_default().push_back(frame),
+            Output::Response { conn, frame } => {
+                self.responses.entry(conn).or_default().push_back(frame)
+            }
             Output::Close { conn } => self.closed.push(conn),
             Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
             Output::Disk(op) => match op {
-                DiskOp::Append { dir, segment_base, bytes } => {
-                    self.files.entry((dir, segment_base)).or_default().data.extend_from_slice(&bytes)
-                }
+                DiskOp::Append {
+                    dir,
+                    segment_base,
+                    bytes,
+                } => self
+                    .files
+                    .entry((dir, segment_base))
+                    .or_default()
+                    .data
+                    .extend_from_slice(&bytes),
                 DiskOp::Sync { io } => self.pending_syncs.push_back(io),
-                DiskOp::Truncate { dir, segment_base, len } => {
+                DiskOp::Truncate {
+                    dir,
+                    segment_base,
+                    len,
+                } => {
                     let f = self.files.entry((dir, segment_base)).or_default();
                     f.data.truncate(len as usize);
                     f.synced_len = f.synced_len.min(len as usize);
@@ -145,7 +173,13 @@ impl World {
         let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
         for (io, ops) in metas {
             if std::mem::take(&mut self.fail_next_meta) {
-                self.broker.handle(self.now_ms, Input::MetaDone { io, result: Err(doze_core::IoError("injected".into())) });
+                self.broker.handle(
+                    self.now_ms,
+                    Input::MetaDone {
+                        io,
+                        result: Err(doze_core::IoError("injected".into())),
+                    },
+                );
                 while let Some(out) = self.broker.poll_output() {
                     self.apply(out);
                 }
@@ -161,7 +195,8 @@ impl World {
                     }
                 }
             }
-            self.broker.handle(self.now_ms, Input::MetaDone { io, result: Ok(()) });
+            self.broker
+                .handle(self.now_ms, Input::MetaDone { io, result: Ok(()) });
             while let Some(out) = self.broker.poll_output() {
                 self.apply(out);
             }
@@ -175,7 +210,8 @@ impl World {
                 }
                 Ok(())
             };
-            self.broker.handle(self.now_ms, Input::SyncDone { io, result });
+            self.broker
+                .handle(self.now_ms, Input::SyncDone { io, result });
             while let Some(out) = self.broker.poll_output() {
                 self.apply(out);
             }
@@ -201,10 +237,15 @@ impl World {
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_static_str("core-test")));
         let mut buf = BytesMut::new();
-        header.encode(&mut buf, key.request_header_version(version)).unwrap();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
         req.encode(&mut buf, version).unwrap();
         self.asked.insert((conn, correlation_id), (key, version));
-        self.input(Input::Frame { conn, frame: buf.freeze() });
+        self.input(Input::Frame {
+            conn,
+            frame: buf.freeze(),
+        });
         correlation_id
     }
 
@@ -216,11 +257,19 @@ impl World {
     pub fn recv(&mut self, conn: ConnId) -> Option<(i32, ResponseKind)> {
         let mut frame = self.responses.get_mut(&conn)?.pop_front()?;
         let correlation = i32::from_be_bytes(frame[..4].try_into().unwrap());
-        let (key, version) = self.asked.remove(&(conn, correlation)).expect("response to a request we sent");
-        let header = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
+        let (key, version) = self
+            .asked
+            .remove(&(conn, correlation))
+            .expect("response to a request we sent");
+        let header =
+            ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
         assert_eq!(header.correlation_id, correlation);
         let body = ResponseKind::decode(key, &mut frame, version).unwrap();
-        assert!(frame.is_empty(), "{key:?} v{version}: {} bytes left after the body", frame.len());
+        assert!(
+            frame.is_empty(),
+            "{key:?} v{version}: {} bytes left after the body",
+            frame.len()
+        );
         Some((correlation, body))
     }
 
@@ -229,7 +278,11 @@ impl World {
     }
 
     pub fn durable_len(&self, dir: &PartitionDir) -> usize {
-        self.files.iter().filter(|((d, _), _)| d == dir).map(|(_, f)| f.synced_len).sum()
+        self.files
+            .iter()
+            .filter(|((d, _), _)| d == dir)
+            .map(|(_, f)| f.synced_len)
+            .sum()
     }
 }
 
@@ -239,7 +292,17 @@ pub fn batch(values: &[&[u8]], timestamp_ms: i64) -> Bytes {
 }
 
 pub fn batch_with(values: &[&[u8]], timestamp_ms: i64, compression: Compression) -> Bytes {
-    producer_batch(values, timestamp_ms, compression, Producer { id: -1, epoch: -1, sequence: -1, transactional: false })
+    producer_batch(
+        values,
+        timestamp_ms,
+        compression,
+        Producer {
+            id: -1,
+            epoch: -1,
+            sequence: -1,
+            transactional: false,
+        },
+    )
 }
 
 /// Who writes a batch: id -1 for a plain producer.
@@ -254,10 +317,25 @@ pub struct Producer {
 
 /// A batch from an idempotent producer.
 pub fn idem_batch(values: &[&[u8]], id: i64, epoch: i16, sequence: i32) -> Bytes {
-    producer_batch(values, T0_MS, Compression::None, Producer { id, epoch, sequence, transactional: false })
+    producer_batch(
+        values,
+        T0_MS,
+        Compression::None,
+        Producer {
+            id,
+            epoch,
+            sequence,
+            transactional: false,
+        },
+    )
 }
 
-pub fn producer_batch(values: &[&[u8]], timestamp_ms: i64, compression: Compression, p: Producer) -> Bytes {
+pub fn producer_batch(
+    values: &[&[u8]],
+    timestamp_ms: i64,
+    compression: Compression,
+    p: Producer,
+) -> Bytes {
     let records: Vec<Record> = values
         .iter()
         .enumerate()
@@ -280,7 +358,15 @@ pub fn producer_batch(values: &[&[u8]], timestamp_ms: i64, compression: Compress
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
     buf.freeze()
 }
 

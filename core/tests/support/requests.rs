@@ -20,26 +20,42 @@ pub fn create_topic(w: &mut World, topic: &str, partitions: i32) {
         .with_num_partitions(partitions)
         .with_replication_factor(1)]);
     w.send(99, 7, &req);
-    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else { panic!("no CreateTopics answer") };
+    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else {
+        panic!("no CreateTopics answer")
+    };
     assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
 }
 
 pub fn produce_req(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
-    ProduceRequest::default().with_acks(acks).with_timeout_ms(30_000).with_topic_data(vec![TopicProduceData::default()
-        .with_name(name(topic))
-        .with_partition_data(vec![PartitionProduceData::default().with_index(partition).with_records(Some(records))])])
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(records))])])
 }
 
-pub fn fetch_req(topic: &str, partition: i32, offset: i64, max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
+pub fn fetch_req(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(min_bytes)
         .with_max_bytes(50 * 1024 * 1024)
         .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![
-            FetchPartition::default().with_partition(partition).with_fetch_offset(offset).with_partition_max_bytes(1024 * 1024),
-        ])])
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(partition)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(1024 * 1024)])])
 }
 
 pub fn produce_answer(w: &mut World, conn: u64) -> Option<(i16, i64)> {
@@ -58,4 +74,3 @@ pub fn fetch_answer(w: &mut World, conn: u64) -> Option<fetch_response::Partitio
         other => panic!("expected a fetch answer, got {other:?}"),
     }
 }
-

@@ -1,0 +1,50 @@
+//! AddOffsetsToTxn (key 25), v0–v3.
+//!
+//! Adds a consumer group to the transaction, so that TxnOffsetCommit may
+//! stage its offsets (Kafka adds the group's __consumer_offsets partition).
+//! The same checks and state change as AddPartitionsToTxn: the transaction
+//! becomes Ongoing, stored in meta.db before the answer.
+
+use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey, ResponseKind};
+use kafka_protocol::ResponseError;
+
+use super::RequestCtx;
+use crate::broker::Broker;
+use crate::txn::coordinator::check_owner;
+use crate::txn::record::{TxnRecord, TxnState};
+use crate::txn::write::{self, Then};
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
+    let id = req.transactional_id.0.to_string();
+    let group = req.group_id.0.to_string();
+    let entry = match check_owner(&b.txns, &id, req.producer_id.0, req.producer_epoch, ApiKey::AddOffsetsToTxn, ctx.version)
+    {
+        Ok(entry) => entry,
+        Err(e) => return answer(b, &ctx, Some(e)),
+    };
+    let current = entry.record.clone();
+    if group.is_empty() {
+        return answer(b, &ctx, Some(ResponseError::InvalidGroupId));
+    }
+    if entry.busy() || current.state.is_prepare() {
+        return answer(b, &ctx, Some(ResponseError::ConcurrentTransactions));
+    }
+    if current.state == TxnState::Ongoing && current.groups.contains(&group) {
+        return answer(b, &ctx, None);
+    }
+    let now_ms = b.now_ms;
+    let starts = matches!(current.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
+    let mut record = TxnRecord {
+        state: TxnState::Ongoing,
+        start_ms: if starts { now_ms } else { current.start_ms },
+        last_update_ms: now_ms,
+        ..current
+    };
+    record.groups.insert(group);
+    write::store(b, &id, record, Vec::new(), Then::AddOffsets { ctx });
+}
+
+fn answer(b: &mut Broker, ctx: &RequestCtx, error: Option<ResponseError>) {
+    let response = AddOffsetsToTxnResponse::default().with_error_code(error.map_or(0, |e| e.code()));
+    b.respond(ctx, ResponseKind::AddOffsetsToTxn(response));
+}

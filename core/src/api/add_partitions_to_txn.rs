@@ -1,0 +1,114 @@
+//! AddPartitionsToTxn (key 24), v0–v3 (the client versions; v4+ is the
+//! brokers' batched verification, not offered).
+//!
+//! As TransactionCoordinator.handleAddPartitionsToTransaction: the owner
+//! checks (see `txn::coordinator`), then CONCURRENT_TRANSACTIONS while a
+//! change is in flight or a decision is being carried out; partitions already
+//! in an Ongoing transaction are answered at once; otherwise the transaction
+//! becomes (or stays) Ongoing with the partitions added, stored in meta.db
+//! before the answer. Partitions of unknown topics get
+//! UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
+//! KafkaApis answers. A partition added for the first time is flagged in
+//! meta.db (same batch) so its transaction state is rebuilt at start-up.
+
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ResponseKind};
+use kafka_protocol::ResponseError;
+
+use super::RequestCtx;
+use crate::broker::Broker;
+use crate::io::MetaOp;
+use crate::txn::coordinator::check_owner;
+use crate::txn::record::{self, TxnRecord, TxnState};
+use crate::txn::write::{self, Then};
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnRequest) {
+    let id = req.v3_and_below_transactional_id.0.to_string();
+    let asked: Vec<(String, i32)> = req
+        .v3_and_below_topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p)))
+        .collect();
+    let unknown: Vec<bool> = asked
+        .iter()
+        .map(|(t, p)| b.topics.get(t).is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len()))
+        .collect();
+    if unknown.iter().any(|u| *u) {
+        let errors = unknown
+            .iter()
+            .map(|u| if *u { ResponseError::UnknownTopicOrPartition } else { ResponseError::OperationNotAttempted })
+            .collect::<Vec<_>>();
+        return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response(&asked, |i| Some(errors[i]))));
+    }
+    let pid = req.v3_and_below_producer_id.0;
+    let epoch = req.v3_and_below_producer_epoch;
+    let entry = match check_owner(&b.txns, &id, pid, epoch, ApiKey::AddPartitionsToTxn, ctx.version) {
+        Ok(entry) => entry,
+        Err(e) => return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e)))),
+    };
+    let current = entry.record.clone();
+    if entry.busy() || current.state.is_prepare() {
+        let e = ResponseError::ConcurrentTransactions;
+        return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))));
+    }
+    let ok = response(&asked, |_| None);
+    if current.state == TxnState::Ongoing && asked.iter().all(|tp| current.partitions.contains(tp)) {
+        return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
+    }
+    // TransactionMetadata.prepareAddPartitions.
+    let now_ms = b.now_ms;
+    let starts = matches!(current.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
+    let mut record = TxnRecord {
+        state: TxnState::Ongoing,
+        start_ms: if starts { now_ms } else { current.start_ms },
+        last_update_ms: now_ms,
+        ..current
+    };
+    record.partitions.extend(asked.iter().cloned());
+    let flags = unflagged(b, &record)
+        .into_iter()
+        .map(|(topic_id, p)| MetaOp::Put { key: record::partition_flag_key(&topic_id, p), value: b"1".to_vec() })
+        .collect();
+    write::store(b, &id, record, flags, Then::AddPartitions { ctx, response: ok });
+}
+
+/// Partitions of `record` not yet flagged as holding transactional batches.
+fn unflagged(b: &Broker, record: &TxnRecord) -> Vec<(uuid::Uuid, i32)> {
+    record
+        .partitions
+        .iter()
+        .filter_map(|(t, p)| b.topics.get(t).map(|topic| topic.key(t, *p)))
+        .filter(|key| !b.txn_flagged.contains(key))
+        .map(|key| (key.id, key.partition))
+        .collect()
+}
+
+/// Notes in memory the flags a stored AddPartitionsToTxn wrote.
+pub(crate) fn flag_partitions(b: &mut Broker, record: &TxnRecord) {
+    for (t, p) in &record.partitions {
+        if let Some(topic) = b.topics.get(t) {
+            let key = topic.key(t, *p);
+            b.txn_flagged.insert(key);
+        }
+    }
+}
+
+fn response(asked: &[(String, i32)], error: impl Fn(usize) -> Option<ResponseError>) -> AddPartitionsToTxnResponse {
+    let mut topics: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
+    for (i, (t, p)) in asked.iter().enumerate() {
+        let result = AddPartitionsToTxnPartitionResult::default()
+            .with_partition_index(*p)
+            .with_partition_error_code(error(i).map_or(0, |e| e.code()));
+        match topics.iter_mut().find(|r| r.name.0.as_str() == t) {
+            Some(r) => r.results_by_partition.push(result),
+            None => topics.push(
+                AddPartitionsToTxnTopicResult::default()
+                    .with_name(super::metadata::topic_name(t))
+                    .with_results_by_partition(vec![result]),
+            ),
+        }
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(topics)
+}

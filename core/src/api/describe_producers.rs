@@ -1,0 +1,47 @@
+//! DescribeProducers (key 61), v0.
+//!
+//! The active producers of each partition, from its producer state: id,
+//! epoch, last sequence, last timestamp, and the first offset of its open
+//! transaction there (-1 when none). Coordinator epochs are not kept (one
+//! node): -1.
+
+use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId, ResponseKind};
+use kafka_protocol::ResponseError;
+
+use super::RequestCtx;
+use crate::broker::Broker;
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequest) {
+    let mut topics = Vec::new();
+    for t in &req.topics {
+        let name = t.name.0.to_string();
+        let mut partitions = Vec::new();
+        for &p in &t.partition_indexes {
+            let mut pr = PartitionResponse::default().with_partition_index(p);
+            let Some(key) = b.topics.get(&name).filter(|topic| p >= 0 && (p as usize) < topic.partitions.len()).map(|topic| topic.key(&name, p)) else {
+                pr.error_code = ResponseError::UnknownTopicOrPartition.code();
+                partitions.push(pr);
+                continue;
+            };
+            let states = super::produce::producer_states(b, &key).describe();
+            let txns = b.partition_txns.get(&key);
+            pr.active_producers = states
+                .into_iter()
+                .map(|d| {
+                    let open = txns.and_then(|t| t.ongoing().find(|(pid, _)| *pid == d.producer_id)).map_or(-1, |(_, o)| o);
+                    ProducerState::default()
+                        .with_producer_id(ProducerId(d.producer_id))
+                        .with_producer_epoch(d.epoch as i32)
+                        .with_last_sequence(d.last_sequence)
+                        .with_last_timestamp(d.last_timestamp_ms)
+                        .with_coordinator_epoch(-1)
+                        .with_current_txn_start_offset(open)
+                })
+                .collect();
+            partitions.push(pr);
+        }
+        topics.push(TopicResponse::default().with_name(t.name.clone()).with_partitions(partitions));
+    }
+    b.respond(&ctx, ResponseKind::DescribeProducers(DescribeProducersResponse::default().with_topics(topics)));
+}

@@ -1,0 +1,83 @@
+//! TxnOffsetCommit (key 28), v0–v3.
+//!
+//! Stages consumer offsets in the transaction; they are applied to the group
+//! when the transaction commits and dropped when it aborts. Checks: the owner
+//! checks of `txn::coordinator` (an old epoch is INVALID_PRODUCER_EPOCH, as a
+//! write to the offsets partition is refused in Kafka); a change in flight or
+//! a decision being carried out CONCURRENT_TRANSACTIONS; a transaction that is
+//! not Ongoing or has not added the group (AddOffsetsToTxn) INVALID_TXN_STATE;
+//! then the group checks Kafka's GroupCoordinator makes for v3+ (generation,
+//! member, group.instance.id) through the group coordinator. Unknown
+//! partitions get UNKNOWN_TOPIC_OR_PARTITION. The staged offsets are stored
+//! in the transaction's meta.db record before the answer.
+
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use kafka_protocol::ResponseError;
+
+use super::RequestCtx;
+use crate::broker::Broker;
+use crate::txn::coordinator::check_owner;
+use crate::txn::record::{StagedOffset, TxnState};
+use crate::txn::write::{self, Then};
+
+/// OffsetCommit version whose group errors TxnOffsetCommit v3 shares.
+const GROUP_CHECK_VERSION: i16 = 8;
+
+pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitRequest) {
+    let id = req.transactional_id.0.to_string();
+    let group = req.group_id.0.to_string();
+    let owner = check_owner(&b.txns, &id, req.producer_id.0, req.producer_epoch, ApiKey::TxnOffsetCommit, ctx.version);
+    let checked = owner.and_then(|entry| {
+        if entry.busy() || entry.record.state.is_prepare() {
+            return Err(ResponseError::ConcurrentTransactions);
+        }
+        if entry.record.state != TxnState::Ongoing || !entry.record.groups.contains(&group) {
+            return Err(ResponseError::InvalidTxnState);
+        }
+        Ok(entry.record.clone())
+    });
+    let checked = checked.and_then(|record| {
+        let (generation, member) = if ctx.version >= 3 { (req.generation_id, req.member_id.to_string()) } else { (-1, String::new()) };
+        let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
+        let now_ms = b.now_ms;
+        b.groups
+            .check_commit(now_ms, &group, generation, &member, instance.as_deref(), GROUP_CHECK_VERSION)
+            .map(|_| record)
+    });
+    let mut response = TxnOffsetCommitResponse::default();
+    let (mut record, error) = match checked {
+        Ok(record) => (Some(record), None),
+        Err(e) => (None, Some(e)),
+    };
+    for topic in &req.topics {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::new();
+        for p in &topic.partitions {
+            let mut code = error.map_or(0, |e| e.code());
+            if let (Some(record), None) = (record.as_mut(), error) {
+                let known = b.topics.partition(&name, p.partition_index).is_some();
+                if known {
+                    let staged = StagedOffset {
+                        topic: name.clone(),
+                        partition: p.partition_index,
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                    };
+                    record.stage_offset(&group, staged);
+                } else {
+                    code = ResponseError::UnknownTopicOrPartition.code();
+                }
+            }
+            partitions.push(TxnOffsetCommitResponsePartition::default().with_partition_index(p.partition_index).with_error_code(code));
+        }
+        response.topics.push(TxnOffsetCommitResponseTopic::default().with_name(topic.name.clone()).with_partitions(partitions));
+    }
+    match record {
+        Some(record) if error.is_none() => write::store(b, &id, record, Vec::new(), Then::TxnOffsetCommit { ctx, response }),
+        _ => b.respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
+    }
+}

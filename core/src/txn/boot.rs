@@ -1,0 +1,47 @@
+//! Start-up of the transaction coordinator, as the seed requires:
+//! - every stored id is loaded; an Ongoing transaction stays open and its
+//!   timeout starts again from now (aborting it would fence a live producer
+//!   for good);
+//! - a stored decision (PrepareCommit / PrepareAbort) is carried out again:
+//!   markers, fsync, offsets, complete;
+//! - per-partition transaction state is rebuilt from batch headers, only for
+//!   partitions flagged as having held transactional batches.
+
+use std::collections::BTreeMap;
+
+use super::partition::PartitionTxns;
+use super::record::TxnState;
+use crate::broker::Broker;
+use crate::meta::{self, MetaEntry};
+
+pub(crate) fn boot(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
+    let now_ms = b.now_ms;
+    let mut flags: Vec<(String, i32)> = Vec::new();
+    for (key, value) in meta_entries {
+        match meta::decode_entry(key, value) {
+            Ok(MetaEntry::Txn { id, mut record }) => {
+                if record.state == TxnState::Ongoing {
+                    record.last_update_ms = now_ms;
+                }
+                b.txns.set_record(&id, record);
+            }
+            Ok(MetaEntry::TxnPartitionFlag { topic_id, partition }) => flags.push((topic_id, partition)),
+            _ => {}
+        }
+    }
+    let ids: BTreeMap<String, String> =
+        b.topics.iter().map(|(name, t)| (t.id.hyphenated().to_string(), name.clone())).collect();
+    for (topic_id, partition) in flags {
+        let Some(name) = ids.get(&topic_id) else { continue };
+        let topic = b.topics.get(name).expect("listed above");
+        let key = topic.key(name, partition);
+        let Some(log) = b.topics.partition_by_key(&key) else { continue };
+        b.partition_txns.insert(key.clone(), PartitionTxns::rebuild(log));
+        b.txn_flagged.insert(key);
+    }
+    b.txns.next_timeout_check_ms = now_ms + b.config.transaction_abort_check_interval_ms;
+    b.txns.next_expiry_check_ms = now_ms + b.config.transactional_id_expiration_check_interval_ms;
+    for id in b.txns.prepared() {
+        super::complete::start(b, &id, None);
+    }
+}

@@ -1,0 +1,256 @@
+//! Carrying out a stored decision (PrepareCommit / PrepareAbort), in the
+//! order the seed requires:
+//!
+//! 1. a marker is appended to every partition the transaction added;
+//! 2. every one of those partitions is synced (whoever appended what: the
+//!    broker's one sync covers every partition dirtied before it);
+//! 3. for a commit, the staged offsets are stored, in the same meta.db batch
+//!    that records the transaction complete;
+//! 4. only then are the waiting EndTxn requests answered with success.
+//!
+//! A marker cut away by a failed sync, or a failed meta.db write, leaves the
+//! decision standing: the waiting EndTxn requests are answered
+//! CONCURRENT_TRANSACTIONS (what Kafka answers while markers are written),
+//! and the coordinator tries again after `TXN_RETRY_BACKOFF_MS` on its own.
+//! The other decision is never carried out instead.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::{EndTxnResponse, ProducerId, ResponseKind};
+use kafka_protocol::ResponseError;
+
+use super::record::{TxnRecord, TxnState};
+use super::write::{self, Then};
+use crate::api::RequestCtx;
+use crate::broker::Broker;
+use crate::group::{offset_key, OffsetRecord};
+use crate::io::MetaOp;
+use crate::limits::TXN_RETRY_BACKOFF_MS;
+use crate::meta;
+use crate::topics::PartitionKey;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Markers appended (or to append); waiting for them to be durable.
+    Markers,
+    /// The Complete record (and a commit's offsets) is being stored.
+    Storing,
+    /// Something failed; try again at this time.
+    RetryAt(i64),
+}
+
+pub struct Completion {
+    pub commit: bool,
+    /// EndTxn requests answered when the decision is carried out.
+    pub responders: Vec<RequestCtx>,
+    /// Each added partition and the offset of its marker, once appended.
+    markers: BTreeMap<PartitionKey, Option<i64>>,
+    phase: Phase,
+}
+
+impl Completion {
+    /// The time of the next retry, if one is scheduled.
+    pub fn retry_at_ms(&self) -> Option<i64> {
+        match self.phase {
+            Phase::RetryAt(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+/// Starts carrying out the decision stored in `id`'s record.
+pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
+    let entry = b.txns.get(id).expect("a decided transaction");
+    let record = &entry.record;
+    assert!(record.state.is_prepare(), "only a stored decision is carried out");
+    assert!(entry.completion.is_none(), "one completion at a time");
+    let commit = record.state == TxnState::PrepareCommit;
+    let mut markers = BTreeMap::new();
+    for (topic, partition) in &record.partitions {
+        // A partition whose topic was deleted has nothing left to mark.
+        if let Some(t) = b.topics.get(topic) {
+            if (*partition as usize) < t.partitions.len() {
+                markers.insert(t.key(topic, *partition), None);
+            }
+        }
+    }
+    let responders = responder.into_iter().collect();
+    let completion = Completion { commit, responders, markers, phase: Phase::Markers };
+    b.txns.get_mut(id).expect("exists").completion = Some(completion);
+    write_markers(b, id);
+}
+
+/// Appends the markers not yet appended, then checks progress.
+fn write_markers(b: &mut Broker, id: &str) {
+    let entry = b.txns.get(id).expect("a transaction being completed");
+    let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
+    let completion = entry.completion.as_ref().expect("being completed");
+    let commit = completion.commit;
+    let missing: Vec<PartitionKey> =
+        completion.markers.iter().filter(|(_, o)| o.is_none()).map(|(k, _)| k.clone()).collect();
+    let now_ms = b.now_ms;
+    for key in missing {
+        let Some(offset) = crate::api::produce::append_marker(b, &key, pid, epoch, commit, now_ms) else {
+            // The partition is gone: nothing to mark.
+            b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing").markers.remove(&key);
+            continue;
+        };
+        let c = b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing");
+        c.markers.insert(key, Some(offset));
+    }
+    b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing").phase = Phase::Markers;
+    b.request_sync();
+    progress(b, id);
+}
+
+/// Moves `id`'s completion forward as far as durability allows.
+fn progress(b: &mut Broker, id: &str) {
+    let Some(entry) = b.txns.get(id) else { return };
+    let Some(completion) = entry.completion.as_ref() else { return };
+    if completion.phase != Phase::Markers {
+        return;
+    }
+    let mut lost = false;
+    let mut durable = true;
+    for (key, offset) in &completion.markers {
+        let offset = offset.expect("markers are appended before progress is checked");
+        match b.topics.partition_by_key(key) {
+            None => {} // deleted since: nothing to wait for
+            Some(log) if log.log_end_offset() <= offset => lost = true,
+            Some(log) if log.high_watermark() <= offset => durable = false,
+            Some(_) => {}
+        }
+    }
+    if lost {
+        // A failed sync cut the marker away: the decision stands; retry.
+        let keys: Vec<PartitionKey> = completion.markers.keys().cloned().collect();
+        let c = b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing");
+        for key in keys {
+            let gone = c.markers[&key].is_some_and(|o| b.topics.partition_by_key(&key).is_some_and(|l| l.log_end_offset() <= o));
+            if gone {
+                c.markers.insert(key, None);
+            }
+        }
+        return retry_later(b, id);
+    }
+    if durable {
+        store_complete(b, id);
+    }
+}
+
+/// Stores the Complete record and, for a commit, the staged offsets, in one batch.
+fn store_complete(b: &mut Broker, id: &str) {
+    let entry = b.txns.get_mut(id).expect("exists");
+    let completion = entry.completion.as_mut().expect("completing");
+    completion.phase = Phase::Storing;
+    let commit = completion.commit;
+    let old = entry.record.clone();
+    let now_ms = b.now_ms;
+    let mut record = TxnRecord {
+        state: if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort },
+        partitions: Default::default(),
+        groups: Default::default(),
+        staged_offsets: Default::default(),
+        last_update_ms: now_ms,
+        ..old.clone()
+    };
+    record.start_ms = old.start_ms;
+    let mut ops = Vec::new();
+    let mut applied = Vec::new();
+    if commit {
+        for (group, offsets) in &old.staged_offsets {
+            for staged in offsets {
+                let (topic, partition) = (&staged.topic, &staged.partition);
+                let rec = OffsetRecord {
+                    offset: staged.offset,
+                    leader_epoch: staged.leader_epoch,
+                    metadata: staged.metadata.clone().unwrap_or_default(),
+                    commit_timestamp_ms: now_ms,
+                };
+                ops.push(MetaOp::Put { key: offset_key(group, topic, *partition), value: meta::encode(&rec) });
+                applied.push((group.clone(), (topic.clone(), *partition), rec));
+            }
+        }
+    }
+    for (group, tp, _) in &applied {
+        b.groups.offsets.begin_write(group, tp);
+    }
+    write::store(b, id, record, ops, Then::Completed { applied });
+}
+
+/// The Complete record is stored (or not): finish, or retry.
+pub(crate) fn completed(b: &mut Broker, id: &str, applied: Vec<(String, (String, i32), OffsetRecord)>, stored: bool) {
+    for (group, tp, rec) in applied {
+        b.groups.offsets.end_write(&group, &tp);
+        if stored {
+            b.groups.offsets.insert(&group, tp, rec);
+        }
+    }
+    if !stored {
+        // Markers are durable; only the record failed: retry storing it.
+        return retry_later(b, id);
+    }
+    let entry = b.txns.get_mut(id).expect("exists");
+    let completion = entry.completion.take().expect("completing");
+    let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
+    for ctx in completion.responders {
+        let response = EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch);
+        b.respond(&ctx, ResponseKind::EndTxn(response));
+    }
+}
+
+fn retry_later(b: &mut Broker, id: &str) {
+    let at_ms = b.now_ms + TXN_RETRY_BACKOFF_MS;
+    let c = b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing");
+    c.phase = Phase::RetryAt(at_ms);
+    let responders = std::mem::take(&mut c.responders);
+    for ctx in responders {
+        let response = EndTxnResponse::default()
+            .with_error_code(ResponseError::ConcurrentTransactions.code())
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        b.respond(&ctx, ResponseKind::EndTxn(response));
+    }
+}
+
+/// After every sync completion: completions waiting on markers move on.
+pub(crate) fn on_sync(b: &mut Broker) {
+    let ids: Vec<String> = b
+        .txns
+        .iter()
+        .filter(|(_, e)| e.completion.as_ref().is_some_and(|c| c.phase == Phase::Markers))
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in ids {
+        progress(b, &id);
+    }
+}
+
+/// Timer: retries whose time has come.
+pub(crate) fn on_tick(b: &mut Broker) {
+    let now_ms = b.now_ms;
+    let due: Vec<(String, bool)> = b
+        .txns
+        .iter()
+        .filter_map(|(id, e)| {
+            let c = e.completion.as_ref()?;
+            let at = c.retry_at_ms()?;
+            let markers_done = c.markers.values().all(|o| o.is_some());
+            (at <= now_ms).then(|| (id.clone(), markers_done))
+        })
+        .collect();
+    for (id, markers_done) in due {
+        if markers_done {
+            let c = b.txns.get_mut(&id).expect("exists").completion.as_mut().expect("completing");
+            c.phase = Phase::Markers;
+            progress(b, &id);
+        } else {
+            write_markers(b, &id);
+        }
+    }
+}
+
+/// The earliest retry time of any completion.
+pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
+    b.txns.iter().filter_map(|(_, e)| e.completion.as_ref()?.retry_at_ms()).min()
+}

@@ -1,0 +1,158 @@
+//! The transactional ids in memory and the checks every transactional
+//! request makes first, in the order Kafka's TransactionCoordinator.scala
+//! makes them: unknown id or another producer id → INVALID_PRODUCER_ID_MAPPING;
+//! another epoch → PRODUCER_FENCED (INVALID_PRODUCER_EPOCH for request
+//! versions from before KIP-588, as KafkaApis maps it); a state change in
+//! flight → CONCURRENT_TRANSACTIONS.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::ResponseError;
+
+use super::complete::Completion;
+use super::record::{TxnRecord, TxnState};
+
+pub struct TxnEntry {
+    /// As stored in meta.db: memory never runs ahead of it.
+    pub record: TxnRecord,
+    /// A meta.db write for this id is in flight (Kafka's pending state).
+    pub write_in_flight: bool,
+    /// The stored decision being carried out.
+    pub completion: Option<Completion>,
+}
+
+impl TxnEntry {
+    /// A transition is under way: a write in flight or a decision being carried out.
+    pub fn busy(&self) -> bool {
+        self.write_in_flight || self.completion.is_some()
+    }
+}
+
+#[derive(Default)]
+pub struct Txns {
+    map: BTreeMap<String, TxnEntry>,
+    /// producer id -> transactional id, for produce checks.
+    by_producer: BTreeMap<i64, String>,
+    /// Ids whose first record is being stored (not yet in `map`).
+    creating: std::collections::BTreeSet<String>,
+    pub next_timeout_check_ms: i64,
+    pub next_expiry_check_ms: i64,
+}
+
+impl Txns {
+    pub fn mark_creating(&mut self, id: &str) {
+        let fresh = self.creating.insert(id.to_string());
+        assert!(fresh, "transactional id {id} created twice at once");
+    }
+
+    pub fn unmark_creating(&mut self, id: &str) {
+        let was = self.creating.remove(id);
+        assert!(was, "transactional id {id} was not being created");
+    }
+
+    pub fn is_creating(&self, id: &str) -> bool {
+        self.creating.contains(id)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&TxnEntry> {
+        self.map.get(id)
+    }
+
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut TxnEntry> {
+        self.map.get_mut(id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &TxnEntry)> {
+        self.map.iter()
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.map.keys().cloned().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The transactional id that owns `producer_id`.
+    pub fn by_producer(&self, producer_id: i64) -> Option<(&String, &TxnEntry)> {
+        let id = self.by_producer.get(&producer_id)?;
+        self.map.get_key_value(id)
+    }
+
+    /// Stores `record` as the id's state (after meta.db said so).
+    pub fn set_record(&mut self, id: &str, record: TxnRecord) {
+        let entry = self.map.entry(id.to_string()).or_insert_with(|| TxnEntry {
+            record: record.clone(),
+            write_in_flight: false,
+            completion: None,
+        });
+        if entry.record.producer_id != record.producer_id {
+            self.by_producer.remove(&entry.record.producer_id);
+        }
+        self.by_producer.insert(record.producer_id, id.to_string());
+        entry.record = record;
+    }
+
+    pub fn remove(&mut self, id: &str) {
+        if let Some(entry) = self.map.remove(id) {
+            self.by_producer.remove(&entry.record.producer_id);
+        }
+    }
+
+    /// Every id holding a decision that is stored but not carried out.
+    pub fn prepared(&self) -> Vec<String> {
+        self.map.iter().filter(|(_, e)| e.record.state.is_prepare()).map(|(id, _)| id.clone()).collect()
+    }
+}
+
+/// The fencing error for `api` at `version`: PRODUCER_FENCED, or
+/// INVALID_PRODUCER_EPOCH for clients too old to know it (KafkaApis.scala:
+/// InitProducerId < v4, EndTxn / AddPartitionsToTxn / AddOffsetsToTxn < v2;
+/// TxnOffsetCommit's epoch is checked like a partition write).
+pub fn fenced_error(api: ApiKey, version: i16) -> ResponseError {
+    let old = match api {
+        ApiKey::InitProducerId => version < 4,
+        ApiKey::EndTxn | ApiKey::AddPartitionsToTxn | ApiKey::AddOffsetsToTxn => version < 2,
+        _ => true,
+    };
+    if old {
+        ResponseError::InvalidProducerEpoch
+    } else {
+        ResponseError::ProducerFenced
+    }
+}
+
+/// The checks every transactional request (AddPartitionsToTxn,
+/// AddOffsetsToTxn, TxnOffsetCommit, EndTxn) makes first.
+pub fn check_owner<'a>(
+    txns: &'a Txns,
+    id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    api: ApiKey,
+    version: i16,
+) -> Result<&'a TxnEntry, ResponseError> {
+    if id.is_empty() {
+        return Err(ResponseError::InvalidRequest);
+    }
+    let Some(entry) = txns.get(id) else { return Err(ResponseError::InvalidProducerIdMapping) };
+    if entry.record.producer_id != producer_id {
+        return Err(ResponseError::InvalidProducerIdMapping);
+    }
+    if entry.record.producer_epoch != producer_epoch {
+        return Err(fenced_error(api, version));
+    }
+    Ok(entry)
+}
+
+/// Whether an Ongoing transaction has outlived its timeout, counted from its
+/// last state change (the seed's rule; Kafka counts from the start).
+pub fn timed_out(record: &TxnRecord, now_ms: i64) -> bool {
+    record.state == TxnState::Ongoing && now_ms - record.last_update_ms > record.timeout_ms as i64
+}

@@ -1,0 +1,64 @@
+//! The coordinator's timers:
+//! - every transaction.abort.timed.out.transaction.cleanup.interval.ms, an
+//!   Ongoing transaction idle past its timeout (counted from its last state
+//!   change) is aborted and its producer fenced: the epoch is raised and
+//!   stored with PrepareAbort, then the abort is carried out with the new
+//!   epoch (TransactionCoordinator.abortTimedOutTransactions);
+//! - every transaction.remove.expired.transaction.cleanup.interval.ms, ids
+//!   with no transaction, idle past transactional.id.expiration.ms, are removed;
+//! - retries of decisions whose markers or records could not be stored.
+
+use super::coordinator::timed_out;
+use super::record::{TxnRecord, TxnState};
+use super::write::{self, Then};
+use crate::broker::Broker;
+
+pub(crate) fn tick(b: &mut Broker) {
+    let now_ms = b.now_ms;
+    if now_ms >= b.txns.next_timeout_check_ms {
+        b.txns.next_timeout_check_ms = now_ms + b.config.transaction_abort_check_interval_ms.max(1);
+        let expired: Vec<(String, TxnRecord)> = b
+            .txns
+            .iter()
+            .filter(|(_, e)| !e.busy() && timed_out(&e.record, now_ms))
+            .map(|(id, e)| (id.clone(), e.record.clone()))
+            .collect();
+        for (id, current) in expired {
+            tracing::info!(id, "transaction timed out: aborting and fencing its producer");
+            let record = TxnRecord {
+                producer_epoch: current.producer_epoch.saturating_add(1),
+                last_producer_epoch: -1,
+                state: TxnState::PrepareAbort,
+                last_update_ms: now_ms,
+                ..current
+            };
+            write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: None });
+        }
+    }
+    if now_ms >= b.txns.next_expiry_check_ms {
+        b.txns.next_expiry_check_ms = now_ms + b.config.transactional_id_expiration_check_interval_ms.max(1);
+        let expiration_ms = b.config.transactional_id_expiration_ms;
+        let idle: Vec<String> = b
+            .txns
+            .iter()
+            .filter(|(_, e)| {
+                !e.busy()
+                    && matches!(e.record.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort)
+                    && now_ms - e.record.last_update_ms > expiration_ms
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            write::delete(b, &id);
+        }
+    }
+    super::complete::on_tick(b);
+}
+
+pub(crate) fn next_deadline_ms(b: &Broker) -> i64 {
+    let mut deadline_ms = b.txns.next_timeout_check_ms.min(b.txns.next_expiry_check_ms);
+    if let Some(retry_ms) = super::complete::next_retry_ms(b) {
+        deadline_ms = deadline_ms.min(retry_ms);
+    }
+    deadline_ms
+}

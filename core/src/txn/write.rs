@@ -1,0 +1,152 @@
+//! Storing a transactional id's record: the one way the coordinator changes
+//! state. The record goes to meta.db with whatever else must change with it;
+//! memory changes, and the request is answered, only when the write
+//! completes. A failed write changes nothing and answers NOT_COORDINATOR,
+//! which every client retries (the seed's rule).
+
+use kafka_protocol::messages::{
+    AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, EndTxnResponse, InitProducerIdResponse, ProducerId,
+    ResponseKind, TxnOffsetCommitResponse,
+};
+use kafka_protocol::ResponseError;
+
+use super::complete;
+use super::record::{self, TxnRecord};
+use crate::api::{MetaAction, RequestCtx};
+use crate::broker::Broker;
+use crate::group::OffsetRecord;
+use crate::io::MetaOp;
+use crate::meta;
+
+/// What to do once the record is stored.
+pub enum Then {
+    /// InitProducerId: answer with the record's producer id and epoch.
+    Init { ctx: RequestCtx },
+    /// A fence-and-abort (InitProducerId on an open transaction, or a
+    /// timeout): carry out the abort; answer `ctx`, if any, CONCURRENT_TRANSACTIONS.
+    Fenced { ctx: Option<RequestCtx> },
+    AddPartitions { ctx: RequestCtx, response: AddPartitionsToTxnResponse },
+    AddOffsets { ctx: RequestCtx },
+    TxnOffsetCommit { ctx: RequestCtx, response: TxnOffsetCommitResponse },
+    /// EndTxn's decision is stored: carry it out, then answer `ctx`.
+    Decided { ctx: RequestCtx },
+    /// The Complete record (with a commit's offsets) is stored.
+    Completed { applied: Vec<(String, (String, i32), OffsetRecord)> },
+    /// An idle id was removed (transactional.id.expiration.ms).
+    Expired,
+}
+
+pub struct TxnWrite {
+    id: String,
+    /// None: the id is deleted.
+    record: Option<TxnRecord>,
+    then: Then,
+}
+
+/// Stores `record` for `id` (with `extra` ops in the same batch).
+pub(crate) fn store(b: &mut Broker, id: &str, record: TxnRecord, extra: Vec<MetaOp>, then: Then) {
+    let mut ops = vec![MetaOp::Put { key: record::key(id), value: meta::encode(&record) }];
+    ops.extend(extra);
+    begin(b, id);
+    b.emit_meta(ops, MetaAction::Txn(TxnWrite { id: id.to_string(), record: Some(record), then }));
+}
+
+/// Deletes `id` from meta.db.
+pub(crate) fn delete(b: &mut Broker, id: &str) {
+    begin(b, id);
+    let ops = vec![MetaOp::Delete { key: record::key(id) }];
+    b.emit_meta(ops, MetaAction::Txn(TxnWrite { id: id.to_string(), record: None, then: Then::Expired }));
+}
+
+fn begin(b: &mut Broker, id: &str) {
+    match b.txns.get_mut(id) {
+        Some(entry) => {
+            assert!(!entry.write_in_flight, "one write per transactional id at a time");
+            entry.write_in_flight = true;
+        }
+        None => b.txns.mark_creating(id),
+    }
+}
+
+pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
+    match b.txns.get_mut(&w.id) {
+        Some(entry) => entry.write_in_flight = false,
+        None => b.txns.unmark_creating(&w.id),
+    }
+    if stored {
+        match &w.record {
+            Some(record) => b.txns.set_record(&w.id, record.clone()),
+            None => b.txns.remove(&w.id),
+        }
+    }
+    let not_coordinator = ResponseError::NotCoordinator.code();
+    match w.then {
+        Then::Init { ctx } => {
+            let response = match (&w.record, stored) {
+                (Some(r), true) => {
+                    InitProducerIdResponse::default().with_producer_id(ProducerId(r.producer_id)).with_producer_epoch(r.producer_epoch)
+                }
+                _ => InitProducerIdResponse::default()
+                    .with_error_code(not_coordinator)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1),
+            };
+            b.respond(&ctx, ResponseKind::InitProducerId(response));
+        }
+        Then::Fenced { ctx } => {
+            if let Some(ctx) = ctx {
+                let error = if stored { ResponseError::ConcurrentTransactions } else { ResponseError::NotCoordinator };
+                let response = InitProducerIdResponse::default()
+                    .with_error_code(error.code())
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
+                b.respond(&ctx, ResponseKind::InitProducerId(response));
+            }
+            if stored {
+                complete::start(b, &w.id, None);
+            }
+        }
+        Then::AddPartitions { ctx, mut response } => {
+            if !stored {
+                for topic in response.results_by_topic_v3_and_below.iter_mut() {
+                    for p in topic.results_by_partition.iter_mut() {
+                        p.partition_error_code = not_coordinator;
+                    }
+                }
+            } else if let Some(record) = &w.record {
+                crate::api::add_partitions_to_txn::flag_partitions(b, record);
+            }
+            b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response));
+        }
+        Then::AddOffsets { ctx } => {
+            let mut response = AddOffsetsToTxnResponse::default();
+            if !stored {
+                response.error_code = not_coordinator;
+            }
+            b.respond(&ctx, ResponseKind::AddOffsetsToTxn(response));
+        }
+        Then::TxnOffsetCommit { ctx, mut response } => {
+            if !stored {
+                for t in response.topics.iter_mut() {
+                    for p in t.partitions.iter_mut() {
+                        p.error_code = not_coordinator;
+                    }
+                }
+            }
+            b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+        }
+        Then::Decided { ctx } => {
+            if stored {
+                complete::start(b, &w.id, Some(ctx));
+            } else {
+                let response = EndTxnResponse::default()
+                    .with_error_code(not_coordinator)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
+                b.respond(&ctx, ResponseKind::EndTxn(response));
+            }
+        }
+        Then::Completed { applied } => complete::completed(b, &w.id, applied, stored),
+        Then::Expired => {}
+    }
+}
