@@ -425,3 +425,28 @@ fn tooling_lists_and_describes() {
     let Some((_, ResponseKind::DescribeTransactions(r))) = w.recv(8) else { panic!() };
     assert_eq!(r.transaction_states[0].error_code, 105, "TRANSACTIONAL_ID_NOT_FOUND");
 }
+
+#[test]
+fn require_stable_sees_offsets_staged_by_an_open_transaction() {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    let mut w = world();
+    let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
+    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
+    assert_eq!(txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 3), NONE);
+    let fetch = |stable: bool| {
+        OffsetFetchRequest::default()
+            .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_static_str("g")))
+            .with_require_stable(stable)
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default().with_name(name("a")).with_partition_indexes(vec![0])]))
+    };
+    w.send(9, 7, &fetch(true));
+    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
+    assert_eq!(r.topics[0].partitions[0].error_code, 88, "UNSTABLE_OFFSET_COMMIT");
+    w.send(9, 7, &fetch(false));
+    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
+    assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].committed_offset), (0, -1));
+    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
+    w.send(9, 7, &fetch(true));
+    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
+    assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].committed_offset), (0, 3));
+}

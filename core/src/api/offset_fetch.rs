@@ -5,9 +5,9 @@
 //! topic list (v2+) asks for every offset the group has. v8+ asks for many
 //! groups at once. Only stored commits are visible.
 //!
-//! v7+ `require_stable`: partitions with a pending transactional commit
-//! would answer UNSTABLE_OFFSET_COMMIT; until transactions exist there are
-//! none (`Coordinator::has_pending_transactional_offset` is the hook).
+//! v7+ `require_stable`: a partition with an offset staged by an open
+//! transaction (TxnOffsetCommit not yet committed or aborted) answers
+//! UNSTABLE_OFFSET_COMMIT, as Kafka's OffsetMetadataManager does.
 //! v9's member id and epoch belong to the KIP-848 protocol and are ignored
 //! for classic groups, as Kafka does.
 
@@ -22,6 +22,7 @@ use kafka_protocol::ResponseError;
 use super::RequestCtx;
 use crate::broker::Broker;
 use crate::group::Coordinator;
+use crate::txn::Txns;
 
 /// One partition's answer: (partition, offset, leader epoch, metadata, error code).
 type Answer = (i32, i64, i32, String, i16);
@@ -30,6 +31,7 @@ type Answer = (i32, i64, i32, String, i16);
 /// An empty group id gets INVALID_GROUP_ID and nothing else.
 fn fetch_group(
     groups: &Coordinator,
+    txns: &Txns,
     group_id: &str,
     topics: Option<Vec<(TopicName, Vec<i32>)>>,
     require_stable: bool,
@@ -55,7 +57,7 @@ fn fetch_group(
                 .into_iter()
                 .map(|p| {
                     if require_stable
-                        && groups.has_pending_transactional_offset(group_id, name.0.as_str(), p)
+                        && txns.has_staged_offset(group_id, name.0.as_str(), p)
                     {
                         return (
                             p,
@@ -86,7 +88,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let answers = fetch_group(&b.groups, &group_id, topics, req.require_stable);
+            let answers = fetch_group(&b.groups, &b.txns, &group_id, topics, req.require_stable);
             let code = if group_id.is_empty() {
                 ResponseError::InvalidGroupId.code()
             } else {
@@ -125,7 +127,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
                 .map(|t| (t.name, t.partition_indexes))
                 .collect()
         });
-        let answers = fetch_group(&b.groups, &group_id, topics, req.require_stable);
+        let answers = fetch_group(&b.groups, &b.txns, &group_id, topics, req.require_stable);
         if group_id.is_empty() {
             response.error_code = ResponseError::InvalidGroupId.code();
         }

@@ -120,18 +120,6 @@ impl Coordinator {
             .collect()
     }
 
-    /// Whether a transactional offset commit of this partition is pending:
-    /// OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT then.
-    /// No transactions yet, so never (the hook for TxnOffsetCommit).
-    pub fn has_pending_transactional_offset(
-        &self,
-        _gid: &str,
-        _topic: &str,
-        _partition: i32,
-    ) -> bool {
-        false
-    }
-
     pub fn check_delete_group(&self, gid: &str) -> Result<(), ResponseError> {
         if gid.is_empty() {
             return Err(ResponseError::InvalidGroupId);
