@@ -97,9 +97,18 @@ impl Coordinator {
         for (tp, record) in records {
             self.offsets.end_write(gid, &tp);
             if stored {
-                self.offsets.insert(gid, tp, record);
+                self.store_offset(gid, tp, record);
             }
         }
+    }
+
+    /// Applies an offset meta.db has stored (a commit, or a transaction's
+    /// offsets at its commit). Offsets imply their group: if it was deleted
+    /// meanwhile it comes back Empty, as Kafka's replay of an offset record
+    /// recreates a simple group.
+    pub fn store_offset(&mut self, gid: &str, tp: TopicPartition, record: OffsetRecord) {
+        self.group_or_create(gid);
+        self.offsets.insert(gid, tp, record);
     }
 
     /// The committed offset, if any; a group being deleted has none (Kafka's
