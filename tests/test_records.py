@@ -153,3 +153,53 @@ def test_long_poll_delivers_promptly(broker):
         assert max(lat) < 2.0, f"end-to-end latencies {lat} (fetch.wait.max.ms=5000)"
     finally:
         c.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("acks", ["0", "1"])
+def test_acks_0_and_1(broker, acks):
+    """acks=0 gets no response at all (a stray one would desync librdkafka's correlation ids)."""
+    topic = create_topic(broker, unique_topic(f"acks{acks}"), 1)
+    p = producer(broker, acks=acks)
+    dr = DeliveryLog()
+    produce_all(p, topic, ((None, b"a%05d" % i) for i in range(2000)), dr, flush_timeout_s=30)
+    assert not dr.errors, dr.errors[:3]
+    # The producer's connection is still healthy: more requests on it work.
+    produce_all(p, topic, ((None, b"b%05d" % i) for i in range(2000)), dr, flush_timeout_s=30)
+    assert not dr.errors, dr.errors[:3]
+    md = p.list_topics(timeout=10)
+    assert topic in md.topics
+    if acks == "0":
+        deadline = time.monotonic() + 10
+        while watermarks(broker, topic, [0])[0][1] < 4000 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    got = read_all(broker, topic, [0], timeout_s=60)
+    assert [v for (_, _, v) in got[0]] == [b"a%05d" % i for i in range(2000)] + [b"b%05d" % i for i in range(2000)]
+
+
+@pytest.mark.timeout(180)
+def test_concurrent_producers_one_partition(broker):
+    """Several producers (own connections) into one partition: offsets unique, dense, and right."""
+    import threading
+    topic = create_topic(broker, unique_topic("concurrent"), 1)
+    n_producers, per = 4, 10_000
+    logs = [DeliveryLog() for _ in range(n_producers)]
+
+    def run(i):
+        produce_all(producer(broker, **{"linger.ms": i}), topic,
+                    ((None, b"p%d-%06d" % (i, s)) for s in range(per)), logs[i], flush_timeout_s=90)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n_producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    acked = [a for lg in logs for a in lg.acked]
+    assert all(not lg.errors for lg in logs), [lg.errors[:2] for lg in logs]
+    assert len(acked) == n_producers * per
+    offsets = sorted(o for _, o, _ in acked)
+    assert offsets == list(range(len(acked))), "acknowledged offsets are not unique and dense"
+    by_offset = {o: v for _, o, v in acked}
+    got = read_all(broker, topic, [0], timeout_s=90)
+    assert [(o, v) for (o, _, v) in got[0]] == sorted(by_offset.items())

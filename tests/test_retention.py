@@ -37,3 +37,7 @@ def test_retention_bytes_moves_log_start(start_broker):
     # Reading from the beginning now starts at the new log start offset.
     got = read_all(b, topic, [0], timeout_s=60)
     assert got[0][0][0] == low, f"first offset read {got[0][0][0]}, log start {low}"
+    # The log start offset does not go back after a restart.
+    b.restart()
+    low2, high2 = watermarks(b, topic, [0])[0]
+    assert high2 == RECORDS and low2 >= low, f"after restart ({low2}, {high2}), before ({low}, {high})"

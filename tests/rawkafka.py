@@ -1,0 +1,90 @@
+"""A tiny blocking Kafka client for exact protocol tests (hand-built requests).
+
+Only what the tests need: InitProducerId v0 and Produce v3 with record batches
+built by kafka-python's DefaultRecordBatchBuilder, so a test controls producer
+id, epoch and sequence numbers byte for byte (a real client hides them).
+"""
+
+import socket
+import struct
+import time
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+API_PRODUCE = 0
+API_INIT_PRODUCER_ID = 22
+
+
+def _str(s):
+    if s is None:
+        return struct.pack(">h", -1)
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+class RawConn:
+    def __init__(self, host, port, timeout_s=10.0, client_id="doze-raw"):
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.settimeout(timeout_s)
+        self.client_id = client_id
+        self.corr = 0
+
+    def close(self):
+        self.sock.close()
+
+    def _recv_exact(self, n):
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("broker closed the connection")
+            buf += chunk
+        return buf
+
+    def request(self, api_key, version, body, expect_response=True):
+        """Send one request (header v1); return the response body (after correlation id)."""
+        self.corr += 1
+        header = struct.pack(">hhi", api_key, version, self.corr) + _str(self.client_id)
+        msg = header + body
+        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        if not expect_response:
+            return None
+        size = struct.unpack(">i", self._recv_exact(4))[0]
+        data = self._recv_exact(size)
+        corr = struct.unpack(">i", data[:4])[0]
+        assert corr == self.corr, f"correlation id {corr}, expected {self.corr}"
+        return data[4:]
+
+    def init_producer_id(self, transactional_id=None, timeout_ms=60000):
+        body = _str(transactional_id) + struct.pack(">i", timeout_ms)
+        r = self.request(API_INIT_PRODUCER_ID, 0, body)
+        _throttle, err, pid, epoch = struct.unpack(">ihqh", r[:16])
+        return err, pid, epoch
+
+    def produce(self, topic, partition, batch, acks=-1, timeout_ms=30000):
+        """Produce v3 with one batch; returns (error_code, base_offset)."""
+        body = (_str(None) + struct.pack(">hi", acks, timeout_ms) + struct.pack(">i", 1) + _str(topic)
+                + struct.pack(">i", 1) + struct.pack(">i", partition)
+                + struct.pack(">i", len(batch)) + batch)
+        r = self.request(API_PRODUCE, 3, body, expect_response=acks != 0)
+        if r is None:
+            return None
+        # responses: [name, [index, error_code, base_offset, log_append_time]], throttle
+        n_topics = struct.unpack(">i", r[:4])[0]
+        assert n_topics == 1
+        name_len = struct.unpack(">h", r[4:6])[0]
+        pos = 6 + name_len
+        n_parts = struct.unpack(">i", r[pos:pos + 4])[0]
+        assert n_parts == 1
+        _idx, err, base_offset, _lat = struct.unpack(">ihqq", r[pos + 4:pos + 26])
+        return err, base_offset
+
+
+def build_batch(values, producer_id=-1, epoch=-1, base_sequence=-1, transactional=False):
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
+                                  producer_id=producer_id, producer_epoch=epoch,
+                                  base_sequence=base_sequence, batch_size=1 << 30)
+    now_ms = int(time.time() * 1000)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=now_ms, key=None, value=v, headers=[])
+    return bytes(b.build())
