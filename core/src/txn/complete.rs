@@ -183,7 +183,9 @@ pub(crate) fn completed(b: &mut Broker, id: &str, applied: Vec<(String, (String,
     for (group, tp, rec) in applied {
         b.groups.offsets.end_write(&group, &tp);
         if stored {
-            b.groups.offsets.insert(&group, tp, rec);
+            // Recreates the group if it was deleted meanwhile, as Kafka's
+            // replay of an offset record does.
+            b.groups.store_offset(&group, tp, rec);
         }
     }
     if !stored {
