@@ -1,8 +1,22 @@
 //! Broker configuration: what the binary's flags and config file set.
 
+/// Bugs the simulator must catch (see `BrokerConfig::planted_bug`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// EndTxn answered (and the transaction recorded complete) as soon as
+    /// the markers are appended, before they are fsynced.
+    EndTxnBeforeMarkersDurable,
+    /// read_committed fetches read up to the high watermark, not the LSO.
+    ServeAboveLso,
+}
+
 /// Configuration given to `Broker::new`. Defaults follow Apache Kafka.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
+    /// A deliberate bug, for proving that the simulator's oracle catches
+    /// one. Never set by `set()` (no broker property reaches it) nor by the
+    /// binary: only tests and `doze-sim --plant-bug` set it.
+    pub planted_bug: Option<PlantedBug>,
     pub node_id: i32,
     /// Host and port clients are told to connect to (Metadata, FindCoordinator).
     pub advertised_host: String,
@@ -46,6 +60,7 @@ pub struct BrokerConfig {
 impl Default for BrokerConfig {
     fn default() -> Self {
         Self {
+            planted_bug: None,
             node_id: 1,
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,

@@ -23,6 +23,6 @@ pub mod producer;
 pub mod versions;
 
 pub use broker::Broker;
-pub use config::BrokerConfig;
+pub use config::{BrokerConfig, PlantedBug};
 pub use topics::PartitionKey;
 pub use io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output, PartitionDir};

@@ -450,3 +450,27 @@ fn require_stable_sees_offsets_staged_by_an_open_transaction() {
     let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
     assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].committed_offset), (0, 3));
 }
+
+/// The planted bugs really break what they claim to, so a simulator that
+/// misses them is blind, not lucky.
+#[test]
+fn planted_bugs_do_break_the_guarantees() {
+    let config = BrokerConfig { planted_bug: Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable), ..Default::default() };
+    let mut w = World::new(config);
+    create_topic(&mut w, "a", 1);
+    create_topic(&mut w, "b", 1);
+    let (pid, epoch) = open_txn(&mut w, "t", 1);
+    w.auto_io = false;
+    send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
+    w.complete_io(); // decision stored, markers appended (not synced)
+    w.complete_io(); // the Complete write: answered before any marker sync completed
+    assert_eq!(end_txn_answer(&mut w, 1), Some(NONE), "answered early");
+
+    let config = BrokerConfig { planted_bug: Some(doze_core::PlantedBug::ServeAboveLso), ..Default::default() };
+    let mut w = World::new(config);
+    create_topic(&mut w, "a", 1);
+    create_topic(&mut w, "b", 1);
+    open_txn(&mut w, "t", 2);
+    let rc = fetch_part(&mut w, "a", true);
+    assert_eq!(decode_values(rc.records.unwrap()).len(), 2, "open transaction served to read_committed");
+}

@@ -127,7 +127,8 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
             pd.high_watermark = hw;
             pd.last_stable_offset = lso;
             pd.log_start_offset = log.log_start_offset();
-            let upper = if read_committed { lso } else { hw };
+            let serve_above_lso = b.config.planted_bug == Some(crate::config::PlantedBug::ServeAboveLso);
+            let upper = if read_committed && !serve_above_lso { lso } else { hw };
             pd.aborted_transactions = None;
             if read_committed {
                 let aborted = txns.map(|t| t.aborted_overlapping(p.fetch_offset, upper)).unwrap_or_default();
