@@ -145,7 +145,7 @@ fn check(
     } else {
         topic.num_partitions
     };
-    if partitions < 1 || partitions > limits::TOPIC_PARTITIONS_MAX {
+    if !(1..=limits::TOPIC_PARTITIONS_MAX).contains(&partitions) {
         return Err((
             ResponseError::InvalidPartitions,
             format!("Number of partitions must be in 1..={}.", limits::TOPIC_PARTITIONS_MAX),

@@ -7,6 +7,7 @@
 //! - -3 (MAX_TIMESTAMP, v7): the offset and timestamp of the largest timestamp;
 //! - t >= 0: the first offset whose timestamp is >= t, or offset -1 and
 //!   timestamp -1 when there is none (Kafka's answer).
+//!
 //! Only durable data (below the high watermark) is ever reported.
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};

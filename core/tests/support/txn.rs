@@ -99,6 +99,7 @@ pub fn add_offsets(w: &mut World, conn: u64, id: &str, pid: i64, epoch: i16, gro
     }
 }
 
+#[allow(clippy::too_many_arguments)] // mirrors the request's fields
 pub fn txn_offset_commit(
     w: &mut World,
     conn: u64,
