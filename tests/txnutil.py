@@ -43,14 +43,15 @@ def end_offsets(broker, topic, partitions, isolation, timeout_s=15):
         c.close()
 
 
-def read_to(broker, topic, partitions, isolation, until=None, timeout_s=60):
+def read_to(broker, topic, partitions, isolation, until=None, timeout_s=60, **conf):
     """Read from the beginning until every partition's position reaches `until[p]`
     (default: ListOffsets latest under the same isolation, taken first).
+    `conf`: extra consumer settings (dotted names via **{...}).
 
     Returns {partition: [(offset, value), ...]}."""
     if until is None:
         until = end_offsets(broker, topic, partitions, isolation)
-    c = consumer(broker, **{"isolation.level": isolation})
+    c = consumer(broker, **{"isolation.level": isolation, **conf})
     out = {p: [] for p in partitions}
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
