@@ -93,3 +93,39 @@ clippy:
 
 clean-venv:
 	rm -rf $(VENV)
+
+# --- simulation (sim/, scenarios/) ------------------------------------------
+
+SEEDS     ?= 10000
+START     ?= 0
+SCENARIO  ?= swarm
+SEED      ?= 0
+# Test only: PLANT_BUG=ack-before-sync plants a known durability bug.
+PLANT_BUG ?=
+SIM_FLAGS ?=
+SIM_BIN   := target/release/doze-sim
+SIM_PLANT := $(if $(PLANT_BUG),--plant-bug $(PLANT_BUG))
+
+.PHONY: sim replay
+
+# Sweeps SEEDS random seeds over the fault swarm; prints seeds/s, simulated
+# hours, and the replay command of the first failure (exit non-zero).
+sim:
+	$(CARGO) build --release -p doze-sim
+	$(SIM_BIN) --sweep --seeds $(SEEDS) --start $(START) $(SIM_PLANT) $(SIM_FLAGS)
+
+# Replays one run with its whole history: make replay SCENARIO=name SEED=n
+replay:
+	$(CARGO) build --release -p doze-sim
+	$(SIM_BIN) --scenario $(SCENARIO) --seed $(SEED) --trace $(SIM_PLANT) $(SIM_FLAGS)
+
+# --- madsim: the real server under simulated time, network and disk -----------
+
+# net/tests/madsim_cluster.rs with RUSTFLAGS="--cfg madsim" (its own target
+# dir, so the normal build is not invalidated). MADSIM_TEST_NUM seeds from
+# MADSIM_TEST_SEED (default: the time); a failure prints its replay command.
+MADSIM_TEST_NUM ?= 8
+.PHONY: madsim
+madsim:
+	RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR=target/madsim MADSIM_TEST_NUM=$(MADSIM_TEST_NUM) \
+	  timeout --kill-after=30 1200 $(CARGO) test -p doze-net --test madsim_cluster

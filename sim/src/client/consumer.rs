@@ -1,0 +1,306 @@
+//! A consumer that reads every partition of the topic from offset 0 with
+//! plain Fetch requests (no group: it assigns itself all partitions, as
+//! `consumer.assign()` does), and records every record it is given.
+//!
+//! `Follow` long-polls (max_wait 200–500 ms) for the whole workload;
+//! `ReadToEnd` reads up to the high watermark with max_wait 0 and stops: the
+//! verifier that reads the final log back after the last power cut.
+//!
+//! Checks made on the spot: a record is never at or above the high watermark
+//! of the answer that carried it (only durable data is served), and a
+//! position the broker served is never out of range later (served data does
+//! not go away).
+
+use bytes::Bytes;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ResponseKind, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::RecordBatchDecoder;
+use rand::RngExt;
+
+use super::{backoff_ms, is_retriable, Client, Cx};
+use crate::history::{HwSeen, Seen};
+
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Follow,
+    ReadToEnd,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadUncommitted,
+    /// Sends isolation level 1. Filtering aborted transactions is to come
+    /// with the transactional producer (see `client` docs).
+    ReadCommitted,
+}
+
+pub struct Consumer {
+    client: u32,
+    topic: String,
+    mode: Mode,
+    isolation: Isolation,
+    fetch_version: i16,
+    positions: Vec<i64>,
+    /// Per partition, the position not reached through served records (the
+    /// start, or the log start the broker named): an out-of-range answer
+    /// there is no loss, only an empty or moved log start.
+    floors: Vec<i64>,
+    /// The fetch in flight: (correlation id, when it was sent, elapsed ms).
+    asked: Option<(i32, i64)>,
+    stopped: bool,
+    done: bool,
+    failures: u32,
+    records_seen: u64,
+}
+
+impl Consumer {
+    pub fn new(
+        client: u32,
+        topic: String,
+        partitions: i32,
+        mode: Mode,
+        isolation: Isolation,
+        rng: &mut impl rand::Rng,
+    ) -> Self {
+        Self {
+            client,
+            topic,
+            mode,
+            isolation,
+            // From v5, answers carry log_start_offset, which a consumer
+            // needs to reset after OFFSET_OUT_OF_RANGE without ListOffsets.
+            fetch_version: rng.random_range(5..=12),
+            positions: vec![0; partitions as usize],
+            floors: vec![0; partitions as usize],
+            asked: None,
+            stopped: false,
+            done: false,
+            failures: 0,
+            records_seen: 0,
+        }
+    }
+
+    fn fetch(&mut self, cx: &mut Cx) {
+        let max_wait_ms = match self.mode {
+            Mode::Follow => cx.rng.random_range(200..=500),
+            Mode::ReadToEnd => 0,
+        };
+        let partitions = self
+            .positions
+            .iter()
+            .enumerate()
+            .map(|(p, &offset)| {
+                FetchPartition::default()
+                    .with_partition(p as i32)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(64 * 1024)
+            })
+            .collect();
+        let isolation_level = match self.isolation {
+            Isolation::ReadUncommitted => 0,
+            Isolation::ReadCommitted => 1,
+        };
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1024 * 1024)
+            .with_isolation_level(isolation_level)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
+                .with_partitions(partitions)]);
+        if let Some(corr) = cx.wire.send(self.fetch_version, &req) {
+            self.asked = Some((corr, cx.elapsed_ms));
+        }
+    }
+
+    fn on_fetch(&mut self, cx: &mut Cx, sent_ms: i64, r: kafka_protocol::messages::FetchResponse) {
+        if r.error_code != 0 {
+            return self.retry(cx, r.error_code);
+        }
+        let mut caught_up = true;
+        let mut answered = vec![false; self.positions.len()];
+        for topic in &r.responses {
+            for part in &topic.partitions {
+                let p = part.partition_index;
+                let Some(slot) = usize::try_from(p)
+                    .ok()
+                    .filter(|&p| p < self.positions.len())
+                else {
+                    cx.violation(format!("fetch answer names partition {p}, never asked"));
+                    continue;
+                };
+                answered[slot] = true;
+                match part.error_code {
+                    0 => {}
+                    OFFSET_OUT_OF_RANGE => {
+                        let position = self.positions[slot];
+                        if position > self.floors[slot] {
+                            cx.violation(format!(
+                                "p{p}: position {position} out of range: served data went away"
+                            ));
+                        }
+                        // auto.offset.reset=earliest
+                        let start = part.log_start_offset.max(0);
+                        cx.note(format!(
+                            "p{p}: position {position} out of range; reset to log start {start}"
+                        ));
+                        self.positions[slot] = start;
+                        self.floors[slot] = start;
+                        caught_up = false;
+                        continue;
+                    }
+                    c => {
+                        caught_up = false;
+                        self.retry(cx, c);
+                        continue;
+                    }
+                }
+                let hw = part.high_watermark;
+                cx.history.hws.push(HwSeen {
+                    sent_ms,
+                    consumer: self.client,
+                    partition: p,
+                    high_watermark: hw,
+                });
+                if let Some(aborted) = &part.aborted_transactions {
+                    assert!(
+                        aborted.is_empty() || self.isolation == Isolation::ReadUncommitted,
+                        "read_committed filtering of aborted transactions is not written yet"
+                    );
+                }
+                let records = part.records.clone().unwrap_or_default();
+                self.take_records(cx, slot, hw, records);
+                if self.positions[slot] < hw {
+                    caught_up = false;
+                }
+                if self.mode == Mode::ReadToEnd {
+                    cx.history.final_high_watermark.insert(p, hw);
+                }
+            }
+        }
+        if self.mode == Mode::ReadToEnd && caught_up && answered.iter().all(|&a| a) {
+            self.done = true;
+            cx.history.final_read_done = true;
+            cx.note(format!("final read done: {} records", self.records_seen));
+        }
+    }
+
+    fn take_records(&mut self, cx: &mut Cx, slot: usize, hw: i64, mut records: Bytes) {
+        if records.is_empty() {
+            return;
+        }
+        let p = slot as i32;
+        let sets = match RecordBatchDecoder::decode_all(&mut records) {
+            Ok(sets) => sets,
+            Err(e) => {
+                return cx.violation(format!("p{p}: undecodable records from the broker: {e}"))
+            }
+        };
+        for set in sets {
+            for record in set.records {
+                // A fetch starts at the batch holding the position: skip what
+                // was already consumed, as a consumer does.
+                if record.offset < self.positions[slot] || record.control {
+                    continue;
+                }
+                if record.offset >= hw {
+                    cx.violation(format!(
+                        "p{p}: offset {} served at or above the high watermark {hw}",
+                        record.offset
+                    ));
+                }
+                self.positions[slot] = record.offset + 1;
+                self.records_seen += 1;
+                let value = record.value.unwrap_or_default();
+                if self.mode == Mode::ReadToEnd {
+                    cx.history
+                        .final_log
+                        .entry(p)
+                        .or_default()
+                        .push((record.offset, value.clone()));
+                }
+                let seen = Seen {
+                    at_ms: cx.elapsed_ms,
+                    consumer: self.client,
+                    partition: p,
+                    offset: record.offset,
+                    value,
+                };
+                cx.history.seen.push(seen);
+            }
+        }
+    }
+
+    fn retry(&mut self, cx: &mut Cx, code: i16) {
+        if !is_retriable(code) {
+            cx.violation(format!("fetch: unexpected error {code}"));
+        }
+        self.failures += 1;
+        let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
+        cx.wake_in(delay_ms);
+    }
+}
+
+impl Client for Consumer {
+    fn name(&self) -> String {
+        format!(
+            "c{} consumer {:?} {:?} fetch v{}",
+            self.client, self.mode, self.isolation, self.fetch_version
+        )
+    }
+
+    fn on_wake(&mut self, cx: &mut Cx) {
+        if self.stopped || self.done || self.asked.is_some() {
+            return;
+        }
+        if cx.wire.conn().is_none() {
+            return cx.connect();
+        }
+        self.fetch(cx);
+    }
+
+    fn on_response(&mut self, cx: &mut Cx, corr: i32, response: ResponseKind) {
+        let Some((asked, sent_ms)) = self.asked.take() else {
+            panic!("a fetch answer with none in flight")
+        };
+        assert_eq!(asked, corr, "one fetch in flight");
+        let ResponseKind::Fetch(r) = response else {
+            panic!("Fetch answered with {response:?}")
+        };
+        let failures_before = self.failures;
+        self.on_fetch(cx, sent_ms, r);
+        if self.failures == failures_before {
+            self.failures = 0;
+            self.on_wake(cx);
+        }
+    }
+
+    fn on_disconnect(&mut self, cx: &mut Cx) {
+        self.asked = None;
+        self.failures += 1;
+        let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
+        cx.wake_in(delay_ms);
+    }
+
+    fn finish(&mut self) {
+        self.stopped = true;
+    }
+
+    fn is_done(&self) -> bool {
+        self.done || self.stopped
+    }
+
+    fn status(&self) -> String {
+        format!(
+            "{}: positions {:?}, {} records seen",
+            self.name(),
+            self.positions,
+            self.records_seen
+        )
+    }
+}

@@ -1,0 +1,300 @@
+//! What can go wrong, and how a run decides when it does.
+//!
+//! A scenario names faults at times (`FaultSpec`); the swarm draws a
+//! `FaultMix` from the seed instead (each seed its own rates, so a sweep
+//! covers calm runs, storms, and everything between: "swarm testing").
+
+use doze_core::BrokerConfig;
+use rand::RngExt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// The broker process dies; the disk keeps its page cache.
+    Crash,
+    /// The machine loses power: unsynced bytes are lost or torn.
+    PowerCut,
+    /// Armed: a crash at a random moment while the next sync is in flight.
+    CrashDuringSync,
+    /// Armed: a power cut while the next sync is in flight.
+    PowerCutDuringSync,
+    /// Armed: a crash right after the next successful sync is reported,
+    /// before the answers it released reach the clients (so idempotent
+    /// producers resend batches that are already durable).
+    CrashAfterSync,
+    /// Armed: the next fsync fails.
+    FailSync,
+    /// Armed: the next meta.db write fails.
+    FailMeta,
+    /// Appends fail (short write, ENOSPC) for a while.
+    DiskFull,
+    /// Every fsync takes 0.1–3 s for a while.
+    SlowSync,
+    /// Every client connection drops (a network blip; the broker stays up).
+    DropConnections,
+}
+
+impl FaultKind {
+    pub const ALL: [FaultKind; 10] = [
+        FaultKind::Crash,
+        FaultKind::PowerCut,
+        FaultKind::CrashDuringSync,
+        FaultKind::PowerCutDuringSync,
+        FaultKind::CrashAfterSync,
+        FaultKind::FailSync,
+        FaultKind::FailMeta,
+        FaultKind::DiskFull,
+        FaultKind::SlowSync,
+        FaultKind::DropConnections,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::PowerCut => "power-cut",
+            FaultKind::CrashDuringSync => "crash-during-sync",
+            FaultKind::PowerCutDuringSync => "power-cut-during-sync",
+            FaultKind::CrashAfterSync => "crash-after-sync",
+            FaultKind::FailSync => "fail-sync",
+            FaultKind::FailMeta => "fail-meta",
+            FaultKind::DiskFull => "disk-full",
+            FaultKind::SlowSync => "slow-sync",
+            FaultKind::DropConnections => "drop-connections",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Faults that last a while (`for` applies).
+    pub fn has_duration(self) -> bool {
+        matches!(self, FaultKind::DiskFull | FaultKind::SlowSync)
+    }
+}
+
+/// An inclusive range of ms, drawn from by the seed (`100..400`), or one value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MsRange {
+    pub min_ms: i64,
+    pub max_ms: i64,
+}
+
+impl MsRange {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let num = |s: &str| {
+            s.trim()
+                .trim_end_matches("ms")
+                .parse::<i64>()
+                .map_err(|_| format!("bad time {s:?}"))
+        };
+        let (min_ms, max_ms) = match text.split_once("..") {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(text)?, num(text)?),
+        };
+        if min_ms < 0 || min_ms > max_ms {
+            return Err(format!("bad time range {text:?}"));
+        }
+        Ok(Self { min_ms, max_ms })
+    }
+
+    pub fn draw(self, rng: &mut impl rand::Rng) -> i64 {
+        rng.random_range(self.min_ms..=self.max_ms)
+    }
+}
+
+/// One fault of a scenario: `<kind> at <ms> [for <ms>]`, times from the
+/// start of the workload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FaultSpec {
+    pub kind: FaultKind,
+    pub at: MsRange,
+    pub lasting: MsRange,
+}
+
+impl FaultSpec {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut words = text.split_whitespace();
+        let kind_name = words.next().ok_or("empty fault")?;
+        let kind =
+            FaultKind::parse(kind_name).ok_or_else(|| format!("unknown fault {kind_name:?}"))?;
+        let mut spec = Self {
+            kind,
+            at: MsRange {
+                min_ms: 0,
+                max_ms: 0,
+            },
+            lasting: MsRange {
+                min_ms: 1000,
+                max_ms: 1000,
+            },
+        };
+        while let Some(word) = words.next() {
+            let value = words
+                .next()
+                .ok_or_else(|| format!("{word:?} needs a time in {text:?}"))?;
+            match word {
+                "at" => spec.at = MsRange::parse(value)?,
+                "for" if kind.has_duration() => spec.lasting = MsRange::parse(value)?,
+                _ => return Err(format!("unexpected {word:?} in fault {text:?}")),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// Random fault rates for the swarm, drawn per seed.
+#[derive(Clone, Debug)]
+pub struct FaultMix {
+    /// Mean ms between injections, per fault kind that this seed uses.
+    pub mean_interval_ms: Vec<(FaultKind, i64)>,
+    /// Chance that any one fsync fails / is slow, and any meta write fails.
+    pub sync_fail_p: f64,
+    pub sync_slow_p: f64,
+    pub meta_fail_p: f64,
+    /// Random faults stop this long after the workload starts, so that the
+    /// run can show it recovers and finishes (liveness) however hard the storm.
+    pub heal_after_ms: i64,
+}
+
+impl FaultMix {
+    pub fn none() -> Self {
+        Self {
+            mean_interval_ms: Vec::new(),
+            sync_fail_p: 0.0,
+            sync_slow_p: 0.0,
+            meta_fail_p: 0.0,
+            heal_after_ms: i64::MAX,
+        }
+    }
+
+    /// Each kind is on for about half the seeds, at a rate of its own.
+    pub fn draw(rng: &mut impl rand::Rng) -> Self {
+        let mut mean_interval_ms = Vec::new();
+        for kind in FaultKind::ALL {
+            if rng.random_bool(0.5) {
+                mean_interval_ms.push((kind, rng.random_range(300..=8000)));
+            }
+        }
+        // Most seeds get no per-operation failures at all, some a storm.
+        const CHANCES: [f64; 5] = [0.0, 0.0, 0.01, 0.05, 0.2];
+        let sync_fail_p = CHANCES[rng.random_range(0..CHANCES.len())];
+        let sync_slow_p = CHANCES[rng.random_range(0..CHANCES.len())];
+        let meta_fail_p = CHANCES[rng.random_range(0..CHANCES.len())];
+        let heal_after_ms = rng.random_range(2_000..=60_000);
+        Self {
+            mean_interval_ms,
+            sync_fail_p,
+            sync_slow_p,
+            meta_fail_p,
+            heal_after_ms,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let kinds: Vec<String> = self
+            .mean_interval_ms
+            .iter()
+            .map(|(k, ms)| format!("{}~{}ms", k.name(), ms))
+            .collect();
+        format!(
+            "[{}] sync_fail_p={} sync_slow_p={} meta_fail_p={} heal_after={}",
+            kinds.join(" "),
+            self.sync_fail_p,
+            self.sync_slow_p,
+            self.meta_fail_p,
+            if self.heal_after_ms == i64::MAX {
+                "never".to_string()
+            } else {
+                format!("{}ms", self.heal_after_ms)
+            }
+        )
+    }
+}
+
+/// A bug planted on purpose, to show that the sweep catches what it should.
+/// Never on unless asked for (`--plant-bug`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlantedBug {
+    /// Harness side: the disk answers some fsyncs (one in four) Ok at once
+    /// without making anything durable, as a drive with a lying write cache
+    /// does. The core then acknowledges acks=all records that a power cut
+    /// takes away.
+    AckBeforeSync,
+    /// Core side (`doze_core::PlantedBug`): EndTxn answered before its
+    /// markers are durable. Caught once the transactional producer and
+    /// read_committed consumer exist here (see `client` docs); not yet.
+    EndTxnBeforeMarkersDurable,
+    /// Core side: read_committed served up to the high watermark, not the
+    /// LSO. Needs the same clients as above.
+    ServeAboveLso,
+}
+
+impl PlantedBug {
+    pub const ALL: [PlantedBug; 3] = [
+        PlantedBug::AckBeforeSync,
+        PlantedBug::EndTxnBeforeMarkersDurable,
+        PlantedBug::ServeAboveLso,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::AckBeforeSync => "ack-before-sync",
+            PlantedBug::EndTxnBeforeMarkersDurable => "end-txn-before-markers-durable",
+            PlantedBug::ServeAboveLso => "serve-above-lso",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|b| b.name() == name)
+    }
+
+    /// Switches a core-side bug on in the broker's config (the test-only
+    /// `BrokerConfig::planted_bug`); harness-side bugs change nothing there.
+    pub fn configure(self, config: &mut BrokerConfig) {
+        config.planted_bug = match self {
+            PlantedBug::AckBeforeSync => None,
+            PlantedBug::EndTxnBeforeMarkersDurable => {
+                Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable)
+            }
+            PlantedBug::ServeAboveLso => Some(doze_core::PlantedBug::ServeAboveLso),
+        };
+    }
+
+    /// Chance that one fsync lies under this bug.
+    pub fn lying_fsync_p(self) -> f64 {
+        match self {
+            PlantedBug::AckBeforeSync => 0.25,
+            PlantedBug::EndTxnBeforeMarkersDurable | PlantedBug::ServeAboveLso => 0.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_faults() {
+        let f = FaultSpec::parse("disk-full at 100..200 for 500").unwrap();
+        assert_eq!(f.kind, FaultKind::DiskFull);
+        assert_eq!(
+            f.at,
+            MsRange {
+                min_ms: 100,
+                max_ms: 200
+            }
+        );
+        assert_eq!(
+            f.lasting,
+            MsRange {
+                min_ms: 500,
+                max_ms: 500
+            }
+        );
+        assert!(
+            FaultSpec::parse("crash for 10").is_err(),
+            "a crash has no duration"
+        );
+        assert!(FaultSpec::parse("meteor at 1").is_err());
+    }
+}

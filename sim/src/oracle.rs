@@ -1,0 +1,184 @@
+//! The oracle: checks a run's history against what doze-kafka promises.
+//!
+//! 1. Nothing went wrong on the spot (clients' and the world's own checks:
+//!    records served at or above the high watermark, served positions gone,
+//!    unexpected error codes, connections closed on well-formed requests).
+//! 2. The final log (read back after a last power cut) has one record per
+//!    offset, offsets increasing, and only records some producer made.
+//! 3. Every acknowledged record (acks=all or acks=1) is in the final log at
+//!    the offset it was acknowledged with.
+//! 4. No record of an idempotent producer appears twice, unless it was
+//!    resent under a new producer id after an epoch bump (Kafka's promise is
+//!    per producer session; those are counted, not failed).
+//! 5. Every record a consumer was given is still at its offset in the final
+//!    log (served data is never lost or replaced).
+//! 6. High watermarks never go back below acknowledged data: a fetch sent
+//!    after an acknowledgement sees a high watermark past it, across
+//!    restarts too, and so does the final read.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::client::values::{self, RecordId};
+use crate::history::History;
+
+/// Violations found; empty when the run kept every promise.
+pub fn check(h: &History) -> Vec<String> {
+    let mut out = h.violations.clone();
+    if !h.final_read_done {
+        out.push("the final read-back did not finish, so the log could not be checked".into());
+        return out;
+    }
+    let log = final_log(h, &mut out);
+    check_acks(h, &log, &mut out);
+    check_duplicates(h, &mut out);
+    check_seen(h, &log, &mut out);
+    check_high_watermarks(h, &mut out);
+    out
+}
+
+/// (partition, offset) -> value, checking order and origin on the way.
+fn final_log(h: &History, out: &mut Vec<String>) -> BTreeMap<(i32, i64), Bytes> {
+    let mut log = BTreeMap::new();
+    for (&p, records) in &h.final_log {
+        let mut last: Option<i64> = None;
+        for (offset, value) in records {
+            if last.is_some_and(|l| *offset <= l) {
+                out.push(format!(
+                    "p{p}: offset {offset} read after offset {}: offsets must increase",
+                    last.unwrap()
+                ));
+            }
+            last = Some(*offset);
+            match values::decode(value) {
+                Some(id) if id.n < h.produced.get(&id.client).copied().unwrap_or(0) => {}
+                _ => out.push(format!(
+                    "p{p}@{offset}: a record no producer made: {:?}",
+                    preview(value)
+                )),
+            }
+            if log.insert((p, *offset), value.clone()).is_some() {
+                out.push(format!("p{p}@{offset}: two records at one offset"));
+            }
+        }
+    }
+    log
+}
+
+fn check_acks(h: &History, log: &BTreeMap<(i32, i64), Bytes>, out: &mut Vec<String>) {
+    for ack in &h.acks {
+        let at = format!("p{}@{}", ack.partition, ack.offset);
+        match log
+            .get(&(ack.partition, ack.offset))
+            .map(|v| values::decode(v))
+        {
+            None => out.push(format!(
+                "LOST: {} acknowledged at {at} (t={}ms) is not in the final log",
+                ack.id, ack.at_ms
+            )),
+            Some(found) if found != Some(ack.id) => out.push(format!(
+                "REPLACED: {} acknowledged at {at} (t={}ms), but the final log holds {}",
+                ack.id,
+                ack.at_ms,
+                found.map_or("garbage".to_string(), |f| f.to_string())
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
+fn check_duplicates(h: &History, out: &mut Vec<String>) {
+    let mut count: BTreeMap<RecordId, Vec<(i32, i64)>> = BTreeMap::new();
+    for (&p, records) in &h.final_log {
+        for (offset, value) in records {
+            if let Some(id) = values::decode(value).filter(|id| h.idempotent.contains(&id.client)) {
+                count.entry(id).or_default().push((p, *offset));
+            }
+        }
+    }
+    for (id, places) in count {
+        if places.len() > 1 && !h.resequenced.contains(&id) {
+            out.push(format!(
+                "DUPLICATE: idempotent {id} is in the final log {} times: {places:?}",
+                places.len()
+            ));
+        }
+    }
+}
+
+fn check_seen(h: &History, log: &BTreeMap<(i32, i64), Bytes>, out: &mut Vec<String>) {
+    for seen in &h.seen {
+        let at = format!("p{}@{}", seen.partition, seen.offset);
+        match log.get(&(seen.partition, seen.offset)) {
+            None => out.push(format!(
+                "consumer c{} was given {:?} at {at} (t={}ms), which the final log no longer holds",
+                seen.consumer,
+                preview(&seen.value),
+                seen.at_ms
+            )),
+            Some(v) if *v != seen.value => out.push(format!(
+                "consumer c{} was given {:?} at {at} (t={}ms), but the final log holds {:?} there",
+                seen.consumer,
+                preview(&seen.value),
+                seen.at_ms,
+                preview(v)
+            )),
+            Some(_) => {}
+        }
+    }
+}
+
+fn check_high_watermarks(h: &History, out: &mut Vec<String>) {
+    // Per partition: acknowledgements in time order, with the running
+    // highest acknowledged offset.
+    let mut acked: BTreeMap<i32, Vec<(i64, i64)>> = BTreeMap::new();
+    for ack in &h.acks {
+        acked
+            .entry(ack.partition)
+            .or_default()
+            .push((ack.at_ms, ack.offset));
+    }
+    for list in acked.values_mut() {
+        list.sort();
+        let mut high = i64::MIN;
+        for entry in list.iter_mut() {
+            high = high.max(entry.1);
+            entry.1 = high;
+        }
+    }
+    let acked_before = |p: i32, t_ms: i64| -> Option<i64> {
+        let list = acked.get(&p)?;
+        let n = list.partition_point(|&(at, _)| at < t_ms);
+        n.checked_sub(1).map(|i| list[i].1)
+    };
+    for hw in &h.hws {
+        if let Some(offset) = acked_before(hw.partition, hw.sent_ms) {
+            if hw.high_watermark <= offset {
+                out.push(format!(
+                    "p{}: a fetch sent at t={}ms got high watermark {}, below offset {offset} acknowledged before it",
+                    hw.partition, hw.sent_ms, hw.high_watermark
+                ));
+            }
+        }
+    }
+    for (&p, &final_hw) in &h.final_high_watermark {
+        if let Some(offset) = acked_before(p, i64::MAX) {
+            if final_hw <= offset {
+                out.push(format!(
+                    "p{p}: final high watermark {final_hw} is below acknowledged offset {offset}"
+                ));
+            }
+        }
+    }
+}
+
+fn preview(value: &[u8]) -> String {
+    let text = String::from_utf8_lossy(value);
+    text.split('|')
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(40)
+        .collect()
+}

@@ -1,0 +1,185 @@
+//! Scenarios: named, seeded stories, one plain-text file each in the
+//! workspace's `scenarios/` directory (embedded at build time by build.rs).
+//!
+//! A file is `key = value` lines; `#` starts a comment. Numbers may be ranges
+//! (`records = 100..300`), drawn per seed, so each seed tells the story a
+//! little differently. Faults are `fault = <kind> at <ms> [for <ms>]` with
+//! times counted from the start of the workload (after the topic exists);
+//! see `faults::FaultKind` for the kinds. `swarm = true` adds random faults
+//! at rates drawn from the seed (`faults::FaultMix`).
+//!
+//! ```text
+//! name = power-cut-mid-produce
+//! description = A power cut while producers have batches in flight.
+//! partitions = 3
+//! idempotent_producers = 2
+//! plain_producers = 1
+//! consumers = 1
+//! records = 200..400
+//! fault = power-cut at 50..300
+//! ```
+
+use rand::RngExt;
+
+use crate::faults::{FaultSpec, MsRange};
+
+mod builtin {
+    include!(concat!(env!("OUT_DIR"), "/scenarios.rs"));
+}
+
+/// An inclusive range of a count, drawn per seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Count {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl Count {
+    fn parse(text: &str) -> Result<Self, String> {
+        let r = MsRange::parse(text)?;
+        Ok(Self {
+            min: r.min_ms as u64,
+            max: r.max_ms as u64,
+        })
+    }
+
+    pub fn draw(self, rng: &mut impl rand::Rng) -> u64 {
+        rng.random_range(self.min..=self.max)
+    }
+
+    const fn one(n: u64) -> Self {
+        Self { min: n, max: n }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    pub partitions: Count,
+    pub idempotent_producers: Count,
+    pub plain_producers: Count,
+    /// acks of the plain producers (1 or -1).
+    pub plain_acks: i16,
+    pub consumers: Count,
+    /// Records each producer makes.
+    pub records: Count,
+    /// log.segment.bytes choices; small ones make segments roll.
+    pub segment_bytes: Vec<u64>,
+    pub faults: Vec<FaultSpec>,
+    pub swarm: bool,
+}
+
+impl Scenario {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut s = Scenario {
+            name: String::new(),
+            description: String::new(),
+            partitions: Count::one(2),
+            idempotent_producers: Count::one(2),
+            plain_producers: Count::one(1),
+            plain_acks: 1,
+            consumers: Count::one(1),
+            records: Count { min: 100, max: 300 },
+            segment_bytes: vec![4096, 64 * 1024, 1 << 30],
+            faults: Vec::new(),
+            swarm: false,
+        };
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let err = |e: String| format!("line {}: {e}", i + 1);
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| err(format!("expected key = value: {raw:?}")))?;
+            let (key, value) = (key.trim(), value.trim());
+            match key {
+                "name" => s.name = value.to_string(),
+                "description" => s.description = value.to_string(),
+                "partitions" => s.partitions = Count::parse(value).map_err(err)?,
+                "idempotent_producers" => {
+                    s.idempotent_producers = Count::parse(value).map_err(err)?
+                }
+                "plain_producers" => s.plain_producers = Count::parse(value).map_err(err)?,
+                "plain_acks" => {
+                    s.plain_acks = value
+                        .parse()
+                        .map_err(|_| err(format!("bad acks {value:?}")))?
+                }
+                "consumers" => s.consumers = Count::parse(value).map_err(err)?,
+                "records" => s.records = Count::parse(value).map_err(err)?,
+                "segment_bytes" => {
+                    let parsed: Result<Vec<u64>, _> =
+                        value.split(',').map(|v| v.trim().parse()).collect();
+                    s.segment_bytes =
+                        parsed.map_err(|_| err(format!("bad segment_bytes {value:?}")))?;
+                }
+                "fault" => s.faults.push(FaultSpec::parse(value).map_err(err)?),
+                "swarm" => {
+                    s.swarm = value
+                        .parse()
+                        .map_err(|_| err(format!("bad swarm {value:?}")))?
+                }
+                _ => return Err(err(format!("unknown key {key:?}"))),
+            }
+        }
+        if s.name.is_empty() {
+            return Err("a scenario needs a name".into());
+        }
+        if s.partitions.min < 1
+            || s.segment_bytes.is_empty()
+            || s.segment_bytes.iter().any(|&b| b < 4096)
+        {
+            return Err(format!(
+                "{}: needs partitions >= 1 and segment_bytes >= 4096",
+                s.name
+            ));
+        }
+        if !matches!(s.plain_acks, 1 | -1) {
+            return Err(format!("{}: plain_acks must be 1 or -1", s.name));
+        }
+        Ok(s)
+    }
+
+    /// A scenario shipped in `scenarios/`, by name.
+    pub fn builtin(name: &str) -> Option<Scenario> {
+        builtin::BUILTIN
+            .iter()
+            .find(|(stem, _)| *stem == name)
+            .map(|(stem, text)| {
+                let s =
+                    Scenario::parse(text).unwrap_or_else(|e| panic!("scenarios/{stem}.txt: {e}"));
+                assert_eq!(
+                    s.name, *stem,
+                    "scenarios/{stem}.txt must be named after its file"
+                );
+                s
+            })
+    }
+
+    pub fn builtin_names() -> Vec<&'static str> {
+        builtin::BUILTIN.iter().map(|(stem, _)| *stem).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses_and_is_named_after_its_file() {
+        let names = Scenario::builtin_names();
+        assert!(names.len() >= 8, "scenarios/ holds the stories: {names:?}");
+        for name in names {
+            let s = Scenario::builtin(name).unwrap();
+            assert!(!s.description.is_empty(), "{name} needs a description");
+        }
+    }
+
+    #[test]
+    fn rejects_unknown_keys() {
+        assert!(Scenario::parse("name = x\ncolour = blue").is_err());
+    }
+}

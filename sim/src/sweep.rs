@@ -1,0 +1,150 @@
+//! The sweep: many seeds, each running the scenario its seed picks (mostly
+//! the swarm, with its own fault rates), every failure reported with the
+//! command that replays it. A panic in the core (a broken invariant) is a
+//! failure like any oracle violation.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
+use crate::{replay_command, run_with, PlantedBug, RunConfig, RunResult, Scenario};
+
+#[derive(Clone, Debug)]
+pub struct SweepConfig {
+    pub start_seed: u64,
+    pub seeds: u64,
+    pub plant: Option<PlantedBug>,
+    /// Only this scenario, instead of the seed's pick.
+    pub scenario: Option<String>,
+    /// Stop at the first failing seed.
+    pub stop_at_first: bool,
+    /// See `RunConfig::boot_fsync`.
+    pub boot_fsync: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub scenario: String,
+    pub seed: u64,
+    pub problems: Vec<String>,
+    pub replay: String,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct SweepReport {
+    pub runs: u64,
+    pub failures: Vec<Failure>,
+    pub sim_ms: i64,
+    pub acked_records: u64,
+    pub crashes: u64,
+    pub power_cuts: u64,
+    pub wall_secs: f64,
+}
+
+impl SweepReport {
+    pub fn seeds_per_sec(&self) -> f64 {
+        self.runs as f64 / self.wall_secs.max(1e-9)
+    }
+
+    pub fn sim_hours(&self) -> f64 {
+        self.sim_ms as f64 / 3_600_000.0
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} seeds, {} failed; {:.1} seeds/s; {:.3} simulated hours ({:.1} s per seed); {} records acknowledged, {} crashes, {} power cuts",
+            self.runs,
+            self.failures.len(),
+            self.seeds_per_sec(),
+            self.sim_hours(),
+            self.sim_ms as f64 / 1000.0 / self.runs.max(1) as f64,
+            self.acked_records,
+            self.crashes,
+            self.power_cuts
+        )
+    }
+}
+
+/// The scenario a seed runs in a sweep: three in four the swarm, else one of
+/// the named stories (so each keeps being exercised with fresh seeds).
+pub fn scenario_for_seed(seed: u64) -> &'static str {
+    let names = Scenario::builtin_names();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_5ce4_a710_0000);
+    if rng.random_range(0..4) > 0 && names.contains(&"swarm") {
+        return "swarm";
+    }
+    names[rng.random_range(0..names.len())]
+}
+
+/// Runs one seed; a panic becomes the failure's message.
+pub fn run_guarded(
+    scenario: &str,
+    seed: u64,
+    plant: Option<PlantedBug>,
+    boot_fsync: bool,
+) -> Result<RunResult, String> {
+    let scenario =
+        Scenario::builtin(scenario).ok_or_else(|| format!("no scenario named {scenario:?}"))?;
+    let cfg = RunConfig {
+        scenario,
+        seed,
+        keep_trace: false,
+        plant,
+        boot_fsync,
+    };
+    catch_unwind(AssertUnwindSafe(|| run_with(cfg))).map_err(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        format!("PANIC: {message}")
+    })
+}
+
+/// Runs the sweep, calling `progress` after every seed.
+pub fn sweep(
+    cfg: &SweepConfig,
+    mut progress: impl FnMut(&SweepReport, Option<&Failure>),
+) -> SweepReport {
+    let started = Instant::now();
+    let mut report = SweepReport::default();
+    for seed in cfg.start_seed..cfg.start_seed + cfg.seeds {
+        let scenario = cfg
+            .scenario
+            .clone()
+            .unwrap_or_else(|| scenario_for_seed(seed).to_string());
+        let outcome = run_guarded(&scenario, seed, cfg.plant, cfg.boot_fsync);
+        report.runs += 1;
+        let problems = match outcome {
+            Ok(result) => {
+                report.sim_ms += result.sim_ms;
+                report.acked_records += result.stats.acked_records;
+                report.crashes += result.stats.crashes;
+                report.power_cuts += result.stats.power_cuts;
+                result.violations
+            }
+            Err(panic) => vec![panic],
+        };
+        report.wall_secs = started.elapsed().as_secs_f64();
+        if problems.is_empty() {
+            progress(&report, None);
+            continue;
+        }
+        let replay = replay_command(&scenario, seed, cfg.plant, cfg.boot_fsync);
+        report.failures.push(Failure {
+            scenario,
+            seed,
+            problems,
+            replay,
+        });
+        progress(&report, report.failures.last());
+        if cfg.stop_at_first {
+            break;
+        }
+    }
+    report.wall_secs = started.elapsed().as_secs_f64();
+    report
+}

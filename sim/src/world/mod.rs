@@ -1,0 +1,467 @@
+//! The world: one broker (the real `doze_core::Broker`), its SimDisk and
+//! meta.db, the simulated clients, the network between them, a simulated
+//! clock and a seeded PRNG. Nothing here reads the wall clock or the OS's
+//! randomness: a seed determines the whole history.
+//!
+//! A run goes through phases: *setup* (an admin client creates the topic),
+//! *workload* (producers and consumers run, faults fire), *drain* (faults
+//! stop, consumers catch up), *verify* (a last power cut, a restart, and a
+//! verifier reads every partition back for the oracle).
+//!
+//! Split by concern: `broker.rs` carries out the core's outputs and feeds it
+//! completions, `faults.rs` injects faults, `net.rs` moves frames and keeps
+//! connections, `events.rs` is the queue.
+
+mod broker;
+mod events;
+mod faults;
+mod net;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use doze_core::{Broker, BrokerConfig, ConnId, IoId};
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
+
+use crate::client::admin::Admin;
+use crate::client::consumer::{Consumer, Isolation, Mode};
+use crate::client::producer::{Producer, ProducerConfig};
+use crate::client::wire::Wire;
+use crate::client::{Client, Cx};
+use crate::disk::SimDisk;
+use crate::faults::{FaultKind, FaultMix, PlantedBug};
+use crate::history::History;
+use crate::metadb::SimMeta;
+use crate::scenario::Scenario;
+use crate::trace::Trace;
+pub use events::{Event, EventQueue};
+
+/// The simulated clock starts here (ms since the UNIX epoch), like a real one.
+pub const T0_MS: i64 = 1_700_000_000_000;
+/// A workload that has not finished by then is stuck: a liveness failure.
+const WORKLOAD_MS_MAX: i64 = 15 * 60 * 1000;
+/// Consumers keep reading this long after the producers are done.
+const DRAIN_MS: i64 = 1500;
+/// The whole run, verification included, ends by then.
+const RUN_MS_MAX: i64 = 20 * 60 * 1000;
+const TOPIC: &str = "sim-topic";
+
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub scenario: Scenario,
+    pub seed: u64,
+    pub keep_trace: bool,
+    pub plant: Option<PlantedBug>,
+    /// The driver fsyncs every segment file it finds before `Input::Boot`.
+    /// Off models a driver that does not (net's boot.rs at the time of
+    /// writing): a crash, a restart and a power cut before the next sync
+    /// then lose records the restarted broker served and acknowledged.
+    pub boot_fsync: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub events: u64,
+    pub acked_records: u64,
+    pub crashes: u64,
+    pub power_cuts: u64,
+    pub failed_syncs: u64,
+    pub lying_syncs: u64,
+    pub syncs: u64,
+    pub bytes_appended: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Admin,
+    Producer,
+    Consumer,
+    Verifier,
+}
+
+struct Slot {
+    client: Box<dyn Client>,
+    wire: Wire,
+    role: Role,
+    /// The connection the world knows this client holds or is opening.
+    conn: Option<ConnId>,
+    /// The earliest wake-up queued, so a busy client does not flood the queue.
+    wake_at_ms: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Setup,
+    Workload,
+    Drain,
+    Verify,
+    Done,
+}
+
+/// Fates decided when an I/O is issued, carried out at its completion.
+#[derive(Clone, Copy, Debug)]
+struct SyncFate {
+    fail: bool,
+    lie: bool,
+}
+
+pub struct World {
+    cfg: RunConfig,
+    rng: ChaCha8Rng,
+    now_ms: i64,
+    queue: EventQueue,
+    pub trace: Trace,
+    pub history: History,
+    pub stats: Stats,
+    broker_config: BrokerConfig,
+    broker: Option<Broker>,
+    /// Broker incarnation: bumped at every crash, so that completions and
+    /// timers of a dead process are dropped.
+    gen: u64,
+    start_pending: bool,
+    tick_at_ms: Option<i64>,
+    disk: SimDisk,
+    meta: SimMeta,
+    sync_fates: BTreeMap<IoId, SyncFate>,
+    meta_fates: BTreeMap<IoId, bool>,
+    slots: Vec<Slot>,
+    conns: BTreeMap<ConnId, usize>,
+    next_conn: ConnId,
+    /// Per connection and direction, when the last frame arrives: TCP keeps order.
+    last_arrival_ms: BTreeMap<(ConnId, bool), i64>,
+    phase: Phase,
+    topic_partitions: i32,
+    workload_start_ms: i64,
+    faults_on: bool,
+    armed: BTreeSet<FaultKind>,
+    mix: FaultMix,
+    slow_sync: bool,
+}
+
+/// What a run produced: the oracle's verdict and the figures.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub scenario: String,
+    pub seed: u64,
+    pub trace_hash: u64,
+    pub trace_lines: Vec<String>,
+    pub trace_count: u64,
+    pub sim_ms: i64,
+    pub violations: Vec<String>,
+    pub stats: Stats,
+    pub setup: String,
+}
+
+impl World {
+    pub fn new(cfg: RunConfig) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+        let mut broker_config = BrokerConfig::default();
+        let segments = &cfg.scenario.segment_bytes;
+        broker_config.segment_bytes = segments[rng.random_range(0..segments.len())];
+        if let Some(bug) = cfg.plant {
+            bug.configure(&mut broker_config);
+        }
+        let mix = if cfg.scenario.swarm {
+            FaultMix::draw(&mut rng)
+        } else {
+            FaultMix::none()
+        };
+        let trace = Trace::new(cfg.keep_trace);
+        Self {
+            cfg,
+            rng,
+            now_ms: T0_MS,
+            queue: EventQueue::default(),
+            trace,
+            history: History::default(),
+            stats: Stats::default(),
+            broker_config,
+            broker: None,
+            gen: 0,
+            start_pending: false,
+            tick_at_ms: None,
+            disk: SimDisk::default(),
+            meta: SimMeta::default(),
+            sync_fates: BTreeMap::new(),
+            meta_fates: BTreeMap::new(),
+            slots: Vec::new(),
+            conns: BTreeMap::new(),
+            next_conn: 1,
+            last_arrival_ms: BTreeMap::new(),
+            phase: Phase::Setup,
+            topic_partitions: 1,
+            workload_start_ms: T0_MS,
+            faults_on: false,
+            armed: BTreeSet::new(),
+            mix,
+            slow_sync: false,
+        }
+    }
+
+    /// Runs to the end and returns the verdict.
+    pub fn run(mut self) -> RunResult {
+        let setup = format!(
+            "scenario {} seed {} segment_bytes {} faults {}{}",
+            self.cfg.scenario.name,
+            self.cfg.seed,
+            self.broker_config.segment_bytes,
+            self.mix.describe(),
+            self.cfg
+                .plant
+                .map(|b| format!(" PLANTED BUG {}", b.name()))
+                .unwrap_or_default()
+        );
+        self.note(setup.clone());
+        self.start_broker();
+        self.topic_partitions = self.draw_count(self.cfg.scenario.partitions) as i32;
+        let admin = Admin::new(TOPIC.into(), self.topic_partitions);
+        self.add_client(Box::new(admin), Role::Admin, 0);
+        while let Some((at_ms, event)) = self.queue.pop() {
+            assert!(at_ms >= self.now_ms, "the clock never runs backwards");
+            self.now_ms = at_ms;
+            self.stats.events += 1;
+            if self.elapsed_ms() > RUN_MS_MAX {
+                let what = format!(
+                    "the run did not finish in {RUN_MS_MAX} ms: {}",
+                    self.statuses()
+                );
+                self.history.violation(self.elapsed_ms(), what);
+                break;
+            }
+            self.handle(event);
+            self.advance_phase();
+            if self.phase == Phase::Done {
+                break;
+            }
+        }
+        if self.phase != Phase::Done && self.history.violations.is_empty() {
+            let what = format!(
+                "nothing left to happen before the run ended: {}",
+                self.statuses()
+            );
+            self.history.violation(self.elapsed_ms(), what);
+        }
+        self.stats.bytes_appended = self.disk.bytes_appended;
+        self.stats.acked_records = self.history.acks.len() as u64;
+        let violations = crate::oracle::check(&self.history);
+        for v in &violations {
+            self.note(format!("ORACLE {v}"));
+        }
+        RunResult {
+            scenario: self.cfg.scenario.name.clone(),
+            seed: self.cfg.seed,
+            trace_hash: self.trace.hash(),
+            trace_count: self.trace.count(),
+            trace_lines: self.trace.lines().to_vec(),
+            sim_ms: self.elapsed_ms(),
+            violations,
+            stats: self.stats,
+            setup,
+        }
+    }
+
+    fn elapsed_ms(&self) -> i64 {
+        self.now_ms - T0_MS
+    }
+
+    fn note(&mut self, line: String) {
+        let elapsed_ms = self.elapsed_ms();
+        self.trace.record(elapsed_ms, &line);
+    }
+
+    fn draw_count(&mut self, count: crate::scenario::Count) -> u64 {
+        count.draw(&mut self.rng)
+    }
+
+    fn statuses(&self) -> String {
+        self.slots
+            .iter()
+            .map(|s| s.client.status())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::ClientWake(client) => {
+                if self.slots[client].wake_at_ms == Some(self.now_ms) {
+                    self.slots[client].wake_at_ms = None;
+                    self.drive(client, |c, cx| c.on_wake(cx));
+                }
+            }
+            Event::ToBroker { conn, frame } => self.frame_to_broker(conn, frame),
+            Event::ToClient { conn, frame } => self.frame_to_client(conn, frame),
+            Event::Connected { client, conn } => self.connected(client, conn),
+            Event::ClientDisconnected { client, conn } => self.client_disconnected(client, conn),
+            Event::SyncDone { gen, io } if gen == self.gen => self.sync_done(io),
+            Event::MetaDone { gen, io } if gen == self.gen => self.meta_done(io),
+            Event::Tick { gen } if gen == self.gen => {
+                if self.tick_at_ms == Some(self.now_ms) {
+                    self.tick_at_ms = None;
+                    self.broker_input(doze_core::Input::Tick);
+                }
+            }
+            Event::SyncDone { .. } | Event::MetaDone { .. } | Event::Tick { .. } => {}
+            Event::BrokerStart => self.start_broker(),
+            Event::Fault(kind) => self.inject(kind, false),
+            Event::FaultEnd(kind) => self.end_fault(kind),
+            Event::SwarmFault(kind) => self.inject(kind, true),
+            Event::EndDrain => self.end_drain(),
+        }
+    }
+
+    fn advance_phase(&mut self) {
+        match self.phase {
+            Phase::Setup if self.role_done(Role::Admin) => self.start_workload(),
+            Phase::Workload if self.role_done(Role::Producer) => {
+                self.note("workload done: faults off, draining".into());
+                self.phase = Phase::Drain;
+                self.faults_on = false;
+                self.armed.clear();
+                self.disk.full = false;
+                self.slow_sync = false;
+                self.queue.push(self.now_ms + DRAIN_MS, Event::EndDrain);
+            }
+            Phase::Workload if self.now_ms - self.workload_start_ms > WORKLOAD_MS_MAX => {
+                let what = format!(
+                    "the workload did not finish in {WORKLOAD_MS_MAX} ms: {}",
+                    self.statuses()
+                );
+                self.history.violation(self.elapsed_ms(), what);
+                self.phase = Phase::Done;
+            }
+            Phase::Verify if self.role_done(Role::Verifier) => self.phase = Phase::Done,
+            _ => {}
+        }
+    }
+
+    fn role_done(&self, role: Role) -> bool {
+        self.slots
+            .iter()
+            .filter(|s| s.role == role)
+            .all(|s| s.client.is_done())
+    }
+
+    fn start_workload(&mut self) {
+        self.phase = Phase::Workload;
+        self.workload_start_ms = self.now_ms;
+        self.faults_on = true;
+        self.note("workload starts".into());
+        let s = self.cfg.scenario.clone();
+        let partitions = self.topic_partitions;
+        let idempotent = self.draw_count(s.idempotent_producers);
+        let plain = self.draw_count(s.plain_producers);
+        let consumers = self.draw_count(s.consumers);
+        for i in 0..idempotent + plain {
+            let records = self.draw_count(s.records);
+            let idem = i < idempotent;
+            let acks = if idem { -1 } else { s.plain_acks };
+            let client = self.slots.len() as u32;
+            let cfg = ProducerConfig {
+                topic: TOPIC.into(),
+                partitions,
+                records,
+                idempotent: idem,
+                acks,
+            };
+            if idem {
+                self.history.idempotent.insert(client);
+            }
+            let producer = Producer::new(client, cfg, &mut self.rng);
+            let delay_ms = self.rng.random_range(0..=10);
+            self.add_client(Box::new(producer), Role::Producer, delay_ms);
+        }
+        for _ in 0..consumers {
+            let client = self.slots.len() as u32;
+            let consumer = Consumer::new(
+                client,
+                TOPIC.into(),
+                partitions,
+                Mode::Follow,
+                Isolation::ReadUncommitted,
+                &mut self.rng,
+            );
+            let delay_ms = self.rng.random_range(0..=10);
+            self.add_client(Box::new(consumer), Role::Consumer, delay_ms);
+        }
+        self.schedule_faults();
+    }
+
+    fn end_drain(&mut self) {
+        self.note("drain over: consumers stop; final power cut, restart, read back".into());
+        for i in 0..self.slots.len() {
+            self.slots[i].client.finish();
+        }
+        self.drop_connections(false);
+        self.phase = Phase::Verify;
+        // The harshest end: only what is durable survives. Every acknowledged
+        // record must be in what the verifier reads after the restart.
+        self.crash(true);
+        let client = self.slots.len() as u32;
+        let partitions = self.topic_partitions;
+        let verifier = Consumer::new(
+            client,
+            TOPIC.into(),
+            partitions,
+            Mode::ReadToEnd,
+            Isolation::ReadUncommitted,
+            &mut self.rng,
+        );
+        self.add_client(Box::new(verifier), Role::Verifier, 600);
+    }
+
+    fn add_client(&mut self, client: Box<dyn Client>, role: Role, delay_ms: i64) {
+        let index = self.slots.len();
+        let wire = Wire::new(format!("sim-c{index}"));
+        self.note(format!("client c{index}: {}", client.name()));
+        self.slots.push(Slot {
+            client,
+            wire,
+            role,
+            conn: None,
+            wake_at_ms: None,
+        });
+        self.wake(index, self.now_ms + delay_ms);
+    }
+
+    fn wake(&mut self, client: usize, at_ms: i64) {
+        let slot = &mut self.slots[client];
+        if slot.wake_at_ms.is_some_and(|t| t <= at_ms) {
+            return;
+        }
+        slot.wake_at_ms = Some(at_ms);
+        self.queue.push(at_ms, Event::ClientWake(client));
+    }
+
+    /// Runs one client callback and carries out what it asked for.
+    fn drive(&mut self, client: usize, f: impl FnOnce(&mut dyn Client, &mut Cx)) {
+        let elapsed_ms = self.elapsed_ms();
+        let slot = &mut self.slots[client];
+        let mut cx = Cx::new(
+            self.now_ms,
+            elapsed_ms,
+            &mut self.rng,
+            &mut slot.wire,
+            &mut self.history,
+        );
+        f(slot.client.as_mut(), &mut cx);
+        let (notes, wake_at_ms, want_connect) = (
+            std::mem::take(&mut cx.notes),
+            cx.wake_at_ms,
+            cx.want_connect,
+        );
+        for line in notes {
+            self.note(format!("c{client}: {line}"));
+        }
+        let outbox = std::mem::take(&mut self.slots[client].wire.outbox);
+        for (conn, frame) in outbox {
+            self.send_to_broker(client, conn, frame);
+        }
+        if let Some(at_ms) = wake_at_ms {
+            self.wake(client, at_ms);
+        }
+        if want_connect {
+            self.connect(client);
+        }
+    }
+}

@@ -1,0 +1,69 @@
+//! Every named scenario keeps every promise for a few seeds.
+
+use doze_sim::sweep::run_guarded;
+use doze_sim::{replay_command, Scenario};
+
+const SEEDS: std::ops::Range<u64> = 0..3;
+
+#[test]
+fn every_scenario_passes_for_a_few_seeds() {
+    let mut failures = Vec::new();
+    for name in Scenario::builtin_names() {
+        for seed in SEEDS {
+            let problems = match run_guarded(name, seed, None, true) {
+                Ok(result) => {
+                    println!(
+                        "{name} seed {seed}: ok, {:.1} simulated s, {} acked, {} crashes, {} power cuts, {} failed syncs",
+                        result.sim_ms as f64 / 1000.0,
+                        result.stats.acked_records,
+                        result.stats.crashes,
+                        result.stats.power_cuts,
+                        result.stats.failed_syncs
+                    );
+                    result.violations
+                }
+                Err(panic) => vec![panic],
+            };
+            if !problems.is_empty() {
+                let shown: Vec<&String> = problems.iter().take(5).collect();
+                failures.push(format!(
+                    "{name} seed {seed}: {shown:#?}\n  replay: {}",
+                    replay_command(name, seed, None, true)
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "scenarios failed:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn the_faults_each_scenario_names_really_happen() {
+    // A story that silently injects nothing would pass for the wrong reason.
+    let cases = [
+        ("power-cut-mid-produce", "POWER CUT"),
+        ("crash-during-fsync", "CRASH"),
+        ("failed-fsync-then-retry", "EIO: injected fsync failure"),
+        (
+            "duplicate-resent-across-crash",
+            "crash right after a successful sync",
+        ),
+        ("full-disk", "ENOSPC"),
+        (
+            "fail-meta-init-producer-id",
+            "injected meta.db write failure",
+        ),
+        ("network-drops", "fault: drop-connections"),
+    ];
+    for (name, needle) in cases {
+        let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), 0, true, None);
+        assert!(
+            r.trace_lines.iter().any(|l| l.contains(needle)),
+            "{name}: no {needle:?} in its trace; replay: {}",
+            replay_command(name, 0, None, true)
+        );
+    }
+}
