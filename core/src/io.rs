@@ -49,6 +49,12 @@ pub fn segment_file_name(base_offset: i64) -> String {
 pub struct IoError(pub String);
 
 /// What the driver found on disk at start-up, handed to the core once, first.
+///
+/// Contract: everything in it must be durable. After a process crash the
+/// page cache still holds bytes that were never fsynced and reads return
+/// them; the driver fsyncs every segment file, partition directory and
+/// meta.db before `Input::Boot` (the core serves recovered data as durable,
+/// and a power cut after the restart must not take it back).
 #[derive(Clone, Debug, Default)]
 pub struct BootState {
     /// Every key/value pair of meta.db.
