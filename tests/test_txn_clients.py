@@ -10,20 +10,15 @@ read_committed sees only the committed records and read_uncommitted sees all six
 
 import asyncio
 import json
-import os
-import pathlib
-import shutil
-import subprocess
 import time
 
 import pytest
 from confluent_kafka import Producer
 
-from txnutil import TXN_BROKER_SETS, end_offsets, read_to, txn_producer_conf
+from txnutil import (TXN_BROKER_SETS, end_offsets, read_to, require_kafkajs, run_node,
+                     txn_producer_conf)
 from wireutil import create_topic, unique_topic
 
-JS_DIR = pathlib.Path(__file__).resolve().parent / "js"
-NODE = shutil.which("node") or "/usr/bin/node"
 END_OFFSET = 8  # 3 committed + 1 marker + 3 aborted + 1 marker
 
 
@@ -199,23 +194,6 @@ def test_aiokafka_commit_and_abort(txn_broker):
 
 
 # --- kafkajs -----------------------------------------------------------------
-
-def require_kafkajs():
-    if not (JS_DIR / "node_modules" / "kafkajs").is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("tests/js/node_modules/kafkajs is missing: `make js-deps` did not run")
-        pytest.skip("kafkajs not installed (run `make js-deps`)")
-
-
-def run_node(script, *args, timeout_s=75):
-    env = dict(os.environ, KAFKAJS_NO_PARTITIONER_WARNING="1")
-    r = subprocess.run([NODE, str(JS_DIR / script), *map(str, args)], cwd=JS_DIR, env=env,
-                       capture_output=True, text=True, timeout=timeout_s)
-    assert r.returncode == 0, (
-        f"node {script} exited {r.returncode}\n--- stdout ---\n{r.stdout[-4000:]}\n"
-        f"--- stderr ---\n{r.stderr[-8000:]}")
-    return r.stdout
-
 
 @pytest.mark.timeout(120)
 def test_kafkajs_commit_and_abort(txn_broker):

@@ -10,26 +10,16 @@
 import time
 
 import pytest
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from txnutil import TXN_BROKER_SETS, end_offsets, read_to, txn_producer_conf, wait_until
+from txnutil import (TXN_BROKER_SETS, end_offsets, group_committed, read_to, txn_producer_conf,
+                     wait_until)
 from wireutil import base_conf, create_topic, unique_topic
-from confluent_kafka import Consumer
 
 
 @pytest.fixture
 def txn_broker(start_broker):
     return start_broker(sets=TXN_BROKER_SETS)
-
-
-def group_committed(broker, group, topic, partitions, isolation="read_uncommitted"):
-    c = Consumer(base_conf(broker, **{"group.id": group, "enable.auto.commit": False,
-                                      "isolation.level": isolation}))
-    try:
-        tps = c.committed([TopicPartition(topic, p) for p in partitions], timeout=20)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        c.close()
 
 
 @pytest.mark.timeout(90)

@@ -6,11 +6,19 @@ an aborted transaction or a marker, so the last record delivered may sit well
 below the end offset.
 """
 
+import os
+import pathlib
+import shutil
+import subprocess
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from wireutil import base_conf, consumer
+
+JS_DIR = pathlib.Path(__file__).resolve().parent / "js"
+NODE = shutil.which("node") or "/usr/bin/node"
 
 # Broker settings every transaction test uses: timed-out transactions are looked
 # for every 500 ms (Kafka's default is 10 s) and groups rebalance at once.
@@ -89,3 +97,32 @@ def wait_until(pred, timeout_s, interval_s=0.25, what="condition"):
             return last
         time.sleep(interval_s)
     raise AssertionError(f"{what} not reached within {timeout_s}s (last: {last!r})")
+
+
+def group_committed(broker, group, topic, partitions, isolation="read_uncommitted"):
+    """The group's committed offsets (OffsetFetch; read_committed asks require_stable)."""
+    c = Consumer(base_conf(broker, **{"group.id": group, "enable.auto.commit": False,
+                                      "isolation.level": isolation}))
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in partitions], timeout=20)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()
+
+
+def require_kafkajs():
+    if not (JS_DIR / "node_modules" / "kafkajs").is_dir():
+        if os.environ.get("CI"):
+            pytest.fail("tests/js/node_modules/kafkajs is missing: `make js-deps` did not run")
+        pytest.skip("kafkajs not installed (run `make js-deps`)")
+
+
+def run_node(script, *args, timeout_s=75):
+    """Run tests/js/<script> with node; assert it exits 0; return its stdout."""
+    env = dict(os.environ, KAFKAJS_NO_PARTITIONER_WARNING="1")
+    r = subprocess.run([NODE, str(JS_DIR / script), *map(str, args)], cwd=JS_DIR, env=env,
+                       capture_output=True, text=True, timeout=timeout_s)
+    assert r.returncode == 0, (
+        f"node {script} exited {r.returncode}\n--- stdout ---\n{r.stdout[-4000:]}\n"
+        f"--- stderr ---\n{r.stderr[-8000:]}")
+    return r.stdout
