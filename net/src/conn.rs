@@ -21,7 +21,6 @@ use bytes::Bytes;
 use doze_core::limits::{CONN_REQUESTS_IN_FLIGHT_MAX, REQUEST_BYTES_MAX};
 use doze_core::ConnId;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tracing::{debug, warn};
@@ -63,7 +62,7 @@ pub async fn start(
     if let Err(e) = stream.set_nodelay(true) {
         debug!(conn, %peer, error = %e, "cannot set TCP_NODELAY");
     }
-    let (read_half, write_half) = stream.into_split();
+    let (read_half, write_half) = split(stream);
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
     let (stop_reader, reader_stopped) = oneshot::channel();
     // Registered before the reader starts, so the broker task knows the
@@ -177,6 +176,28 @@ async fn write_loop(
         // A client that stopped reading must not keep the socket forever.
         () = linger => debug!(conn, "responses not delivered in time; dropping the socket"),
     }
+}
+
+/// The two halves of a socket. Real tokio splits a `TcpStream` without a
+/// lock; madsim's simulated stream has no `into_split`, so there the generic
+/// `tokio::io::split` (a lock per poll, uncontended) does the same job.
+#[cfg(not(madsim))]
+type OwnedReadHalf = tokio::net::tcp::OwnedReadHalf;
+#[cfg(not(madsim))]
+type OwnedWriteHalf = tokio::net::tcp::OwnedWriteHalf;
+#[cfg(madsim)]
+type OwnedReadHalf = tokio::io::ReadHalf<TcpStream>;
+#[cfg(madsim)]
+type OwnedWriteHalf = tokio::io::WriteHalf<TcpStream>;
+
+#[cfg(not(madsim))]
+fn split(stream: TcpStream) -> (OwnedReadHalf, OwnedWriteHalf) {
+    stream.into_split()
+}
+
+#[cfg(madsim)]
+fn split(stream: TcpStream) -> (OwnedReadHalf, OwnedWriteHalf) {
+    tokio::io::split(stream)
 }
 
 #[derive(Debug)]

@@ -8,15 +8,11 @@
 //!
 //! Exit codes: 0 after a clean shutdown, 2 for bad usage (flags, config file),
 //! 1 for anything else (port in use, data dir unusable, a failed final sync).
-
-mod alloc;
-mod boot;
-mod config;
-mod conn;
-mod datadir;
-mod disk;
-mod metadb;
-mod server;
+//!
+//! Built with `--cfg madsim` (for the simulation tests) there is no binary to
+//! speak of: signals, real files and threads do not exist inside madsim, so
+//! `main` only says so. The server itself is in the library and is the same.
+#![cfg_attr(madsim, allow(dead_code, unused_imports))]
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
@@ -26,10 +22,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+#[cfg(not(madsim))]
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
-use crate::config::HostPort;
+use doze_net::config::HostPort;
+use doze_net::{alloc, boot, config, datadir, server, storage};
 
 #[global_allocator]
 static GLOBAL: alloc::GuardedAlloc = alloc::GuardedAlloc;
@@ -64,6 +62,13 @@ struct Cli {
     set: Vec<String>,
 }
 
+#[cfg(madsim)]
+fn main() -> ExitCode {
+    eprintln!("doze-kafka: error: built with --cfg madsim; this build is for the simulation tests");
+    ExitCode::from(2)
+}
+
+#[cfg(not(madsim))]
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -117,6 +122,7 @@ fn init_logging() {
         .init();
 }
 
+#[cfg(not(madsim))]
 fn run(cli: Cli, mut settings: doze_core::BrokerConfig) -> anyhow::Result<()> {
     // A std listener, bound before the runtime exists, so that "port in use"
     // fails fast and leaves no data dir behind, and so that the real port is
@@ -155,12 +161,17 @@ fn run(cli: Cli, mut settings: doze_core::BrokerConfig) -> anyhow::Result<()> {
         // that sends SIGTERM right after reading it must get a clean shutdown,
         // not the default action of the signal.
         let signals = Signals::register()?;
+        let listener =
+            tokio::net::TcpListener::from_std(listener).context("cannot register the listener")?;
         let setup = server::Setup {
             listener,
             advertised,
             settings,
-            boot,
-            logs_dir: data.logs_dir(),
+            boot: boot.state,
+            storage: storage::DiskAndSled {
+                logs_dir: data.logs_dir(),
+                db: boot.db,
+            },
         };
         server::serve(setup, signals.first_then_force()).await
     });
@@ -186,11 +197,13 @@ fn warn_if_unreachable(advertised: &HostPort, local: SocketAddr) {
 }
 
 /// SIGTERM and SIGINT, both meaning "shut down cleanly".
+#[cfg(not(madsim))]
 struct Signals {
     term: Signal,
     int: Signal,
 }
 
+#[cfg(not(madsim))]
 impl Signals {
     fn register() -> anyhow::Result<Self> {
         let term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;

@@ -1,6 +1,10 @@
 //! The server: the acceptor, the broker task, and the shutdown that ties the
 //! disk and meta workers off.
 //!
+//! The storage is a parameter (`storage::Storage`): production runs the disk
+//! and meta worker threads below; the madsim tests run the same server over a
+//! simulated store (`simstore.rs`), with madsim's network and clock.
+//!
 //! ```text
 //!  acceptor ──Connected──┐
 //!  readers ──Frame───────┤ events (bounded)           ┌─► writers (per connection)
@@ -23,24 +27,22 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
-use doze_core::{Broker, BrokerConfig, ConnId, Input, Output};
+use doze_core::{BootState, Broker, BrokerConfig, ConnId, Input, Output};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
-use crate::boot::Boot;
 use crate::config::HostPort;
 use crate::conn::{self, ConnHandle};
-use crate::disk::{DiskQueue, DiskWorker};
-use crate::metadb::{MetaQueue, MetaWorker, MetaWrite};
+use crate::metadb::MetaWrite;
+use crate::storage::{Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.
 const EVENTS_QUEUED_MAX: usize = 4096;
@@ -62,49 +64,47 @@ pub enum Event {
 }
 
 /// Everything start-up prepared, handed to `serve`.
-pub struct Setup {
-    pub listener: std::net::TcpListener,
+pub struct Setup<S> {
+    /// Bound and registered with the runtime.
+    pub listener: TcpListener,
     pub advertised: HostPort,
     pub settings: BrokerConfig,
-    pub boot: Boot,
-    /// `<data>/logs`, where the disk worker works.
-    pub logs_dir: PathBuf,
+    /// What start-up found in storage, for `Input::Boot`.
+    pub boot: BootState,
+    /// Where disk ops and meta batches go; started here, before the boot.
+    pub storage: S,
 }
 
 /// Runs the broker until `shutdown` resolves (or the broker task dies), then
 /// shuts down in order: stop accepting, stop the broker task, let the disk
 /// worker finish its queue and fsync, flush meta.db. An error means the final
 /// sync or flush failed, or the broker failed: data may not be durable.
-pub async fn serve(setup: Setup, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn serve<S: Storage>(
+    setup: Setup<S>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let Setup {
         listener,
         advertised,
         settings,
         boot,
-        logs_dir,
+        storage,
     } = setup;
-    let listener = TcpListener::from_std(listener).context("cannot register the listener")?;
     let local = listener
         .local_addr()
         .context("cannot read the listen address")?;
 
     let (completion_tx, completions) = mpsc::unbounded_channel();
-    let (disk, disk_thread) = DiskWorker::spawn(logs_dir, completion_tx.clone())
-        .context("cannot start the disk worker")?
-        .into_parts();
-    let (meta, meta_thread) = MetaWorker::spawn(boot.db, completion_tx)
-        .context("cannot start the meta worker")?
-        .into_parts();
+    let (storage, storage_finished) = storage.start(completion_tx)?;
 
     // Boot before the first connection: the core must see `Input::Boot` first,
     // and its repairs are queued before any append.
     let mut driver = Driver {
         broker: Broker::new(settings),
         conns: HashMap::new(),
-        disk,
-        meta,
+        storage,
     };
-    driver.handle(Input::Boot(boot.state))?;
+    driver.handle(Input::Boot(boot))?;
 
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
@@ -142,15 +142,8 @@ pub async fn serve(setup: Setup, shutdown: impl Future<Output = ()>) -> anyhow::
     }
 
     // The broker task is over and its queues dropped: the workers finish what
-    // was queued, sync or flush it, and stop. Joined off the async threads.
-    let (disk_result, meta_result) =
-        tokio::task::spawn_blocking(move || (disk_thread.join(), meta_thread.join()))
-            .await
-            .context("cannot join the workers")?;
-    let disk_result = disk_result.map_err(|_| anyhow!("the disk worker panicked"))?;
-    let meta_result = meta_result.map_err(|_| anyhow!("the meta worker panicked"))?;
-    disk_result.map_err(|e| anyhow!("final disk sync failed: {}", e.0))?;
-    meta_result.map_err(|e| anyhow!("final meta.db flush failed: {}", e.0))?;
+    // was queued, sync or flush it, and stop.
+    storage_finished.await?;
     broker_result?;
     info!("shut down cleanly");
     Ok(())
@@ -182,16 +175,15 @@ async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
 }
 
 /// The broker task's state: the core, and where its outputs go.
-struct Driver {
+struct Driver<Q> {
     broker: Broker,
     /// Live connections. Absent: never seen, disconnected, or closed by us;
     /// frames still in flight from such a connection are dropped.
     conns: HashMap<ConnId, ConnHandle>,
-    disk: DiskQueue,
-    meta: MetaQueue,
+    storage: Q,
 }
 
-impl Driver {
+impl<Q: StorageQueue> Driver<Q> {
     async fn run(
         mut self,
         mut events: mpsc::Receiver<Event>,
@@ -256,10 +248,10 @@ impl Driver {
                         debug!(conn, "closing at the broker's request");
                     }
                 }
-                Output::Disk(op) => self.disk.submit(op).map_err(|e| anyhow!(e.0))?,
+                Output::Disk(op) => self.storage.submit_disk(op).map_err(|e| anyhow!(e.0))?,
                 Output::Meta { io, ops } => self
-                    .meta
-                    .submit(MetaWrite { io, ops })
+                    .storage
+                    .submit_meta(MetaWrite { io, ops })
                     .map_err(|e| anyhow!(e.0))?,
             }
         }

@@ -1,0 +1,21 @@
+//! doze-net: the tokio adapter around the core, as a library so that the
+//! `doze-kafka` binary and the madsim tests run the same server code.
+//!
+//! Built normally, `tokio` is real tokio and the storage is the disk worker
+//! thread plus sled (`storage::DiskAndSled`). Built with
+//! `RUSTFLAGS="--cfg madsim"`, `tokio` is madsim's simulated runtime, network
+//! and clock (the `madsim-tokio` package), and the storage is
+//! `simstore::SimStorage`, an in-memory disk and meta store that survives a
+//! simulated node kill. `server.rs` and `conn.rs` are the same code in both.
+
+pub mod alloc;
+pub mod boot;
+pub mod config;
+pub mod conn;
+pub mod datadir;
+pub mod disk;
+pub mod metadb;
+pub mod server;
+#[cfg(madsim)]
+pub mod simstore;
+pub mod storage;
