@@ -11,7 +11,7 @@ use kafka_protocol::ResponseError;
 use super::RequestCtx;
 use crate::broker::Broker;
 use crate::txn::coordinator::check_owner;
-use crate::txn::record::{TxnRecord, TxnState};
+use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
@@ -32,14 +32,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
     if current.state == TxnState::Ongoing && current.groups.contains(&group) {
         return answer(b, &ctx, None);
     }
-    let now_ms = b.now_ms;
-    let starts = matches!(current.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
-    let mut record = TxnRecord {
-        state: TxnState::Ongoing,
-        start_ms: if starts { now_ms } else { current.start_ms },
-        last_update_ms: now_ms,
-        ..current
-    };
+    let mut record = current.ongoing(b.now_ms);
     record.groups.insert(group);
     write::store(b, &id, record, Vec::new(), Then::AddOffsets { ctx });
 }

@@ -57,15 +57,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     if current.state == TxnState::Ongoing && asked.iter().all(|tp| current.partitions.contains(tp)) {
         return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
     }
-    // TransactionMetadata.prepareAddPartitions.
-    let now_ms = b.now_ms;
-    let starts = matches!(current.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
-    let mut record = TxnRecord {
-        state: TxnState::Ongoing,
-        start_ms: if starts { now_ms } else { current.start_ms },
-        last_update_ms: now_ms,
-        ..current
-    };
+    let mut record = current.ongoing(b.now_ms);
     record.partitions.extend(asked.iter().cloned());
     let flags = unflagged(b, &record)
         .into_iter()

@@ -72,14 +72,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
     match current.state {
         TxnState::PrepareCommit | TxnState::PrepareAbort => error(b, &ctx, ResponseError::ConcurrentTransactions),
         TxnState::Ongoing => {
-            // TransactionMetadata.prepareFenceProducerEpoch, then PrepareAbort.
-            let record = TxnRecord {
-                producer_epoch: current.producer_epoch.saturating_add(1),
-                last_producer_epoch: -1,
-                state: TxnState::PrepareAbort,
-                last_update_ms: now_ms,
-                ..current
-            };
+            let record = current.fenced_abort(now_ms);
             write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: Some(ctx) });
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {

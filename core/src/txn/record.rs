@@ -99,6 +99,33 @@ impl TxnRecord {
 
 /// Kafka's TransactionMetadata.isEpochExhausted.
 impl TxnRecord {
+    /// The record once the transaction touches something new: Ongoing, a new
+    /// start time if none was open (TransactionMetadata.prepareAddPartitions).
+    pub fn ongoing(&self, now_ms: i64) -> TxnRecord {
+        let starts = matches!(self.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
+        TxnRecord {
+            state: TxnState::Ongoing,
+            start_ms: if starts { now_ms } else { self.start_ms },
+            last_update_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
+    /// The record that fences the producer (epoch + 1) and decides to abort
+    /// its open transaction (TransactionMetadata.prepareFenceProducerEpoch,
+    /// then PrepareAbort): for InitProducerId on an open transaction and for
+    /// a timed-out one.
+    pub fn fenced_abort(&self, now_ms: i64) -> TxnRecord {
+        assert_eq!(self.state, TxnState::Ongoing, "only an open transaction is fenced and aborted");
+        TxnRecord {
+            producer_epoch: self.producer_epoch.saturating_add(1),
+            last_producer_epoch: -1,
+            state: TxnState::PrepareAbort,
+            last_update_ms: now_ms,
+            ..self.clone()
+        }
+    }
+
     /// Stages an offset, replacing an earlier one of the same partition.
     pub fn stage_offset(&mut self, group: &str, staged: StagedOffset) {
         let list = self.staged_offsets.entry(group.to_string()).or_default();

@@ -25,13 +25,7 @@ pub(crate) fn tick(b: &mut Broker) {
             .collect();
         for (id, current) in expired {
             tracing::info!(id, "transaction timed out: aborting and fencing its producer");
-            let record = TxnRecord {
-                producer_epoch: current.producer_epoch.saturating_add(1),
-                last_producer_epoch: -1,
-                state: TxnState::PrepareAbort,
-                last_update_ms: now_ms,
-                ..current
-            };
+            let record = current.fenced_abort(now_ms);
             write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: None });
         }
     }
