@@ -26,7 +26,41 @@ pub struct Seen {
     pub partition: i32,
     pub offset: i64,
     pub value: Bytes,
+    /// Read with isolation level read_committed.
+    pub read_committed: bool,
 }
+
+/// One transaction as its producer knows it: the records it wrote, whether
+/// it asked to commit, what it was answered.
+#[derive(Clone, Debug)]
+pub struct TxnWritten {
+    pub client: u32,
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Records sent in it (acknowledged or not).
+    pub ids: Vec<RecordId>,
+    /// An EndTxn commit was sent at least once.
+    pub commit_sent: bool,
+    /// An EndTxn abort was sent at least once.
+    pub abort_sent: bool,
+    /// The decision EndTxn answered with success (true: commit).
+    pub answered: Option<bool>,
+    /// The producer was refused as fenced while this was open.
+    pub fenced: bool,
+}
+
+/// An EndTxn answer, for the decision table.
+#[derive(Clone, Debug)]
+pub struct EndTxnAnswer {
+    pub at_ms: i64,
+    pub client: u32,
+    pub commit: bool,
+    pub code: i16,
+}
+
+/// A batch of the final log, as the verifier read it back.
+pub type FinalBatch = crate::client::batches::BatchView;
 
 /// A high watermark in a fetch answer, with when that fetch was sent.
 #[derive(Clone, Debug)]
@@ -56,6 +90,22 @@ pub struct History {
     pub final_log: BTreeMap<i32, Vec<(i64, Bytes)>>,
     pub final_high_watermark: BTreeMap<i32, i64>,
     pub final_read_done: bool,
+    /// Transactions, in the order their producers began them.
+    pub txns: Vec<TxnWritten>,
+    pub end_txn_answers: Vec<EndTxnAnswer>,
+    /// Records a zombie sent after it was told it is fenced: none may land.
+    pub zombie_writes: Vec<RecordId>,
+    /// Every batch of the final log, per (topic, partition), main topic and
+    /// the copier's output alike.
+    pub final_batches: BTreeMap<(String, i32), Vec<FinalBatch>>,
+    /// Verifiers still reading back; the final read is done at zero.
+    pub final_reads_pending: u32,
+    /// Every producer of the main topic is done (the copier's input is complete).
+    pub inputs_done: bool,
+    /// The copier's output topic, when a copier ran, and whether it
+    /// finished copying (the exactly-once check needs all of the input).
+    pub copier_output: Option<String>,
+    pub copier_finished: bool,
 }
 
 impl History {

@@ -15,6 +15,8 @@
 //! 6. High watermarks never go back below acknowledged data: a fetch sent
 //!    after an acknowledgement sees a high watermark past it, across
 //!    restarts too, and so does the final read.
+//! 7. Transactions (`oracle_txn`): no aborted read, atomic outcomes that
+//!    match the EndTxn answers, fencing, exactly-once copying.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,7 @@ pub fn check(h: &History) -> Vec<String> {
     check_duplicates(h, &mut out);
     check_seen(h, &log, &mut out);
     check_high_watermarks(h, &mut out);
+    crate::oracle_txn::check(h, crate::world::MAIN_TOPIC, &mut out);
     out
 }
 

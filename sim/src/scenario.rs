@@ -27,6 +27,13 @@ mod builtin {
     include!(concat!(env!("OUT_DIR"), "/scenarios.rs"));
 }
 
+fn percent(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(p) if p <= 100 => Ok(p),
+        _ => Err(format!("bad percent {text:?}")),
+    }
+}
+
 /// An inclusive range of a count, drawn per seed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Count {
@@ -68,6 +75,26 @@ pub struct Scenario {
     pub segment_bytes: Vec<u64>,
     pub faults: Vec<FaultSpec>,
     pub swarm: bool,
+    /// Transactional producers, and the transactions each runs.
+    pub txn_producers: Count,
+    pub transactions: Count,
+    /// Pairs of instances sharing one transactional id: the first becomes
+    /// a zombie when the second (started later) takes the id over.
+    pub zombies: Count,
+    /// When the second instance of a zombie pair starts (ms into the workload).
+    pub usurper_at: MsRange,
+    /// transaction.timeout.ms of the transactional clients.
+    pub txn_timeout_ms: MsRange,
+    /// Percent chances, per transaction, of an abort and of going silent past
+    /// the timeout; per producer, of dying with its last transaction open.
+    pub abort_percent: u64,
+    pub silent_percent: u64,
+    pub dead_percent: u64,
+    pub rc_consumers: Count,
+    /// Read-process-write copiers from the main topic to an output topic.
+    pub copiers: Count,
+    /// Percent chance that the copier process crashes after any answer.
+    pub copier_crash_percent: u64,
 }
 
 impl Scenario {
@@ -84,6 +111,23 @@ impl Scenario {
             segment_bytes: vec![4096, 64 * 1024, 1 << 30],
             faults: Vec::new(),
             swarm: false,
+            txn_producers: Count::one(0),
+            transactions: Count { min: 5, max: 20 },
+            zombies: Count::one(0),
+            usurper_at: MsRange {
+                min_ms: 50,
+                max_ms: 500,
+            },
+            txn_timeout_ms: MsRange {
+                min_ms: 2000,
+                max_ms: 6000,
+            },
+            abort_percent: 25,
+            silent_percent: 0,
+            dead_percent: 0,
+            rc_consumers: Count::one(0),
+            copiers: Count::one(0),
+            copier_crash_percent: 2,
         };
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -122,6 +166,17 @@ impl Scenario {
                         .parse()
                         .map_err(|_| err(format!("bad swarm {value:?}")))?
                 }
+                "txn_producers" => s.txn_producers = Count::parse(value).map_err(err)?,
+                "transactions" => s.transactions = Count::parse(value).map_err(err)?,
+                "zombies" => s.zombies = Count::parse(value).map_err(err)?,
+                "usurper_at" => s.usurper_at = MsRange::parse(value).map_err(err)?,
+                "txn_timeout_ms" => s.txn_timeout_ms = MsRange::parse(value).map_err(err)?,
+                "abort_percent" => s.abort_percent = percent(value).map_err(err)?,
+                "silent_percent" => s.silent_percent = percent(value).map_err(err)?,
+                "dead_percent" => s.dead_percent = percent(value).map_err(err)?,
+                "rc_consumers" => s.rc_consumers = Count::parse(value).map_err(err)?,
+                "copiers" => s.copiers = Count::parse(value).map_err(err)?,
+                "copier_crash_percent" => s.copier_crash_percent = percent(value).map_err(err)?,
                 _ => return Err(err(format!("unknown key {key:?}"))),
             }
         }
@@ -134,6 +189,12 @@ impl Scenario {
         {
             return Err(format!(
                 "{}: needs partitions >= 1 and segment_bytes >= 4096",
+                s.name
+            ));
+        }
+        if s.txn_timeout_ms.min_ms < 1 || s.copiers.max > 1 {
+            return Err(format!(
+                "{}: needs txn_timeout_ms >= 1 and at most one copier",
                 s.name
             ));
         }

@@ -11,18 +11,17 @@ use super::{backoff_ms, is_retriable, Client, Cx};
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 
 pub struct Admin {
-    topic: String,
-    partitions: i32,
+    /// (topic, partitions) to create.
+    topics: Vec<(String, i32)>,
     asked: Option<i32>,
     attempts: u32,
     done: bool,
 }
 
 impl Admin {
-    pub fn new(topic: String, partitions: i32) -> Self {
+    pub fn new(topics: Vec<(String, i32)>) -> Self {
         Self {
-            topic,
-            partitions,
+            topics,
             asked: None,
             attempts: 0,
             done: false,
@@ -42,12 +41,18 @@ impl Client for Admin {
         if cx.wire.conn().is_none() {
             return cx.connect();
         }
-        let topic = CreatableTopic::default()
-            .with_name(TopicName(StrBytes::from_string(self.topic.clone())))
-            .with_num_partitions(self.partitions)
-            .with_replication_factor(1);
+        let topics = self
+            .topics
+            .iter()
+            .map(|(name, partitions)| {
+                CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_string(name.clone())))
+                    .with_num_partitions(*partitions)
+                    .with_replication_factor(1)
+            })
+            .collect();
         let req = CreateTopicsRequest::default()
-            .with_topics(vec![topic])
+            .with_topics(topics)
             .with_timeout_ms(30_000);
         self.asked = cx.wire.send(7, &req);
     }
@@ -62,18 +67,26 @@ impl Client for Admin {
         let ResponseKind::CreateTopics(r) = response else {
             panic!("CreateTopics answered with {response:?}")
         };
-        let code = r.topics.first().map_or(-1, |t| t.error_code);
+        let code = r
+            .topics
+            .iter()
+            .map(|t| t.error_code)
+            .find(|&c| c != 0 && c != TOPIC_ALREADY_EXISTS)
+            .unwrap_or(if r.topics.is_empty() { -1 } else { 0 });
         match code {
-            0 | TOPIC_ALREADY_EXISTS => {
+            0 => {
                 self.done = true;
-                cx.note(format!("topic {} ready ({code})", self.topic));
+                cx.note(format!("topics ready: {:?}", self.topics));
             }
             c if is_retriable(c) => {
                 self.attempts += 1;
                 let delay_ms = backoff_ms(cx.rng, self.attempts);
                 cx.wake_in(delay_ms);
             }
-            c => cx.violation(format!("CreateTopics {} failed with error {c}", self.topic)),
+            c => cx.violation(format!(
+                "CreateTopics {:?} failed with error {c}",
+                self.topics
+            )),
         }
     }
 

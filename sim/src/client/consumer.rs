@@ -15,9 +15,9 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::RecordBatchDecoder;
 use rand::RngExt;
 
+use super::batches::{self, AbortedFilter};
 use super::{backoff_ms, is_retriable, Client, Cx};
 use crate::history::{HwSeen, Seen};
 
@@ -32,8 +32,8 @@ pub enum Mode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isolation {
     ReadUncommitted,
-    /// Sends isolation level 1. Filtering aborted transactions is to come
-    /// with the transactional producer (see `client` docs).
+    /// Sends isolation level 1, and drops what the aborted-transaction list
+    /// names, as Kafka's consumer does (`batches::AbortedFilter`).
     ReadCommitted,
 }
 
@@ -54,6 +54,14 @@ pub struct Consumer {
     done: bool,
     failures: u32,
     records_seen: u64,
+    /// The workload's topic: its records go to the history's `seen` (and
+    /// the final log); another topic's only to `final_batches`.
+    main: bool,
+    /// ReadToEnd: how long to wait for open transactions to end.
+    lso_wait_ms_max: i64,
+    started_ms: Option<i64>,
+    /// Wait this long before the next fetch (then back to 0).
+    pause_ms: i64,
 }
 
 impl Consumer {
@@ -80,7 +88,23 @@ impl Consumer {
             done: false,
             failures: 0,
             records_seen: 0,
+            main: true,
+            lso_wait_ms_max: 0,
+            started_ms: None,
+            pause_ms: 0,
         }
+    }
+
+    /// A verifier of another topic than the workload's (the copier's output).
+    pub fn not_main(mut self) -> Self {
+        self.main = false;
+        self
+    }
+
+    /// A verifier waits this long for open transactions to end.
+    pub fn with_lso_wait(mut self, lso_wait_ms_max: i64) -> Self {
+        self.lso_wait_ms_max = lso_wait_ms_max;
+        self
     }
 
     fn fetch(&mut self, cx: &mut Cx) {
@@ -123,6 +147,7 @@ impl Consumer {
             return self.retry(cx, r.error_code);
         }
         let mut caught_up = true;
+        let mut open: Option<(i32, i64, i64)> = None;
         let mut answered = vec![false; self.positions.len()];
         for topic in &r.responses {
             for part in &topic.partitions {
@@ -161,78 +186,143 @@ impl Consumer {
                     }
                 }
                 let hw = part.high_watermark;
-                cx.history.hws.push(HwSeen {
-                    sent_ms,
-                    consumer: self.client,
-                    partition: p,
-                    high_watermark: hw,
-                });
-                if let Some(aborted) = &part.aborted_transactions {
-                    assert!(
-                        aborted.is_empty() || self.isolation == Isolation::ReadUncommitted,
-                        "read_committed filtering of aborted transactions is not written yet"
-                    );
+                if self.main {
+                    cx.history.hws.push(HwSeen {
+                        sent_ms,
+                        consumer: self.client,
+                        partition: p,
+                        high_watermark: hw,
+                    });
                 }
+                let aborted: Vec<(i64, i64)> = part
+                    .aborted_transactions
+                    .iter()
+                    .flatten()
+                    .map(|a| (a.first_offset, a.producer_id.0))
+                    .collect();
+                if self.isolation == Isolation::ReadUncommitted && !aborted.is_empty() {
+                    cx.violation(format!(
+                        "p{p}: a read_uncommitted fetch was sent aborted transactions {aborted:?}"
+                    ));
+                }
+                let lso = part.last_stable_offset;
+                let limit = match self.isolation {
+                    Isolation::ReadCommitted => lso.min(hw),
+                    Isolation::ReadUncommitted => hw,
+                };
                 let records = part.records.clone().unwrap_or_default();
-                self.take_records(cx, slot, hw, records);
-                if self.positions[slot] < hw {
+                self.take_records(cx, slot, limit, aborted, records);
+                if self.positions[slot] < limit {
                     caught_up = false;
                 }
-                if self.mode == Mode::ReadToEnd {
+                if self.mode == Mode::ReadToEnd && lso < hw {
+                    // A transaction is still open: wait for its end (or its
+                    // timeout), so that the final log holds every marker.
+                    open = Some((p, lso, hw));
+                }
+                if self.mode == Mode::ReadToEnd && self.main {
                     cx.history.final_high_watermark.insert(p, hw);
                 }
             }
         }
-        if self.mode == Mode::ReadToEnd && caught_up && answered.iter().all(|&a| a) {
-            self.done = true;
-            cx.history.final_read_done = true;
-            cx.note(format!("final read done: {} records", self.records_seen));
+        if self.mode != Mode::ReadToEnd || !caught_up || !answered.iter().all(|&a| a) {
+            return;
         }
+        if let Some((p, lso, hw)) = open {
+            let waited_ms = cx.elapsed_ms - *self.started_ms.get_or_insert(cx.elapsed_ms);
+            if waited_ms <= self.lso_wait_ms_max {
+                self.pause_ms = 50;
+                return;
+            }
+            cx.violation(format!(
+                "{} p{p}: LSO {lso} still below the high watermark {hw} {waited_ms} ms after the final restart: an open transaction was not aborted within its timeout plus the check interval",
+                self.topic
+            ));
+        }
+        self.done = true;
+        cx.history.final_reads_pending = cx.history.final_reads_pending.saturating_sub(1);
+        cx.history.final_read_done = cx.history.final_reads_pending == 0;
+        cx.note(format!(
+            "final read of {} done: {} records",
+            self.topic, self.records_seen
+        ));
     }
 
-    fn take_records(&mut self, cx: &mut Cx, slot: usize, hw: i64, mut records: Bytes) {
+    fn take_records(
+        &mut self,
+        cx: &mut Cx,
+        slot: usize,
+        limit: i64,
+        aborted: Vec<(i64, i64)>,
+        records: Bytes,
+    ) {
         if records.is_empty() {
             return;
         }
         let p = slot as i32;
-        let sets = match RecordBatchDecoder::decode_all(&mut records) {
-            Ok(sets) => sets,
+        let batches = match batches::decode(records) {
+            Ok(b) => b,
             Err(e) => {
                 return cx.violation(format!("p{p}: undecodable records from the broker: {e}"))
             }
         };
-        for set in sets {
-            for record in set.records {
+        let read_committed = self.isolation == Isolation::ReadCommitted;
+        let mut filter = AbortedFilter::new(aborted);
+        for batch in batches {
+            if batch.last_offset >= limit {
+                let what = if read_committed {
+                    "the last stable offset (or high watermark)"
+                } else {
+                    "the high watermark"
+                };
+                cx.violation(format!(
+                    "{} p{p}: batch {}..={} served at or above {what} {limit}",
+                    self.topic, batch.base_offset, batch.last_offset
+                ));
+            }
+            // Kafka's consumer runs every batch through the filter, even one
+            // it skips, so the aborted producers are tracked right.
+            let visible = !read_committed || filter.visible(&batch);
+            let visible = visible && batch.control.is_none();
+            if batch.last_offset < self.positions[slot] {
+                continue;
+            }
+            if self.mode == Mode::ReadToEnd {
+                let key = (self.topic.clone(), p);
+                cx.history
+                    .final_batches
+                    .entry(key)
+                    .or_default()
+                    .push(batch.clone());
+            }
+            let next = batch.last_offset + 1;
+            for (offset, value) in batch.records {
                 // A fetch starts at the batch holding the position: skip what
                 // was already consumed, as a consumer does.
-                if record.offset < self.positions[slot] || record.control {
+                if !visible || offset < self.positions[slot] {
                     continue;
                 }
-                if record.offset >= hw {
-                    cx.violation(format!(
-                        "p{p}: offset {} served at or above the high watermark {hw}",
-                        record.offset
-                    ));
-                }
-                self.positions[slot] = record.offset + 1;
                 self.records_seen += 1;
-                let value = record.value.unwrap_or_default();
+                if !self.main {
+                    continue;
+                }
                 if self.mode == Mode::ReadToEnd {
-                    cx.history
-                        .final_log
-                        .entry(p)
-                        .or_default()
-                        .push((record.offset, value.clone()));
+                    let log = cx.history.final_log.entry(p).or_default();
+                    log.push((offset, value.clone()));
                 }
                 let seen = Seen {
                     at_ms: cx.elapsed_ms,
                     consumer: self.client,
                     partition: p,
-                    offset: record.offset,
+                    offset,
                     value,
+                    read_committed,
                 };
                 cx.history.seen.push(seen);
             }
+            // Markers and dropped batches move the position too, as
+            // Kafka's consumer skips them.
+            self.positions[slot] = self.positions[slot].max(next);
         }
     }
 
@@ -276,7 +366,10 @@ impl Client for Consumer {
         self.on_fetch(cx, sent_ms, r);
         if self.failures == failures_before {
             self.failures = 0;
-            self.on_wake(cx);
+            match std::mem::take(&mut self.pause_ms) {
+                0 => self.on_wake(cx),
+                pause_ms => cx.wake_in(pause_ms),
+            }
         }
     }
 

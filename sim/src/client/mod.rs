@@ -5,22 +5,21 @@
 //!
 //! Clients follow the rules of the real ones they stand for (see each file).
 //!
-//! Extension points for what the core does not serve yet:
-//! - a transactional producer: a new `Client` next to `producer.rs`
-//!   (FindCoordinator, InitProducerId with a transactional id, AddPartitionsToTxn,
-//!   transactional Produce, EndTxn), recording its commits and aborts in the
-//!   history so the oracle can check read_committed consumers;
-//! - read_committed: `consumer::Isolation::ReadCommitted` sends isolation
-//!   level 1 already; dropping records of aborted transactions (from the
-//!   fetch's aborted_transactions list) is to be written with the
-//!   transactional producer, and until then the consumer refuses a non-empty
-//!   list loudly instead of pretending;
-//! - a read-process-write copier and group members: new `Client`s using
-//!   FindCoordinator / JoinGroup / SyncGroup / OffsetCommit / TxnOffsetCommit.
+//! - `producer`: idempotent and plain producers;
+//! - `txn_producer`: transactional producers (commit, abort, time out on
+//!   purpose, die with a transaction open, or live on as a fenced zombie);
+//! - `consumer`: read_uncommitted and read_committed readers, and the
+//!   verifier that reads the final log back;
+//! - `copier`: a read-process-write job (read_committed input, output and
+//!   input offsets in one transaction) that crashes and resumes.
 
 pub mod admin;
+pub mod batches;
 pub mod consumer;
+pub mod copier;
 pub mod producer;
+pub mod txn_producer;
+pub mod txn_requests;
 pub mod values;
 pub mod wire;
 

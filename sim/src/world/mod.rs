@@ -16,6 +16,7 @@ mod broker;
 mod events;
 mod faults;
 mod net;
+mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -45,6 +46,12 @@ const DRAIN_MS: i64 = 1500;
 /// The whole run, verification included, ends by then.
 const RUN_MS_MAX: i64 = 20 * 60 * 1000;
 const TOPIC: &str = "sim-topic";
+pub const MAIN_TOPIC: &str = TOPIC;
+/// The copier's output topic (created in every run, used when one runs).
+const OUTPUT_TOPIC: &str = "sim-out";
+/// transaction.abort.timed.out.transaction.cleanup.interval.ms: small, so
+/// that timeouts of a few seconds are found quickly.
+const TXN_CHECK_INTERVAL_MS: i64 = 200;
 
 #[derive(Clone, Debug)]
 pub struct RunConfig {
@@ -76,6 +83,7 @@ enum Role {
     Admin,
     Producer,
     Consumer,
+    Copier,
     Verifier,
 }
 
@@ -158,6 +166,7 @@ impl World {
         let mut broker_config = BrokerConfig::default();
         let segments = &cfg.scenario.segment_bytes;
         broker_config.segment_bytes = segments[rng.random_range(0..segments.len())];
+        broker_config.transaction_abort_check_interval_ms = TXN_CHECK_INTERVAL_MS;
         if let Some(bug) = cfg.plant {
             bug.configure(&mut broker_config);
         }
@@ -214,7 +223,11 @@ impl World {
         self.note(setup.clone());
         self.start_broker();
         self.topic_partitions = self.draw_count(self.cfg.scenario.partitions) as i32;
-        let admin = Admin::new(TOPIC.into(), self.topic_partitions);
+        let topics = vec![
+            (TOPIC.to_string(), self.topic_partitions),
+            (OUTPUT_TOPIC.to_string(), self.topic_partitions),
+        ];
+        let admin = Admin::new(topics);
         self.add_client(Box::new(admin), Role::Admin, 0);
         while let Some((at_ms, event)) = self.queue.pop() {
             assert!(at_ms >= self.now_ms, "the clock never runs backwards");
@@ -313,7 +326,18 @@ impl World {
     fn advance_phase(&mut self) {
         match self.phase {
             Phase::Setup if self.role_done(Role::Admin) => self.start_workload(),
-            Phase::Workload if self.role_done(Role::Producer) => {
+            Phase::Workload if self.role_done(Role::Producer) && !self.history.inputs_done => {
+                // The copier's input is complete: it may finish now.
+                self.history.inputs_done = true;
+                self.note("every producer is done".into());
+                for i in 0..self.slots.len() {
+                    if self.slots[i].role == Role::Copier {
+                        self.wake(i, self.now_ms);
+                    }
+                }
+                self.advance_phase();
+            }
+            Phase::Workload if self.history.inputs_done && self.role_done(Role::Copier) => {
                 self.note("workload done: faults off, draining".into());
                 self.phase = Phase::Drain;
                 self.faults_on = false;
@@ -371,19 +395,26 @@ impl World {
             let delay_ms = self.rng.random_range(0..=10);
             self.add_client(Box::new(producer), Role::Producer, delay_ms);
         }
-        for _ in 0..consumers {
+        let rc_consumers = self.draw_count(s.rc_consumers);
+        for i in 0..consumers + rc_consumers {
             let client = self.slots.len() as u32;
+            let isolation = if i < consumers {
+                Isolation::ReadUncommitted
+            } else {
+                Isolation::ReadCommitted
+            };
             let consumer = Consumer::new(
                 client,
                 TOPIC.into(),
                 partitions,
                 Mode::Follow,
-                Isolation::ReadUncommitted,
+                isolation,
                 &mut self.rng,
             );
             let delay_ms = self.rng.random_range(0..=10);
             self.add_client(Box::new(consumer), Role::Consumer, delay_ms);
         }
+        self.start_transactional_clients();
         self.schedule_faults();
     }
 
@@ -397,17 +428,7 @@ impl World {
         // The harshest end: only what is durable survives. Every acknowledged
         // record must be in what the verifier reads after the restart.
         self.crash(true);
-        let client = self.slots.len() as u32;
-        let partitions = self.topic_partitions;
-        let verifier = Consumer::new(
-            client,
-            TOPIC.into(),
-            partitions,
-            Mode::ReadToEnd,
-            Isolation::ReadUncommitted,
-            &mut self.rng,
-        );
-        self.add_client(Box::new(verifier), Role::Verifier, 600);
+        self.start_verifiers();
     }
 
     fn add_client(&mut self, client: Box<dyn Client>, role: Role, delay_ms: i64) {
