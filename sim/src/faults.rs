@@ -31,10 +31,25 @@ pub enum FaultKind {
     SlowSync,
     /// Every client connection drops (a network blip; the broker stays up).
     DropConnections,
+    /// Armed: the power goes right after a transaction's decision
+    /// (PrepareCommit / PrepareAbort) is stored, before its markers are durable.
+    PowerCutAfterDecision,
+    /// Armed: the power goes as the Complete record is issued, after the
+    /// markers are durable and before the transaction is recorded complete.
+    PowerCutAfterMarkers,
+    /// Armed: a crash while the next fsync covering a marker is in flight.
+    CrashDuringMarkerSync,
+    /// Armed: the next fsync covering a marker fails (EndTxn answers
+    /// CONCURRENT_TRANSACTIONS; the coordinator retries on its own).
+    FailMarkerSync,
+    /// Armed: the next meta.db write of a decision fails (NOT_COORDINATOR).
+    FailMetaEndTxn,
+    /// Armed: the power goes the moment a client reads an EndTxn success.
+    PowerCutAfterEndTxn,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Crash,
         FaultKind::PowerCut,
         FaultKind::CrashDuringSync,
@@ -45,6 +60,12 @@ impl FaultKind {
         FaultKind::DiskFull,
         FaultKind::SlowSync,
         FaultKind::DropConnections,
+        FaultKind::PowerCutAfterDecision,
+        FaultKind::PowerCutAfterMarkers,
+        FaultKind::CrashDuringMarkerSync,
+        FaultKind::FailMarkerSync,
+        FaultKind::FailMetaEndTxn,
+        FaultKind::PowerCutAfterEndTxn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +80,12 @@ impl FaultKind {
             FaultKind::DiskFull => "disk-full",
             FaultKind::SlowSync => "slow-sync",
             FaultKind::DropConnections => "drop-connections",
+            FaultKind::PowerCutAfterDecision => "power-cut-after-decision",
+            FaultKind::PowerCutAfterMarkers => "power-cut-after-markers",
+            FaultKind::CrashDuringMarkerSync => "crash-during-marker-sync",
+            FaultKind::FailMarkerSync => "fail-marker-sync",
+            FaultKind::FailMetaEndTxn => "fail-meta-end-txn",
+            FaultKind::PowerCutAfterEndTxn => "power-cut-after-end-txn",
         }
     }
 
@@ -221,11 +248,10 @@ pub enum PlantedBug {
     /// takes away.
     AckBeforeSync,
     /// Core side (`doze_core::PlantedBug`): EndTxn answered before its
-    /// markers are durable. Caught once the transactional producer and
-    /// read_committed consumer exist here (see `client` docs); not yet.
+    /// markers are durable; a power cut then takes an answered commit back.
     EndTxnBeforeMarkersDurable,
     /// Core side: read_committed served up to the high watermark, not the
-    /// LSO. Needs the same clients as above.
+    /// LSO; read_committed readers see records of open transactions.
     ServeAboveLso,
 }
 

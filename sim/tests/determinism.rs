@@ -10,6 +10,8 @@ fn same_seed_twice_gives_the_same_trace() {
         ("swarm", 11),
         ("power-cut-mid-produce", 7),
         ("full-disk", 2),
+        ("copier-restarts", 1),
+        ("zombie-producer", 4),
     ] {
         let a = run_one(Scenario::builtin(name).unwrap(), seed, true, None);
         let b = run_one(Scenario::builtin(name).unwrap(), seed, false, None);

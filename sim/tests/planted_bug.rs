@@ -1,6 +1,8 @@
-//! A planted durability bug (a disk whose fsync sometimes lies) is caught by
-//! the sweep within a bounded number of seeds, and the replay command it
-//! prints reproduces the failure through the `doze-sim` binary.
+//! Planted bugs are caught by the sweep within a bounded number of seeds,
+//! and the replay command it prints reproduces the failure through the
+//! `doze-sim` binary: a disk whose fsync sometimes lies (harness side), and
+//! the core's two transaction bugs (EndTxn answered before its markers are
+//! durable; read_committed served above the LSO).
 
 use std::process::Command;
 
@@ -11,11 +13,47 @@ use doze_sim::PlantedBug;
 const SEEDS_MAX: u64 = 50;
 
 #[test]
-fn sweep_catches_the_planted_bug_and_the_replay_reproduces_it() {
+fn sweep_catches_the_lying_fsync_and_the_replay_reproduces_it() {
+    catch_and_replay(
+        PlantedBug::AckBeforeSync,
+        &["LOST", "no longer holds", "high watermark"],
+    );
+}
+
+#[test]
+fn sweep_catches_end_txn_before_markers_durable() {
+    // A lost marker either reverses an answered decision or leaves the
+    // transaction open for good (the LSO, and whoever reads committed, stuck).
+    catch_and_replay(
+        PlantedBug::EndTxnBeforeMarkersDurable,
+        &[
+            "LOST COMMIT",
+            "ABORT REVERSED",
+            "TORN",
+            "LSO",
+            "did not finish",
+        ],
+    );
+}
+
+#[test]
+fn sweep_catches_serve_above_lso() {
+    catch_and_replay(
+        PlantedBug::ServeAboveLso,
+        &[
+            "LSO",
+            "last stable offset",
+            "ABORTED READ",
+            "OPEN TRANSACTION",
+        ],
+    );
+}
+
+fn catch_and_replay(bug: PlantedBug, names: &[&str]) {
     let cfg = SweepConfig {
         start_seed: 0,
         seeds: SEEDS_MAX,
-        plant: Some(PlantedBug::AckBeforeSync),
+        plant: Some(bug),
         scenario: None,
         stop_at_first: true,
         boot_fsync: true,
@@ -24,19 +62,22 @@ fn sweep_catches_the_planted_bug_and_the_replay_reproduces_it() {
     let failure = report
         .failures
         .first()
-        .unwrap_or_else(|| panic!("the planted bug survived {SEEDS_MAX} seeds"));
+        .unwrap_or_else(|| panic!("{} survived {SEEDS_MAX} seeds", bug.name()));
     println!(
-        "caught after {} seeds: {} seed {}: {:?}",
+        "{} caught after {} seeds: {} seed {}: {:?}",
+        bug.name(),
         report.runs,
         failure.scenario,
         failure.seed,
         &failure.problems[..3.min(failure.problems.len())]
     );
     assert!(
-        failure.problems.iter().any(|p| p.starts_with("LOST")
-            || p.contains("no longer holds")
-            || p.contains("high watermark")),
-        "the oracle names the lost durability: {:?}",
+        failure
+            .problems
+            .iter()
+            .any(|p| names.iter().any(|n| p.contains(n))),
+        "the oracle names what {} broke ({names:?}): {:?}",
+        bug.name(),
         failure.problems
     );
 

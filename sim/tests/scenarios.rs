@@ -57,6 +57,25 @@ fn the_faults_each_scenario_names_really_happen() {
             "injected meta.db write failure",
         ),
         ("network-drops", "fault: drop-connections"),
+        (
+            "power-cut-between-decision-and-markers",
+            "power cut right after a decision was stored",
+        ),
+        ("power-cut-after-markers", "fault: power-cut"),
+        ("crash-during-marker-fsync", "CRASH"),
+        ("fail-marker-fsync", "EIO: injected fsync failure"),
+        ("fail-meta-end-txn", "(will fail)"),
+        ("zombie-producer", "a zombie keeps sending"),
+        (
+            "timeout-abort-races-late-commit",
+            "silent past the transaction timeout",
+        ),
+        (
+            "restart-with-open-transaction",
+            "dies with its transaction open",
+        ),
+        ("copier-restarts", "copier process crashes"),
+        ("power-cut-after-end-txn", "EndTxn success was read"),
     ];
     for (name, needle) in cases {
         let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), 0, true, None);

@@ -26,7 +26,12 @@ fn sweep_of_random_seeds_keeps_every_promise() {
             );
         }
     });
-    println!("CI sweep: {}", report.summary());
+    println!(
+        "CI sweep: {} seeds covering {:.2} simulated hours; {}",
+        report.runs,
+        report.sim_hours(),
+        report.summary()
+    );
     let replays: Vec<&str> = report.failures.iter().map(|f| f.replay.as_str()).collect();
     assert!(
         report.failures.is_empty(),

@@ -62,6 +62,9 @@ impl World {
                     DiskOp::Sync { io } => Some(*io),
                     _ => None,
                 };
+                if let DiskOp::Append { bytes, .. } = &op {
+                    self.marker_unsynced |= holds_control_batch(bytes);
+                }
                 let summary = self.disk.apply(op, &mut self.rng);
                 self.note(format!("disk {summary}"));
                 if let Some(io) = sync_io {
@@ -69,8 +72,19 @@ impl World {
                 }
             }
             Output::Meta { io, ops } => {
-                let fail =
-                    self.armed.remove(&FaultKind::FailMeta) || self.chance(self.mix.meta_fail_p);
+                let decision = txn_state_written(&ops, b"\"state\":\"Prepare");
+                let complete = txn_state_written(&ops, b"\"state\":\"Complete");
+                let fail = self.armed.remove(&FaultKind::FailMeta)
+                    || (decision && self.armed.remove(&FaultKind::FailMetaEndTxn))
+                    || self.chance(self.mix.meta_fail_p);
+                if !fail && decision && self.armed.remove(&FaultKind::PowerCutAfterDecision) {
+                    self.cut_after_meta.insert(io);
+                }
+                if complete && self.armed.remove(&FaultKind::PowerCutAfterMarkers) {
+                    // Markers are durable; the Complete record is not yet.
+                    self.queue
+                        .push(self.now_ms, Event::Fault(FaultKind::PowerCut));
+                }
                 self.note(format!(
                     "meta#{io} write of {} ops issued{}",
                     ops.len(),
@@ -92,7 +106,10 @@ impl World {
     /// Decides how a sync will end, and when.
     fn schedule_sync(&mut self, io: IoId) {
         self.stats.syncs += 1;
-        let fail = self.armed.remove(&FaultKind::FailSync) || self.chance(self.mix.sync_fail_p);
+        let marker = std::mem::take(&mut self.marker_unsynced);
+        let fail = self.armed.remove(&FaultKind::FailSync)
+            || (marker && self.armed.remove(&FaultKind::FailMarkerSync))
+            || self.chance(self.mix.sync_fail_p);
         let lie = !fail
             && self
                 .cfg
@@ -110,11 +127,12 @@ impl World {
             Event::SyncDone { gen: self.gen, io },
         );
         // A fault armed for "during a sync" lands strictly before it completes.
-        for (armed, kind) in [
-            (FaultKind::CrashDuringSync, FaultKind::Crash),
-            (FaultKind::PowerCutDuringSync, FaultKind::PowerCut),
+        for (armed, kind, needs_marker) in [
+            (FaultKind::CrashDuringSync, FaultKind::Crash, false),
+            (FaultKind::PowerCutDuringSync, FaultKind::PowerCut, false),
+            (FaultKind::CrashDuringMarkerSync, FaultKind::Crash, true),
         ] {
-            if latency_ms > 0 && self.armed.remove(&armed) {
+            if latency_ms > 0 && (marker || !needs_marker) && self.armed.remove(&armed) {
                 let at_ms = self.now_ms + self.rng.random_range(0..latency_ms);
                 self.queue.push(at_ms, Event::Fault(kind));
             }
@@ -149,6 +167,11 @@ impl World {
             .expect("a meta completion has a fate");
         let result = self.meta.complete(io, fail);
         self.broker_input(Input::MetaDone { io, result });
+        if self.cut_after_meta.remove(&io) {
+            // The decision is stored; its markers are at best in the page cache.
+            self.note("fault: power cut right after a decision was stored".into());
+            self.crash(true);
+        }
     }
 
     /// Keeps one Tick queued for the core's next deadline.
@@ -190,12 +213,40 @@ impl World {
         self.meta.crash(&mut self.rng);
         self.sync_fates.clear();
         self.meta_fates.clear();
+        self.cut_after_meta.clear();
+        self.marker_unsynced = false;
         self.drop_connections(false);
         assert!(!self.start_pending, "a live broker has no restart pending");
         self.start_pending = true;
         let at_ms = self.now_ms + self.rng.random_range(RESTART_DELAY_MS);
         self.queue.push(at_ms, Event::BrokerStart);
     }
+}
+
+/// Whether an append holds a control batch (a transaction marker): byte 22
+/// of a v2 batch is the low byte of its attributes, bit 5 the control flag.
+fn holds_control_batch(bytes: &[u8]) -> bool {
+    let mut at = 0usize;
+    while at + 23 <= bytes.len() {
+        if bytes[at + 22] & 0x20 != 0 {
+            return true;
+        }
+        let len =
+            i32::from_be_bytes([bytes[at + 8], bytes[at + 9], bytes[at + 10], bytes[at + 11]]);
+        at += 12 + len.max(0) as usize;
+    }
+    false
+}
+
+/// Whether a meta.db write stores a transactional id's record in a state
+/// (meta.db holds JSON: `"state":"PrepareCommit"`).
+fn txn_state_written(ops: &[doze_core::MetaOp], state: &[u8]) -> bool {
+    ops.iter().any(|op| match op {
+        doze_core::MetaOp::Put { key, value } => {
+            key.starts_with(b"txn/") && value.windows(state.len()).any(|w| w == state)
+        }
+        doze_core::MetaOp::Delete { .. } => false,
+    })
 }
 
 fn describe_input(input: &Input) -> String {

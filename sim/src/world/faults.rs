@@ -63,7 +63,13 @@ impl World {
             | FaultKind::PowerCutDuringSync
             | FaultKind::CrashAfterSync
             | FaultKind::FailSync
-            | FaultKind::FailMeta => {
+            | FaultKind::FailMeta
+            | FaultKind::PowerCutAfterDecision
+            | FaultKind::PowerCutAfterMarkers
+            | FaultKind::CrashDuringMarkerSync
+            | FaultKind::FailMarkerSync
+            | FaultKind::FailMetaEndTxn
+            | FaultKind::PowerCutAfterEndTxn => {
                 self.armed.insert(kind);
             }
             FaultKind::DiskFull => {

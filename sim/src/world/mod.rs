@@ -144,6 +144,10 @@ pub struct World {
     armed: BTreeSet<FaultKind>,
     mix: FaultMix,
     slow_sync: bool,
+    /// A marker was appended since the last sync was issued.
+    marker_unsynced: bool,
+    /// Meta writes (decisions) after whose completion the power goes.
+    cut_after_meta: BTreeSet<IoId>,
 }
 
 /// What a run produced: the oracle's verdict and the figures.
@@ -204,6 +208,8 @@ impl World {
             armed: BTreeSet::new(),
             mix,
             slow_sync: false,
+            marker_unsynced: false,
+            cut_after_meta: BTreeSet::new(),
         }
     }
 

@@ -5,11 +5,12 @@
 
 use bytes::Bytes;
 use doze_core::{ConnId, Input};
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, ResponseKind};
 use rand::RngExt;
 
 use super::{Event, World};
 use crate::client::wire::ConnState;
+use crate::faults::FaultKind;
 
 /// One-way latency of a frame. At least 1 ms, so that a fault injected "right
 /// after" something happens before the answers it released arrive.
@@ -65,7 +66,12 @@ impl World {
         }
         match self.slots[client].wire.decode(frame) {
             Ok((correlation, response)) => {
-                self.drive(client, |c, cx| c.on_response(cx, correlation, response))
+                let end_txn_ok = matches!(&response, ResponseKind::EndTxn(r) if r.error_code == 0);
+                self.drive(client, |c, cx| c.on_response(cx, correlation, response));
+                if end_txn_ok && self.armed.remove(&FaultKind::PowerCutAfterEndTxn) {
+                    self.note("fault: power cut the moment EndTxn success was read".into());
+                    self.crash(true);
+                }
             }
             Err(e) => {
                 let what = format!("c{client}#{conn}: {e}");
