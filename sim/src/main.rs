@@ -37,9 +37,8 @@ struct Args {
     /// Keep sweeping after a failure (default: stop at the first).
     #[arg(long)]
     keep_going: bool,
-    /// Test only: plant a known bug to see that it is caught (ack-before-sync;
-    /// the core's end-txn-before-markers-durable and serve-above-lso wait for
-    /// the transactional clients).
+    /// Test only: plant a known bug to see that it is caught (ack-before-sync,
+    /// end-txn-before-markers-durable, serve-above-lso).
     #[arg(long)]
     plant_bug: Option<String>,
     /// Model a driver that does not fsync the segments it finds at start-up

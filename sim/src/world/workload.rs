@@ -28,7 +28,7 @@ impl World {
             };
             // The first of a pair starts at once and becomes the zombie; the
             // second takes the id over a little later.
-            let zombie = pair.is_some() && (i - producers) % 2 == 0;
+            let zombie = pair.is_some() && (i - producers).is_multiple_of(2);
             let usurper = pair.is_some() && !zombie;
             let cfg = self.txn_config(transactional_id, zombie);
             let client = self.slots.len() as u32;
