@@ -145,7 +145,8 @@ impl Broker {
             self.request_sync();
         }
         self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
-        self.next_producer_expiry_ms = self.now_ms + self.config.producer_id_expiration_check_interval_ms;
+        self.next_producer_expiry_ms =
+            self.now_ms + self.config.producer_id_expiration_check_interval_ms;
         crate::txn::boot::boot(self, &meta_entries);
     }
 
@@ -167,8 +168,19 @@ impl Broker {
             tracing::debug!(conn, key_raw, "unknown api key; closing");
             return self.close(conn);
         };
-        let seq = self.conns.get_mut(&conn).expect("entry made above").take_seq();
-        let mut ctx = RequestCtx { conn, seq, api_key, version, correlation_id, client_id: Default::default() };
+        let seq = self
+            .conns
+            .get_mut(&conn)
+            .expect("entry made above")
+            .take_seq();
+        let mut ctx = RequestCtx {
+            conn,
+            seq,
+            api_key,
+            version,
+            correlation_id,
+            client_id: Default::default(),
+        };
         if !versions::is_supported(api_key, version) {
             if api_key == ApiKey::ApiVersions {
                 // Kafka answers an unknown ApiVersions version with a v0 body
@@ -192,7 +204,12 @@ impl Broker {
                 api::dispatch(self, ctx, request)
             }
             Ok(Err(e)) => {
-                tracing::debug!(conn, ?api_key, version, "undecodable request ({e}); closing");
+                tracing::debug!(
+                    conn,
+                    ?api_key,
+                    version,
+                    "undecodable request ({e}); closing"
+                );
                 self.close(conn)
             }
             Err(_) => {
@@ -211,7 +228,10 @@ impl Broker {
     fn handle_sync_done(&mut self, io: IoId, result: Result<(), IoError>) {
         let inflight = self.sync_in_flight.take();
         let inflight = inflight.expect("SyncDone without a sync in flight");
-        assert_eq!(inflight.io, io, "SyncDone for a sync that is not the one in flight");
+        assert_eq!(
+            inflight.io, io,
+            "SyncDone for a sync that is not the one in flight"
+        );
         match result {
             Ok(()) => {
                 for (key, point) in inflight.points {
@@ -241,7 +261,8 @@ impl Broker {
                     // So may the open/aborted transactions: rebuild from what is left.
                     if self.partition_txns.contains_key(&key) {
                         let log = self.topics.partition_by_key(&key).expect("present above");
-                        self.partition_txns.insert(key.clone(), crate::txn::PartitionTxns::rebuild(log));
+                        self.partition_txns
+                            .insert(key.clone(), crate::txn::PartitionTxns::rebuild(log));
                     }
                 }
                 api::produce::fail_undurable(self);
@@ -256,7 +277,10 @@ impl Broker {
     }
 
     fn handle_meta_done(&mut self, io: IoId, result: Result<(), IoError>) {
-        let action = self.pending_meta.remove(&io).expect("MetaDone for an unknown write");
+        let action = self
+            .pending_meta
+            .remove(&io)
+            .expect("MetaDone for an unknown write");
         if let Err(e) = &result {
             tracing::error!("meta.db write failed: {}", e.0);
         }
@@ -265,7 +289,8 @@ impl Broker {
 
     fn handle_timers(&mut self) {
         if self.booted && self.now_ms >= self.next_retention_check_ms {
-            self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms.max(1);
+            self.next_retention_check_ms =
+                self.now_ms + self.config.retention_check_interval_ms.max(1);
             let ops = self.topics.apply_retention(&self.config, self.now_ms);
             for (key, op) in ops {
                 self.emit_disk(key, op);
@@ -331,7 +356,10 @@ impl Broker {
             return; // the connection is gone; nobody to answer
         };
         for frame in conn.finish(ctx.seq, frame) {
-            self.outputs.push_back(Output::Response { conn: ctx.conn, frame });
+            self.outputs.push_back(Output::Response {
+                conn: ctx.conn,
+                frame,
+            });
         }
     }
 
@@ -345,7 +373,10 @@ impl Broker {
     /// Emits a disk operation for a partition; it becomes durable with the
     /// next sync.
     pub(crate) fn emit_disk(&mut self, key: PartitionKey, op: DiskOp) {
-        assert!(!matches!(op, DiskOp::Sync { .. }), "syncs are started by request_sync");
+        assert!(
+            !matches!(op, DiskOp::Sync { .. }),
+            "syncs are started by request_sync"
+        );
         self.dirty.insert(key);
         self.outputs.push_back(Output::Disk(op));
     }
@@ -360,7 +391,10 @@ impl Broker {
     }
 
     fn start_sync(&mut self) {
-        assert!(self.sync_in_flight.is_none(), "one sync in flight at a time");
+        assert!(
+            self.sync_in_flight.is_none(),
+            "one sync in flight at a time"
+        );
         let io = self.take_io();
         let mut points = Vec::with_capacity(self.dirty.len());
         for key in std::mem::take(&mut self.dirty) {
@@ -398,7 +432,9 @@ impl Broker {
             return None;
         }
         let fetch = self.waiting_fetches.iter().map(|f| f.deadline_ms).min();
-        let mut deadline_ms = self.next_retention_check_ms.min(self.next_producer_expiry_ms);
+        let mut deadline_ms = self
+            .next_retention_check_ms
+            .min(self.next_producer_expiry_ms);
         if let Some(fetch_ms) = fetch {
             deadline_ms = deadline_ms.min(fetch_ms);
         }

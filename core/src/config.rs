@@ -90,7 +90,9 @@ impl BrokerConfig {
     /// Returns an error text for an unknown key or a bad value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         fn num<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, String> {
-            v.trim().parse().map_err(|_| format!("bad value {v:?} for {key}"))
+            v.trim()
+                .parse()
+                .map_err(|_| format!("bad value {v:?} for {key}"))
         }
         match key {
             "node.id" | "broker.id" => self.node_id = num(key, value)?,
@@ -101,9 +103,13 @@ impl BrokerConfig {
             "log.retention.ms" => self.retention_ms = num(key, value)?,
             "log.retention.hours" => self.retention_ms = num::<i64>(key, value)? * 3_600_000,
             "log.retention.bytes" => self.retention_bytes = num(key, value)?,
-            "log.retention.check.interval.ms" => self.retention_check_interval_ms = num(key, value)?,
+            "log.retention.check.interval.ms" => {
+                self.retention_check_interval_ms = num(key, value)?
+            }
             "message.max.bytes" => self.message_max_bytes = num(key, value)?,
-            "group.initial.rebalance.delay.ms" => self.group_initial_rebalance_delay_ms = num(key, value)?,
+            "group.initial.rebalance.delay.ms" => {
+                self.group_initial_rebalance_delay_ms = num(key, value)?
+            }
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = num(key, value)?,
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = num(key, value)?,
             "producer.id.expiration.ms" => self.producer_id_expiration_ms = num(key, value)?,
@@ -111,7 +117,9 @@ impl BrokerConfig {
             "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
                 self.transaction_abort_check_interval_ms = num(key, value)?
             }
-            "transactional.id.expiration.ms" => self.transactional_id_expiration_ms = num(key, value)?,
+            "transactional.id.expiration.ms" => {
+                self.transactional_id_expiration_ms = num(key, value)?
+            }
             "transaction.remove.expired.transaction.cleanup.interval.ms" => {
                 self.transactional_id_expiration_check_interval_ms = num(key, value)?
             }
@@ -120,14 +128,21 @@ impl BrokerConfig {
             }
             _ => return Err(format!("unknown broker property {key:?}")),
         }
-        if self.default_partitions < 1 || self.default_partitions > crate::limits::TOPIC_PARTITIONS_MAX {
-            return Err(format!("num.partitions must be 1..={}", crate::limits::TOPIC_PARTITIONS_MAX));
+        if self.default_partitions < 1
+            || self.default_partitions > crate::limits::TOPIC_PARTITIONS_MAX
+        {
+            return Err(format!(
+                "num.partitions must be 1..={}",
+                crate::limits::TOPIC_PARTITIONS_MAX
+            ));
         }
         if self.group_initial_rebalance_delay_ms < 0 {
             return Err("group.initial.rebalance.delay.ms must not be negative".into());
         }
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
-            return Err("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms".into());
+            return Err(
+                "group.min.session.timeout.ms must not exceed group.max.session.timeout.ms".into(),
+            );
         }
         if self.segment_bytes < 1024 {
             return Err("log.segment.bytes must be at least 1024".into());
@@ -142,32 +157,63 @@ impl BrokerConfig {
         vec![
             ("node.id", self.node_id.to_string()),
             ("broker.id", self.node_id.to_string()),
-            ("advertised.listeners", format!("PLAINTEXT://{}:{}", self.advertised_host, self.advertised_port)),
-            ("auto.create.topics.enable", self.auto_create_topics.to_string()),
+            (
+                "advertised.listeners",
+                format!(
+                    "PLAINTEXT://{}:{}",
+                    self.advertised_host, self.advertised_port
+                ),
+            ),
+            (
+                "auto.create.topics.enable",
+                self.auto_create_topics.to_string(),
+            ),
             ("num.partitions", self.default_partitions.to_string()),
             ("default.replication.factor", "1".into()),
             ("log.segment.bytes", self.segment_bytes.to_string()),
             ("log.retention.ms", self.retention_ms.to_string()),
             ("log.retention.bytes", self.retention_bytes.to_string()),
-            ("log.retention.check.interval.ms", self.retention_check_interval_ms.to_string()),
+            (
+                "log.retention.check.interval.ms",
+                self.retention_check_interval_ms.to_string(),
+            ),
             ("message.max.bytes", self.message_max_bytes.to_string()),
-            ("group.initial.rebalance.delay.ms", self.group_initial_rebalance_delay_ms.to_string()),
-            ("group.min.session.timeout.ms", self.group_min_session_timeout_ms.to_string()),
-            ("group.max.session.timeout.ms", self.group_max_session_timeout_ms.to_string()),
-            ("producer.id.expiration.ms", self.producer_id_expiration_ms.to_string()),
+            (
+                "group.initial.rebalance.delay.ms",
+                self.group_initial_rebalance_delay_ms.to_string(),
+            ),
+            (
+                "group.min.session.timeout.ms",
+                self.group_min_session_timeout_ms.to_string(),
+            ),
+            (
+                "group.max.session.timeout.ms",
+                self.group_max_session_timeout_ms.to_string(),
+            ),
+            (
+                "producer.id.expiration.ms",
+                self.producer_id_expiration_ms.to_string(),
+            ),
             (
                 "producer.id.expiration.check.interval.ms",
                 self.producer_id_expiration_check_interval_ms.to_string(),
             ),
-            ("transaction.max.timeout.ms", self.transaction_max_timeout_ms.to_string()),
+            (
+                "transaction.max.timeout.ms",
+                self.transaction_max_timeout_ms.to_string(),
+            ),
             (
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                 self.transaction_abort_check_interval_ms.to_string(),
             ),
-            ("transactional.id.expiration.ms", self.transactional_id_expiration_ms.to_string()),
+            (
+                "transactional.id.expiration.ms",
+                self.transactional_id_expiration_ms.to_string(),
+            ),
             (
                 "transaction.remove.expired.transaction.cleanup.interval.ms",
-                self.transactional_id_expiration_check_interval_ms.to_string(),
+                self.transactional_id_expiration_check_interval_ms
+                    .to_string(),
             ),
         ]
     }

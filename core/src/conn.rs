@@ -33,7 +33,10 @@ impl Conn {
     /// Records request `seq`'s response and returns every frame that may now go
     /// out, in order.
     pub(crate) fn finish(&mut self, seq: u64, frame: Option<Bytes>) -> Vec<Bytes> {
-        assert!(seq >= self.next_release, "request {seq} finished twice (released)");
+        assert!(
+            seq >= self.next_release,
+            "request {seq} finished twice (released)"
+        );
         assert!(seq < self.next_seq, "request {seq} was never taken");
         let previous = self.finished.insert(seq, frame);
         assert!(previous.is_none(), "request {seq} finished twice");
@@ -59,7 +62,10 @@ mod tests {
         assert!(c.finish(b, Some(Bytes::from_static(b"b"))).is_empty());
         assert!(c.finish(d, None).is_empty());
         let out = c.finish(a, Some(Bytes::from_static(b"a")));
-        assert_eq!(out, vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]);
+        assert_eq!(
+            out,
+            vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]
+        );
         assert_eq!(c.in_flight(), 0);
     }
 }

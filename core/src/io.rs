@@ -19,7 +19,10 @@ pub struct PartitionDir {
 
 impl PartitionDir {
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self { topic: topic.into(), partition }
+        Self {
+            topic: topic.into(),
+            partition,
+        }
     }
 
     /// The directory name under `<data-dir>/logs/`.
@@ -86,10 +89,16 @@ pub enum Input {
     Disconnected { conn: ConnId },
     /// A `DiskOp::Sync` finished: on `Ok`, every disk operation emitted before
     /// that sync is durable. On `Err`, some of them may not be.
-    SyncDone { io: IoId, result: Result<(), IoError> },
+    SyncDone {
+        io: IoId,
+        result: Result<(), IoError>,
+    },
     /// An `Output::Meta` batch finished: on `Ok` it is durable in meta.db; on
     /// `Err` none of it may be relied on.
-    MetaDone { io: IoId, result: Result<(), IoError> },
+    MetaDone {
+        io: IoId,
+        result: Result<(), IoError>,
+    },
     /// Time passed; the driver sends this when `poll_timeout` is reached.
     Tick,
 }
@@ -99,15 +108,26 @@ pub enum Input {
 pub enum DiskOp {
     /// Append bytes at the end of a segment file, creating the directory and
     /// file when absent. No completion: a failure is reported by the next Sync.
-    Append { dir: PartitionDir, segment_base: i64, bytes: Bytes },
+    Append {
+        dir: PartitionDir,
+        segment_base: i64,
+        bytes: Bytes,
+    },
     /// Make every earlier operation durable (fdatasync of every file and
     /// directory touched since the last sync). Completion: `Input::SyncDone`.
     Sync { io: IoId },
     /// Cut a segment file to `len` bytes (a torn tail, or unsynced bytes after
     /// a failed sync).
-    Truncate { dir: PartitionDir, segment_base: i64, len: u64 },
+    Truncate {
+        dir: PartitionDir,
+        segment_base: i64,
+        len: u64,
+    },
     /// Remove one segment file (retention, or a segment past a truncation).
-    DeleteSegment { dir: PartitionDir, segment_base: i64 },
+    DeleteSegment {
+        dir: PartitionDir,
+        segment_base: i64,
+    },
     /// Remove a partition directory and everything in it (topic deletion).
     DeletePartition { dir: PartitionDir },
 }
@@ -122,10 +142,18 @@ pub enum MetaOp {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Output {
     /// A response frame (without the size prefix), in request order per connection.
-    Response { conn: ConnId, frame: Bytes },
+    Response {
+        conn: ConnId,
+        frame: Bytes,
+    },
     /// Close this connection (bad input Kafka answers by closing).
-    Close { conn: ConnId },
+    Close {
+        conn: ConnId,
+    },
     Disk(DiskOp),
     /// Write a batch to meta.db atomically and durably; completion `Input::MetaDone`.
-    Meta { io: IoId, ops: Vec<MetaOp> },
+    Meta {
+        io: IoId,
+        ops: Vec<MetaOp>,
+    },
 }

@@ -33,41 +33,72 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
 /// A meta.db entry, decoded at boot.
 #[derive(Debug)]
 pub enum MetaEntry {
-    Topic { name: String, record: TopicRecord },
+    Topic {
+        name: String,
+        record: TopicRecord,
+    },
     ProducerIds(crate::producer::ids::ProducerIdsRecord),
     /// A committed consumer offset, under `offset/<group>/<topic>/<partition>`.
-    GroupOffset { group: String, topic: String, partition: i32, record: crate::group::OffsetRecord },
+    GroupOffset {
+        group: String,
+        topic: String,
+        partition: i32,
+        record: crate::group::OffsetRecord,
+    },
     /// A transactional id's state, under `txn/<id>`.
-    Txn { id: String, record: crate::txn::TxnRecord },
+    Txn {
+        id: String,
+        record: crate::txn::TxnRecord,
+    },
     /// A partition that has held transactional batches: `txnpart/<topic id>/<partition>`.
-    TxnPartitionFlag { topic_id: String, partition: i32 },
+    TxnPartitionFlag {
+        topic_id: String,
+        partition: i32,
+    },
 }
 
 /// Decodes one meta.db entry; `Err` names what was wrong (boot refuses to
 /// guess at a record it cannot read).
 pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
     if key == crate::producer::ids::META_KEY {
-        let record = serde_json::from_slice(value).map_err(|e| format!("meta.db producer_ids: {e}"))?;
+        let record =
+            serde_json::from_slice(value).map_err(|e| format!("meta.db producer_ids: {e}"))?;
         return Ok(MetaEntry::ProducerIds(record));
     }
     let key = std::str::from_utf8(key).map_err(|_| "meta.db key is not UTF-8".to_string())?;
     if let Some(name) = key.strip_prefix(TOPIC_PREFIX) {
         let record: TopicRecord =
             serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
-        return Ok(MetaEntry::Topic { name: name.to_string(), record });
+        return Ok(MetaEntry::Topic {
+            name: name.to_string(),
+            record,
+        });
     }
     if let Some(id) = key.strip_prefix(crate::txn::record::KEY_PREFIX) {
         let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
-        return Ok(MetaEntry::Txn { id: id.to_string(), record });
+        return Ok(MetaEntry::Txn {
+            id: id.to_string(),
+            record,
+        });
     }
     if let Some(rest) = key.strip_prefix(crate::txn::record::PARTITION_FLAG_PREFIX) {
-        let parsed = rest.rsplit_once('/').and_then(|(t, p)| Some((t.to_string(), p.parse::<i32>().ok()?)));
+        let parsed = rest
+            .rsplit_once('/')
+            .and_then(|(t, p)| Some((t.to_string(), p.parse::<i32>().ok()?)));
         let (topic_id, partition) = parsed.ok_or_else(|| format!("meta.db: bad key {key:?}"))?;
-        return Ok(MetaEntry::TxnPartitionFlag { topic_id, partition });
+        return Ok(MetaEntry::TxnPartitionFlag {
+            topic_id,
+            partition,
+        });
     }
     if let Some((group, topic, partition)) = crate::group::parse_offset_key(key) {
         let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
-        return Ok(MetaEntry::GroupOffset { group, topic, partition, record });
+        return Ok(MetaEntry::GroupOffset {
+            group,
+            topic,
+            partition,
+            record,
+        });
     }
     Err(format!("meta.db: unknown key {key:?}"))
 }
@@ -80,7 +111,11 @@ mod tests {
     fn topic_record_round_trips() {
         let mut configs = BTreeMap::new();
         configs.insert("retention.ms".to_string(), "1000".to_string());
-        let r = TopicRecord { id: "00".repeat(16), partitions: 3, configs };
+        let r = TopicRecord {
+            id: "00".repeat(16),
+            partitions: 3,
+            configs,
+        };
         match decode_entry(&topic_key("a-b"), &encode(&r)).unwrap() {
             MetaEntry::Topic { name, record } => {
                 assert_eq!(name, "a-b");
@@ -92,9 +127,19 @@ mod tests {
 
     #[test]
     fn group_offset_round_trips() {
-        let r = crate::group::OffsetRecord { offset: 42, leader_epoch: 3, metadata: "m".into(), commit_timestamp_ms: 7 };
+        let r = crate::group::OffsetRecord {
+            offset: 42,
+            leader_epoch: 3,
+            metadata: "m".into(),
+            commit_timestamp_ms: 7,
+        };
         match decode_entry(&crate::group::offset_key("g/1", "t", 2), &encode(&r)).unwrap() {
-            MetaEntry::GroupOffset { group, topic, partition, record } => {
+            MetaEntry::GroupOffset {
+                group,
+                topic,
+                partition,
+                record,
+            } => {
                 assert_eq!((group.as_str(), topic.as_str(), partition), ("g/1", "t", 2));
                 assert_eq!(record, r);
             }

@@ -15,9 +15,15 @@ pub enum Kind {
 /// Every topic config this broker knows: (name, kind).
 pub const TOPIC_CONFIGS: &[(&str, Kind)] = &[
     ("cleanup.policy", Kind::Choice(&["delete"])),
-    ("compression.type", Kind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"])),
+    (
+        "compression.type",
+        Kind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+    ),
     ("max.message.bytes", Kind::Long { min: 0 }),
-    ("message.timestamp.type", Kind::Choice(&["CreateTime", "LogAppendTime"])),
+    (
+        "message.timestamp.type",
+        Kind::Choice(&["CreateTime", "LogAppendTime"]),
+    ),
     ("min.insync.replicas", Kind::Long { min: 1 }),
     ("retention.bytes", Kind::Long { min: -1 }),
     ("retention.ms", Kind::Long { min: -1 }),
@@ -47,10 +53,14 @@ pub fn validate(key: &str, value: &str) -> Result<(), String> {
     match kind {
         Kind::Long { min } => match value.trim().parse::<i64>() {
             Ok(v) if v >= *min => Ok(()),
-            _ => Err(format!("Invalid value {value} for configuration {key}: must be a number >= {min}")),
+            _ => Err(format!(
+                "Invalid value {value} for configuration {key}: must be a number >= {min}"
+            )),
         },
         Kind::Choice(words) if words.contains(&value) => Ok(()),
-        Kind::Choice(words) => Err(format!("Invalid value {value} for configuration {key}: one of {words:?}")),
+        Kind::Choice(words) => Err(format!(
+            "Invalid value {value} for configuration {key}: one of {words:?}"
+        )),
     }
 }
 

@@ -44,7 +44,11 @@ impl Topic {
     }
 
     pub fn key(&self, name: &str, partition: i32) -> PartitionKey {
-        PartitionKey { topic: name.to_string(), id: self.id, partition }
+        PartitionKey {
+            topic: name.to_string(),
+            id: self.id,
+            partition,
+        }
     }
 }
 
@@ -116,16 +120,24 @@ impl Topics {
 
     pub fn partition_mut_by_key(&mut self, key: &PartitionKey) -> Option<&mut PartitionLog> {
         let topic = self.map.get_mut(&key.topic).filter(|t| t.id == key.id)?;
-        topic.partitions.get_mut(usize::try_from(key.partition).ok()?)
+        topic
+            .partitions
+            .get_mut(usize::try_from(key.partition).ok()?)
     }
 
     /// Adds a topic whose record meta.db has stored.
     pub fn insert(&mut self, config: &BrokerConfig, name: &str, record: TopicRecord) {
         let id = parse_id(&record.id);
-        let mut topic = Topic { id, record: record.clone(), partitions: Vec::new() };
+        let mut topic = Topic {
+            id,
+            record: record.clone(),
+            partitions: Vec::new(),
+        };
         let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
         for p in 0..record.partitions {
-            topic.partitions.push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
+            topic
+                .partitions
+                .push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
         }
         let previous = self.map.insert(name.to_string(), topic);
         assert!(previous.is_none(), "topic {name} inserted twice");
@@ -134,17 +146,24 @@ impl Topics {
     /// Grows a topic to the partition count of its stored record.
     pub fn grow(&mut self, config: &BrokerConfig, name: &str, record: TopicRecord) {
         let topic = self.map.get_mut(name).expect("grow of a missing topic");
-        assert!(record.partitions >= topic.partitions.len() as i32, "partitions never shrink");
+        assert!(
+            record.partitions >= topic.partitions.len() as i32,
+            "partitions never shrink"
+        );
         topic.record = record;
         let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
         for p in topic.partitions.len() as i32..topic.record.partitions {
-            topic.partitions.push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
+            topic
+                .partitions
+                .push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
         }
     }
 
     /// Removes a topic and returns the disk operations that delete its data.
     pub fn remove(&mut self, name: &str) -> Vec<(PartitionKey, DiskOp)> {
-        let Some(topic) = self.map.remove(name) else { return Vec::new() };
+        let Some(topic) = self.map.remove(name) else {
+            return Vec::new();
+        };
         topic
             .partitions
             .iter()
@@ -170,13 +189,20 @@ impl Topics {
             let Some(topic) = self.map.get_mut(&dir.topic) else {
                 // A directory without a topic: left by a deletion that a crash
                 // interrupted after meta.db forgot the topic.
-                let key = PartitionKey { topic: dir.topic.clone(), id: Uuid::nil(), partition: dir.partition };
+                let key = PartitionKey {
+                    topic: dir.topic.clone(),
+                    id: Uuid::nil(),
+                    partition: dir.partition,
+                };
                 ops.push((key, DiskOp::DeletePartition { dir }));
                 continue;
             };
             let key = topic.key(&dir.topic, dir.partition);
             let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
-            let Some(slot) = usize::try_from(dir.partition).ok().and_then(|p| topic.partitions.get_mut(p)) else {
+            let Some(slot) = usize::try_from(dir.partition)
+                .ok()
+                .and_then(|p| topic.partitions.get_mut(p))
+            else {
                 ops.push((key, DiskOp::DeletePartition { dir }));
                 continue;
             };
@@ -188,14 +214,22 @@ impl Topics {
     }
 
     /// Deletes segments past retention in every partition.
-    pub fn apply_retention(&mut self, config: &BrokerConfig, now_ms: i64) -> Vec<(PartitionKey, DiskOp)> {
+    pub fn apply_retention(
+        &mut self,
+        config: &BrokerConfig,
+        now_ms: i64,
+    ) -> Vec<(PartitionKey, DiskOp)> {
         let mut ops = Vec::new();
         for (name, topic) in self.map.iter_mut() {
             let retention_ms = topic.config_i64(config, "retention.ms");
             let retention_bytes = topic.config_i64(config, "retention.bytes");
             let id = topic.id;
             for (p, log) in topic.partitions.iter_mut().enumerate() {
-                let key = PartitionKey { topic: name.clone(), id, partition: p as i32 };
+                let key = PartitionKey {
+                    topic: name.clone(),
+                    id,
+                    partition: p as i32,
+                };
                 for op in log.apply_retention(now_ms, retention_ms, retention_bytes) {
                     ops.push((key.clone(), op));
                 }
@@ -210,7 +244,11 @@ impl Topics {
 pub(crate) fn new_topic_id(name: &str, now_ms: i64, counter: u64) -> Uuid {
     // FNV-1a over the inputs, widened to 128 bits by two rounds.
     let mut h: u64 = 0xcbf29ce484222325;
-    for b in name.bytes().chain(now_ms.to_be_bytes()).chain(counter.to_be_bytes()) {
+    for b in name
+        .bytes()
+        .chain(now_ms.to_be_bytes())
+        .chain(counter.to_be_bytes())
+    {
         h ^= b as u64;
         h = h.wrapping_mul(0x100000001b3);
     }

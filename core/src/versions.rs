@@ -98,7 +98,9 @@ mod tests {
             ApiKey::AddOffsetsToTxn => r!(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
             ApiKey::EndTxn => r!(EndTxnRequest, EndTxnResponse),
             ApiKey::TxnOffsetCommit => r!(TxnOffsetCommitRequest, TxnOffsetCommitResponse),
-            ApiKey::DescribeTransactions => r!(DescribeTransactionsRequest, DescribeTransactionsResponse),
+            ApiKey::DescribeTransactions => {
+                r!(DescribeTransactionsRequest, DescribeTransactionsResponse)
+            }
             ApiKey::ListTransactions => r!(ListTransactionsRequest, ListTransactionsResponse),
             ApiKey::DescribeProducers => r!(DescribeProducersRequest, DescribeProducersResponse),
             other => panic!("no codec range known for {other:?}; add it to this test"),

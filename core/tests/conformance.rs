@@ -22,7 +22,8 @@ fn recordings() -> Vec<(String, Value)> {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "json") {
             let text = std::fs::read_to_string(&path).unwrap();
-            let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             out.push((path.file_name().unwrap().to_string_lossy().to_string(), v));
         }
     }
@@ -39,7 +40,10 @@ struct Replay {
 impl Replay {
     fn int(&self, v: &Value) -> i64 {
         match v {
-            Value::String(s) if s.starts_with('$') => *self.saved.get(&s[1..]).unwrap_or_else(|| panic!("{s} not saved")),
+            Value::String(s) if s.starts_with('$') => *self
+                .saved
+                .get(&s[1..])
+                .unwrap_or_else(|| panic!("{s} not saved")),
             Value::Number(n) => n.as_i64().unwrap(),
             other => panic!("not an integer: {other}"),
         }
@@ -50,14 +54,20 @@ impl Replay {
     }
 
     fn send(&mut self, conn: u64, api: &str, version: i16, body: &Value) {
-        let id = body.get("transactional_id").and_then(Value::as_str).unwrap_or("").to_string();
+        let id = body
+            .get("transactional_id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         let pid = ProducerId(self.field(body, "producer_id", -1));
         let epoch = self.field(body, "producer_epoch", -1) as i16;
         match api {
             "InitProducerId" => {
                 let req = InitProducerIdRequest::default()
                     .with_transactional_id(Some(tid(&id)))
-                    .with_transaction_timeout_ms(self.field(body, "transaction_timeout_ms", 60_000) as i32)
+                    .with_transaction_timeout_ms(
+                        self.field(body, "transaction_timeout_ms", 60_000) as i32
+                    )
                     .with_producer_id(pid)
                     .with_producer_epoch(epoch);
                 self.w.send(conn, version, &req);
@@ -76,8 +86,15 @@ impl Replay {
                     .unwrap()
                     .iter()
                     .map(|(t, ps)| {
-                        let ps = ps.as_array().unwrap().iter().map(|p| p.as_i64().unwrap() as i32).collect();
-                        AddPartitionsToTxnTopic::default().with_name(name(t)).with_partitions(ps)
+                        let ps = ps
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|p| p.as_i64().unwrap() as i32)
+                            .collect();
+                        AddPartitionsToTxnTopic::default()
+                            .with_name(name(t))
+                            .with_partitions(ps)
                     })
                     .collect();
                 let req = AddPartitionsToTxnRequest::default()
@@ -107,7 +124,11 @@ impl Replay {
                 let codes: Vec<Value> = r
                     .results_by_topic_v3_and_below
                     .iter()
-                    .flat_map(|t| t.results_by_partition.iter().map(|p| Value::from(p.partition_error_code)))
+                    .flat_map(|t| {
+                        t.results_by_partition
+                            .iter()
+                            .map(|p| Value::from(p.partition_error_code))
+                    })
                     .collect();
                 m.insert("partition_error_codes".into(), Value::Array(codes));
             }
@@ -121,10 +142,20 @@ impl Replay {
 fn recordings_replay() {
     for (file, rec) in recordings() {
         let source = rec["source"].as_str().unwrap_or_default();
-        assert!(source.contains("Not recorded"), "{file}: the source must say honestly where expectations come from");
-        let mut r = Replay { w: World::new(BrokerConfig::default()), saved: BTreeMap::new() };
+        assert!(
+            source.contains("Not recorded"),
+            "{file}: the source must say honestly where expectations come from"
+        );
+        let mut r = Replay {
+            w: World::new(BrokerConfig::default()),
+            saved: BTreeMap::new(),
+        };
         for t in rec["setup"]["topics"].as_array().unwrap() {
-            create_topic(&mut r.w, t["name"].as_str().unwrap(), t["partitions"].as_i64().unwrap() as i32);
+            create_topic(
+                &mut r.w,
+                t["name"].as_str().unwrap(),
+                t["partitions"].as_i64().unwrap() as i32,
+            );
         }
         for (i, step) in rec["steps"].as_array().unwrap().iter().enumerate() {
             let at = format!("{file} step {i}");
@@ -154,7 +185,9 @@ fn recordings_replay() {
             let (_, response) = answer.unwrap_or_else(|| panic!("{at}: no answer"));
             let got = Replay::fields(&response);
             for (k, want) in expect {
-                let have = got.get(k).unwrap_or_else(|| panic!("{at}: response has no {k}"));
+                let have = got
+                    .get(k)
+                    .unwrap_or_else(|| panic!("{at}: response has no {k}"));
                 let want = match want {
                     Value::String(s) if s.starts_with('$') => Value::from(r.int(want)),
                     other => other.clone(),

@@ -29,12 +29,20 @@ const PRODUCER_FENCED: i16 = 90;
 
 #[derive(Clone, Debug)]
 enum Op {
-    EndTxn { commit: bool, stale_epoch: bool, version: i16 },
+    EndTxn {
+        commit: bool,
+        stale_epoch: bool,
+        version: i16,
+    },
     CompleteIo,
     FailNextSync,
     FailNextMeta,
-    Crash { power_cut: bool },
-    Advance { ms: i64 },
+    Crash {
+        power_cut: bool,
+    },
+    Advance {
+        ms: i64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -65,9 +73,16 @@ fn run(config: BrokerConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
     create_topic(&mut w, "b", 1);
     let (err, pid, epoch) = init_txn(&mut w, 1, "t", 600_000);
     prop_assert_eq!(err, NONE);
-    prop_assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]), vec![NONE, NONE]);
+    prop_assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]),
+        vec![NONE, NONE]
+    );
     for t in ["a", "b"] {
-        w.send(1, 9, &produce_req(t, 0, txn_batch(&[b"x", b"y"], pid, epoch, 0), -1));
+        w.send(
+            1,
+            9,
+            &produce_req(t, 0, txn_batch(&[b"x", b"y"], pid, epoch, 0), -1),
+        );
         prop_assert_eq!(produce_answer(&mut w, 1).unwrap().0, NONE);
     }
     w.auto_io = false;
@@ -82,11 +97,22 @@ fn run(config: BrokerConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
     };
     for op in ops {
         match op {
-            Op::EndTxn { commit, stale_epoch, version } => {
+            Op::EndTxn {
+                commit,
+                stale_epoch,
+                version,
+            } => {
                 next_conn += 1;
                 let e = if stale_epoch { epoch - 1 } else { epoch };
                 send_end_txn(&mut w, next_conn, "t", pid, e, commit, version);
-                sent.push(Sent { conn: next_conn, commit, stale: stale_epoch, version, answer: None, dropped: false });
+                sent.push(Sent {
+                    conn: next_conn,
+                    commit,
+                    stale: stale_epoch,
+                    version,
+                    answer: None,
+                    dropped: false,
+                });
             }
             Op::CompleteIo => w.complete_io(),
             Op::FailNextSync => w.fail_next_sync = true,
@@ -115,24 +141,48 @@ fn run(config: BrokerConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
     collect(&mut w, &mut sent);
 
     for s in &sent {
-        prop_assert!(s.dropped || s.answer.is_some(), "an EndTxn on a live connection was never answered");
+        prop_assert!(
+            s.dropped || s.answer.is_some(),
+            "an EndTxn on a live connection was never answered"
+        );
     }
     let state = describe_state(&mut w);
-    let successes: Vec<bool> = sent.iter().filter(|s| s.answer == Some(NONE)).map(|s| s.commit).collect();
+    let successes: Vec<bool> = sent
+        .iter()
+        .filter(|s| s.answer == Some(NONE))
+        .map(|s| s.commit)
+        .collect();
     if let Some(first) = successes.first() {
-        prop_assert!(successes.iter().all(|c| c == first), "both decisions answered with success");
-        let want = if *first { "CompleteCommit" } else { "CompleteAbort" };
+        prop_assert!(
+            successes.iter().all(|c| c == first),
+            "both decisions answered with success"
+        );
+        let want = if *first {
+            "CompleteCommit"
+        } else {
+            "CompleteAbort"
+        };
         prop_assert_eq!(&state, want, "an answered decision was lost or reversed");
     }
     for s in &sent {
         let Some(a) = s.answer else { continue };
         if s.stale {
-            let fenced = if s.version < 2 { INVALID_PRODUCER_EPOCH } else { PRODUCER_FENCED };
+            let fenced = if s.version < 2 {
+                INVALID_PRODUCER_EPOCH
+            } else {
+                PRODUCER_FENCED
+            };
             prop_assert_eq!(a, fenced, "a stale epoch must be fenced");
             continue;
         }
         prop_assert!(
-            [NONE, CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE, NOT_COORDINATOR].contains(&a),
+            [
+                NONE,
+                CONCURRENT_TRANSACTIONS,
+                INVALID_TXN_STATE,
+                NOT_COORDINATOR
+            ]
+            .contains(&a),
             "answer {} is not in the decision table",
             a
         );
@@ -145,7 +195,11 @@ fn run(config: BrokerConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
             prop_assert_eq!(decided, Some(s.commit));
         }
         if a == INVALID_TXN_STATE {
-            prop_assert_eq!(decided, Some(!s.commit), "INVALID_TXN_STATE only once the other decision stands");
+            prop_assert_eq!(
+                decided,
+                Some(!s.commit),
+                "INVALID_TXN_STATE only once the other decision stands"
+            );
         }
     }
     // Atomic across partitions, and read_committed agrees with the outcome.
@@ -154,14 +208,26 @@ fn run(config: BrokerConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
         let lso = latest_offset(&mut w, 2, t, 0, true);
         w.send(7, 12, &fetch_isolated(t, 0, 0, true));
         let p = fetch_answer(&mut w, 7).unwrap();
-        let aborted = p.aborted_transactions.unwrap_or_default().iter().any(|a| a.producer_id.0 == pid);
+        let aborted = p
+            .aborted_transactions
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a.producer_id.0 == pid);
         views.push((lso > 0, aborted));
     }
-    prop_assert_eq!(views[0], views[1], "the partitions disagree on the transaction's outcome");
+    prop_assert_eq!(
+        views[0],
+        views[1],
+        "the partitions disagree on the transaction's outcome"
+    );
     match state.as_str() {
         "CompleteCommit" => prop_assert_eq!(views[0], (true, false)),
         "CompleteAbort" => prop_assert_eq!(views[0], (true, true)),
-        "Ongoing" => prop_assert_eq!(views[0].0, false, "an open transaction holds the LSO at its first offset"),
+        "Ongoing" => prop_assert_eq!(
+            views[0].0,
+            false,
+            "an open transaction holds the LSO at its first offset"
+        ),
         other => prop_assert!(false, "the transaction was left in {}", other),
     }
     Ok(())
@@ -169,9 +235,15 @@ fn run(config: BrokerConfig, ops: Vec<Op>) -> Result<(), TestCaseError> {
 
 fn describe_state(w: &mut World) -> String {
     use kafka_protocol::messages::*;
-    w.send(8, 0, &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("t")]));
+    w.send(
+        8,
+        0,
+        &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("t")]),
+    );
     match w.recv(8) {
-        Some((_, ResponseKind::DescribeTransactions(r))) => r.transaction_states[0].transaction_state.to_string(),
+        Some((_, ResponseKind::DescribeTransactions(r))) => {
+            r.transaction_states[0].transaction_state.to_string()
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -194,9 +266,18 @@ proptest! {
 #[test]
 fn the_search_catches_a_planted_bug() {
     use proptest::test_runner::{Config, TestRunner};
-    let config = BrokerConfig { planted_bug: Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable), ..Default::default() };
-    let mut runner = TestRunner::new(Config { cases: 2_000, failure_persistence: None, ..Config::default() });
-    let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| run(config.clone(), ops));
+    let config = BrokerConfig {
+        planted_bug: Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable),
+        ..Default::default()
+    };
+    let mut runner = TestRunner::new(Config {
+        cases: 2_000,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
+        run(config.clone(), ops)
+    });
     match result {
         Err(proptest::test_runner::TestError::Fail(why, ops)) => {
             println!("caught: {why}; shrunk to {ops:?}");

@@ -16,7 +16,11 @@ fn produce_is_answered_only_after_sync_and_offsets_follow() {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "t", 1);
     w.auto_io = false;
-    w.send(1, 9, &produce_req("t", 0, batch(&[b"a", b"b", b"c"], T0_MS), -1));
+    w.send(
+        1,
+        9,
+        &produce_req("t", 0, batch(&[b"a", b"b", b"c"], T0_MS), -1),
+    );
     assert!(w.recv(1).is_none(), "acks=all answered before the fsync");
     assert_eq!(w.pending_syncs.len(), 1);
     // A second produce while the sync is in flight rides the next sync.
@@ -25,7 +29,11 @@ fn produce_is_answered_only_after_sync_and_offsets_follow() {
     w.complete_io();
     assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
     assert!(w.recv(1).is_none(), "second produce not yet durable");
-    assert_eq!(w.pending_syncs.len(), 1, "the second append gets its own sync");
+    assert_eq!(
+        w.pending_syncs.len(),
+        1,
+        "the second append gets its own sync"
+    );
     w.complete_io();
     assert_eq!(produce_answer(&mut w, 1), Some((0, 3)));
     let log = w.broker.partition("t", 0).unwrap();
@@ -39,11 +47,19 @@ fn many_produces_share_one_sync() {
     w.auto_io = false;
     w.send(1, 9, &produce_req("t", 0, batch(&[b"x"], T0_MS), -1));
     for i in 0..10 {
-        w.send(2 + i, 9, &produce_req("t", (i % 2) as i32, batch(&[b"y"], T0_MS), -1));
+        w.send(
+            2 + i,
+            9,
+            &produce_req("t", (i % 2) as i32, batch(&[b"y"], T0_MS), -1),
+        );
     }
     assert_eq!(w.pending_syncs.len(), 1);
     w.complete_io(); // covers the first
-    assert_eq!(w.pending_syncs.len(), 1, "all ten later appends wait on one sync");
+    assert_eq!(
+        w.pending_syncs.len(),
+        1,
+        "all ten later appends wait on one sync"
+    );
     w.complete_io();
     for i in 0..10 {
         assert_eq!(produce_answer(&mut w, 2 + i).unwrap().0, 0);
@@ -59,7 +75,10 @@ fn acks_zero_gets_no_response_but_is_stored() {
     assert!(w.raw_response(1).is_none());
     w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
     let p = fetch_answer(&mut w, 1).unwrap();
-    assert_eq!(decode_values(p.records.unwrap()), vec![(0, Bytes::from_static(b"a"))]);
+    assert_eq!(
+        decode_values(p.records.unwrap()),
+        vec![(0, Bytes::from_static(b"a"))]
+    );
 }
 
 #[test]
@@ -67,7 +86,10 @@ fn fetch_returns_compressed_batches_as_stored_in_order() {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "t", 1);
     let mut expected = Vec::new();
-    for (i, c) in [Compression::None, Compression::Lz4, Compression::Zstd].into_iter().enumerate() {
+    for (i, c) in [Compression::None, Compression::Lz4, Compression::Zstd]
+        .into_iter()
+        .enumerate()
+    {
         let values: Vec<Vec<u8>> = (0..5).map(|j| format!("v{i}-{j}").into_bytes()).collect();
         let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
         w.send(1, 9, &produce_req("t", 0, batch_with(&refs, T0_MS, c), -1));
@@ -108,7 +130,10 @@ fn long_poll_wakes_on_new_data_and_times_out_otherwise() {
     assert!(w.recv(2).is_none());
     w.send(1, 9, &produce_req("t", 0, batch(&[b"hello"], T0_MS), -1));
     let p = fetch_answer(&mut w, 2).expect("woken by durable data");
-    assert_eq!(decode_values(p.records.unwrap()), vec![(0, Bytes::from_static(b"hello"))]);
+    assert_eq!(
+        decode_values(p.records.unwrap()),
+        vec![(0, Bytes::from_static(b"hello"))]
+    );
     // A fetch at the end waits out its max_wait_ms and returns empty.
     w.send(2, 12, &fetch_req("t", 0, 1, 5_000, 1));
     w.advance(4_999);
@@ -125,9 +150,17 @@ fn fetch_errors() {
     w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
     produce_answer(&mut w, 1).unwrap();
     w.send(1, 12, &fetch_req("t", 0, 7, 0, 1));
-    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 1, "OFFSET_OUT_OF_RANGE");
+    assert_eq!(
+        fetch_answer(&mut w, 1).unwrap().error_code,
+        1,
+        "OFFSET_OUT_OF_RANGE"
+    );
     w.send(1, 12, &fetch_req("nope", 0, 0, 0, 1));
-    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(
+        fetch_answer(&mut w, 1).unwrap().error_code,
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
     w.send(1, 12, &fetch_req("t", 5, 0, 0, 1));
     assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 3);
 }
@@ -137,7 +170,11 @@ fn produce_refusals() {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "t", 1);
     w.send(1, 9, &produce_req("nope", 0, batch(&[b"a"], T0_MS), -1));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
     let mut corrupt = batch(&[b"abc"], T0_MS).to_vec();
     let last = corrupt.len() - 1;
     corrupt[last] ^= 0xff;
@@ -145,10 +182,22 @@ fn produce_refusals() {
     assert_eq!(produce_answer(&mut w, 1).unwrap().0, 2, "CORRUPT_MESSAGE");
     let big = vec![0u8; 2 * 1024 * 1024];
     w.send(1, 9, &produce_req("t", 0, batch(&[&big], T0_MS), -1));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 10, "MESSAGE_TOO_LARGE");
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        10,
+        "MESSAGE_TOO_LARGE"
+    );
     w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), 2));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 21, "INVALID_REQUIRED_ACKS");
-    assert_eq!(w.broker.partition("t", 0).unwrap().log_end_offset(), 0, "nothing was written");
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        21,
+        "INVALID_REQUIRED_ACKS"
+    );
+    assert_eq!(
+        w.broker.partition("t", 0).unwrap().log_end_offset(),
+        0,
+        "nothing was written"
+    );
 }
 
 #[test]
@@ -159,12 +208,25 @@ fn failed_sync_fails_the_produce_and_cuts_the_log() {
     assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
     w.fail_next_sync = true;
     w.send(1, 9, &produce_req("t", 0, batch(&[b"b"], T0_MS), -1));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, 56, "KAFKA_STORAGE_ERROR");
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        56,
+        "KAFKA_STORAGE_ERROR"
+    );
     let log = w.broker.partition("t", 0).unwrap();
     assert_eq!(log.log_end_offset(), 1, "the unsynced batch is cut away");
     let dir = PartitionDir::new("t", 0);
-    let on_disk: usize = w.files.iter().filter(|((d, _), _)| *d == dir).map(|(_, f)| f.data.len()).sum();
-    assert_eq!(on_disk, w.durable_len(&dir), "the file was truncated back to its synced length");
+    let on_disk: usize = w
+        .files
+        .iter()
+        .filter(|((d, _), _)| *d == dir)
+        .map(|(_, f)| f.data.len())
+        .sum();
+    assert_eq!(
+        on_disk,
+        w.durable_len(&dir),
+        "the file was truncated back to its synced length"
+    );
     // The retry lands at the offset the failed one would have had.
     w.send(1, 9, &produce_req("t", 0, batch(&[b"b"], T0_MS), -1));
     assert_eq!(produce_answer(&mut w, 1), Some((0, 1)));
@@ -209,7 +271,11 @@ fn torn_tail_is_truncated_at_boot_and_never_served() {
     file.data.extend_from_slice(&half[..half.len() / 2]);
     file.synced_len = file.data.len();
     w.restart(false);
-    assert_eq!(w.files[&(dir.clone(), 0)].data.len(), full, "the torn tail is cut off the file");
+    assert_eq!(
+        w.files[&(dir.clone(), 0)].data.len(),
+        full,
+        "the torn tail is cut off the file"
+    );
     let log = w.broker.partition("t", 0).unwrap();
     assert_eq!(log.log_end_offset(), 3);
     assert_eq!(log.high_watermark(), 3);
@@ -242,7 +308,11 @@ fn responses_keep_request_order_on_a_connection() {
 
 #[test]
 fn retention_deletes_old_segments_by_size_and_time() {
-    let config = BrokerConfig { segment_bytes: 1024, retention_check_interval_ms: 1_000, ..Default::default() };
+    let config = BrokerConfig {
+        segment_bytes: 1024,
+        retention_check_interval_ms: 1_000,
+        ..Default::default()
+    };
     let mut w = World::new(config);
     let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
         .with_name(name("r"))
@@ -254,19 +324,32 @@ fn retention_deletes_old_segments_by_size_and_time() {
     w.send(99, 7, &req);
     w.recv(99).unwrap();
     for _ in 0..20 {
-        w.send(1, 9, &produce_req("r", 0, batch(&[&[7u8; 400]], w.now_ms), -1));
+        w.send(
+            1,
+            9,
+            &produce_req("r", 0, batch(&[&[7u8; 400]], w.now_ms), -1),
+        );
         produce_answer(&mut w, 1).unwrap();
     }
     assert_eq!(w.broker.partition("r", 0).unwrap().log_start_offset(), 0);
     w.advance(1_000);
     let log = w.broker.partition("r", 0).unwrap();
-    assert!(log.log_start_offset() > 0, "retention.bytes moved the log start");
-    assert!(log.size_bytes() <= 2048 + 1024, "at most retention.bytes plus the active segment");
+    assert!(
+        log.log_start_offset() > 0,
+        "retention.bytes moved the log start"
+    );
+    assert!(
+        log.size_bytes() <= 2048 + 1024,
+        "at most retention.bytes plus the active segment"
+    );
     let start = log.log_start_offset();
     w.send(1, 12, &fetch_req("r", 0, 0, 0, 1));
-    assert_eq!(fetch_answer(&mut w, 1).unwrap().error_code, 1, "below the log start is out of range");
+    assert_eq!(
+        fetch_answer(&mut w, 1).unwrap().error_code,
+        1,
+        "below the log start is out of range"
+    );
     let files = w.files.keys().filter(|(d, _)| d.topic == "r").count();
     assert!(files <= 4, "deleted segments left the disk ({files} files)");
     assert!(start <= 20);
 }
-

@@ -30,17 +30,30 @@ fn world() -> World {
 fn open_txn(w: &mut World, id: &str, n: usize) -> (i64, i16) {
     let (err, pid, epoch) = init_txn(w, 1, id, 60_000);
     assert_eq!(err, NONE);
-    assert_eq!(add_partitions(w, 1, id, pid, epoch, &[("a", 0), ("b", 0)]), vec![NONE, NONE]);
+    assert_eq!(
+        add_partitions(w, 1, id, pid, epoch, &[("a", 0), ("b", 0)]),
+        vec![NONE, NONE]
+    );
     write(w, pid, epoch, 0, n);
     (pid, epoch)
 }
 
 fn write(w: &mut World, pid: i64, epoch: i16, seq: i32, n: usize) {
-    let values: Vec<Vec<u8>> = (0..n).map(|i| format!("v{}", seq as usize + i).into_bytes()).collect();
+    let values: Vec<Vec<u8>> = (0..n)
+        .map(|i| format!("v{}", seq as usize + i).into_bytes())
+        .collect();
     let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
     for t in ["a", "b"] {
-        w.send(1, 9, &produce_req(t, 0, txn_batch(&refs, pid, epoch, seq), -1));
-        assert_eq!(produce_answer(w, 1).unwrap().0, NONE, "transactional produce to {t}");
+        w.send(
+            1,
+            9,
+            &produce_req(t, 0, txn_batch(&refs, pid, epoch, seq), -1),
+        );
+        assert_eq!(
+            produce_answer(w, 1).unwrap().0,
+            NONE,
+            "transactional produce to {t}"
+        );
     }
 }
 
@@ -50,12 +63,20 @@ fn fetch_part(w: &mut World, topic: &str, read_committed: bool) -> fetch_respons
 }
 
 fn state_of(w: &mut World, id: &str) -> (String, i64, i16) {
-    w.send(8, 0, &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid(id)]));
+    w.send(
+        8,
+        0,
+        &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid(id)]),
+    );
     match w.recv(8) {
         Some((_, ResponseKind::DescribeTransactions(r))) => {
             let s = &r.transaction_states[0];
             assert_eq!(s.error_code, NONE);
-            (s.transaction_state.to_string(), s.producer_id.0, s.producer_epoch)
+            (
+                s.transaction_state.to_string(),
+                s.producer_id.0,
+                s.producer_epoch,
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -74,20 +95,36 @@ fn commit_then_abort_markers_take_offsets_and_readers_see_what_they_should() {
         assert_eq!(latest_offset(&mut w, 2, t, 0, true), 8);
         let rc = fetch_part(&mut w, t, true);
         assert_eq!(rc.last_stable_offset, 8);
-        let aborted = rc.aborted_transactions.clone().expect("read_committed gets a list");
+        let aborted = rc
+            .aborted_transactions
+            .clone()
+            .expect("read_committed gets a list");
         assert_eq!(aborted.len(), 1);
-        assert_eq!((aborted[0].producer_id.0, aborted[0].first_offset), (pid, 4));
+        assert_eq!(
+            (aborted[0].producer_id.0, aborted[0].first_offset),
+            (pid, 4)
+        );
         let all = decode_values(rc.records.unwrap());
         // Data records only (the decoder also yields markers as control records).
-        let data: Vec<i64> = all.iter().map(|(o, _)| *o).filter(|o| *o != 3 && *o != 7).collect();
+        let data: Vec<i64> = all
+            .iter()
+            .map(|(o, _)| *o)
+            .filter(|o| *o != 3 && *o != 7)
+            .collect();
         assert_eq!(data, vec![0, 1, 2, 4, 5, 6]);
         let ru = fetch_part(&mut w, t, false);
-        assert!(ru.aborted_transactions.is_none(), "read_uncommitted gets no aborted list");
+        assert!(
+            ru.aborted_transactions.is_none(),
+            "read_uncommitted gets no aborted list"
+        );
     }
 }
 
 fn write_again(w: &mut World, id: &str, pid: i64, epoch: i16, seq: i32) {
-    assert_eq!(add_partitions(w, 1, id, pid, epoch, &[("a", 0), ("b", 0)]), vec![NONE, NONE]);
+    assert_eq!(
+        add_partitions(w, 1, id, pid, epoch, &[("a", 0), ("b", 0)]),
+        vec![NONE, NONE]
+    );
     write(w, pid, epoch, seq, 3);
 }
 
@@ -98,15 +135,26 @@ fn an_open_transaction_holds_read_committed_back() {
     // A plain record after the open transaction.
     w.send(1, 9, &produce_req("a", 0, batch(&[b"plain"], T0_MS), -1));
     assert_eq!(produce_answer(&mut w, 1), Some((NONE, 2)));
-    assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 0, "LSO at the open transaction's first offset");
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, true),
+        0,
+        "LSO at the open transaction's first offset"
+    );
     assert_eq!(latest_offset(&mut w, 2, "a", 0, false), 3);
     let rc = fetch_part(&mut w, "a", true);
     assert_eq!(rc.last_stable_offset, 0);
-    assert!(rc.records.unwrap().is_empty(), "nothing at or above the LSO");
+    assert!(
+        rc.records.unwrap().is_empty(),
+        "nothing at or above the LSO"
+    );
     assert_eq!(end_txn(&mut w, 1, "t1", pid, epoch, true), Some(NONE));
     assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 4);
     let rc = fetch_part(&mut w, "a", true);
-    assert_eq!(decode_values(rc.records.unwrap()).len(), 4, "2 data + plain + marker");
+    assert_eq!(
+        decode_values(rc.records.unwrap()).len(),
+        4,
+        "2 data + plain + marker"
+    );
 }
 
 #[test]
@@ -114,36 +162,76 @@ fn decision_table() {
     let mut w = world();
     // Empty: both decisions are INVALID_TXN_STATE.
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(INVALID_TXN_STATE));
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(INVALID_TXN_STATE));
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, true),
+        Some(INVALID_TXN_STATE)
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, false),
+        Some(INVALID_TXN_STATE)
+    );
     // Ongoing → commit; while carried out both decisions CONCURRENT_TRANSACTIONS.
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0)]), vec![NONE]);
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0)]),
+        vec![NONE]
+    );
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     w.complete_io(); // PrepareCommit stored; markers appended, their sync pending
     assert_eq!(state_of(&mut w, "t").0, "PrepareCommit");
-    assert_eq!(end_txn(&mut w, 2, "t", pid, epoch, true), Some(CONCURRENT_TRANSACTIONS));
-    assert_eq!(end_txn(&mut w, 2, "t", pid, epoch, false), Some(CONCURRENT_TRANSACTIONS));
+    assert_eq!(
+        end_txn(&mut w, 2, "t", pid, epoch, true),
+        Some(CONCURRENT_TRANSACTIONS)
+    );
+    assert_eq!(
+        end_txn(&mut w, 2, "t", pid, epoch, false),
+        Some(CONCURRENT_TRANSACTIONS)
+    );
     w.auto_io = true;
     w.drain();
     assert_eq!(end_txn_answer(&mut w, 1), Some(NONE));
     // CompleteCommit: the same decision succeeds, the other is INVALID_TXN_STATE.
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(INVALID_TXN_STATE));
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, false),
+        Some(INVALID_TXN_STATE)
+    );
     assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
     // CompleteAbort: the mirror image.
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0)]), vec![NONE]);
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0)]),
+        vec![NONE]
+    );
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(NONE));
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(NONE));
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(INVALID_TXN_STATE));
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, true),
+        Some(INVALID_TXN_STATE)
+    );
     assert_eq!(state_of(&mut w, "t").0, "CompleteAbort");
     // Wrong epoch, wrong producer id, unknown id, empty id.
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch + 1, true), Some(PRODUCER_FENCED));
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch + 1, true),
+        Some(PRODUCER_FENCED)
+    );
     send_end_txn(&mut w, 1, "t", pid, epoch + 1, true, 1);
-    assert_eq!(end_txn_answer(&mut w, 1), Some(INVALID_PRODUCER_EPOCH), "v1 predates PRODUCER_FENCED");
-    assert_eq!(end_txn(&mut w, 1, "t", pid + 1, epoch, true), Some(INVALID_PRODUCER_ID_MAPPING));
-    assert_eq!(end_txn(&mut w, 1, "nope", pid, epoch, true), Some(INVALID_PRODUCER_ID_MAPPING));
-    assert_eq!(end_txn(&mut w, 1, "", pid, epoch, true), Some(INVALID_REQUEST));
+    assert_eq!(
+        end_txn_answer(&mut w, 1),
+        Some(INVALID_PRODUCER_EPOCH),
+        "v1 predates PRODUCER_FENCED"
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid + 1, epoch, true),
+        Some(INVALID_PRODUCER_ID_MAPPING)
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "nope", pid, epoch, true),
+        Some(INVALID_PRODUCER_ID_MAPPING)
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "", pid, epoch, true),
+        Some(INVALID_REQUEST)
+    );
 }
 
 #[test]
@@ -154,11 +242,21 @@ fn end_txn_is_answered_only_after_markers_are_durable_and_the_record_complete() 
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     assert!(end_txn_answer(&mut w, 1).is_none());
     w.complete_io(); // decision stored
-    assert_eq!(w.pending_syncs.len(), 1, "markers appended and a sync asked for");
-    assert!(end_txn_answer(&mut w, 1).is_none(), "markers not yet durable");
+    assert_eq!(
+        w.pending_syncs.len(),
+        1,
+        "markers appended and a sync asked for"
+    );
+    assert!(
+        end_txn_answer(&mut w, 1).is_none(),
+        "markers not yet durable"
+    );
     w.complete_io(); // markers durable → Complete record written
     assert_eq!(w.pending_meta.len(), 1);
-    assert!(end_txn_answer(&mut w, 1).is_none(), "Complete not yet stored");
+    assert!(
+        end_txn_answer(&mut w, 1).is_none(),
+        "Complete not yet stored"
+    );
     w.complete_io();
     assert_eq!(end_txn_answer(&mut w, 1), Some(NONE));
 }
@@ -173,16 +271,34 @@ fn a_failed_marker_sync_answers_concurrent_and_the_coordinator_finishes_alone() 
     w.fail_next_sync = true;
     w.complete_io(); // the marker sync fails: logs cut back, markers lost
     assert_eq!(end_txn_answer(&mut w, 1), Some(CONCURRENT_TRANSACTIONS));
-    assert_eq!(state_of(&mut w, "t").0, "PrepareCommit", "the decision stands");
+    assert_eq!(
+        state_of(&mut w, "t").0,
+        "PrepareCommit",
+        "the decision stands"
+    );
     // A client asking again meanwhile: still being carried out.
-    assert_eq!(end_txn(&mut w, 2, "t", pid, epoch, false), Some(CONCURRENT_TRANSACTIONS));
+    assert_eq!(
+        end_txn(&mut w, 2, "t", pid, epoch, false),
+        Some(CONCURRENT_TRANSACTIONS)
+    );
     w.auto_io = true;
     w.drain();
     w.advance(doze_core::limits::TXN_RETRY_BACKOFF_MS);
     assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE), "asking again gets the outcome");
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(INVALID_TXN_STATE));
-    assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 3, "2 records + 1 marker, committed");
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, true),
+        Some(NONE),
+        "asking again gets the outcome"
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, false),
+        Some(INVALID_TXN_STATE)
+    );
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, true),
+        3,
+        "2 records + 1 marker, committed"
+    );
 }
 
 #[test]
@@ -190,9 +306,16 @@ fn a_failed_decision_write_is_not_coordinator_and_changes_nothing() {
     let mut w = world();
     let (pid, epoch) = open_txn(&mut w, "t", 1);
     w.fail_next_meta = true;
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NOT_COORDINATOR));
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, true),
+        Some(NOT_COORDINATOR)
+    );
     assert_eq!(state_of(&mut w, "t").0, "Ongoing");
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(NONE), "the client may still decide");
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, false),
+        Some(NONE),
+        "the client may still decide"
+    );
     assert_eq!(state_of(&mut w, "t").0, "CompleteAbort");
 }
 
@@ -216,31 +339,58 @@ fn a_failed_complete_write_is_retried_and_the_commit_stands() {
 fn init_producer_id_states() {
     let mut w = world();
     assert_eq!(init_txn(&mut w, 1, "", 1000).0, INVALID_REQUEST);
-    assert_eq!(init_txn(&mut w, 1, "t", 15 * 60 * 1000 + 1).0, INVALID_TRANSACTION_TIMEOUT);
+    assert_eq!(
+        init_txn(&mut w, 1, "t", 15 * 60 * 1000 + 1).0,
+        INVALID_TRANSACTION_TIMEOUT
+    );
     assert_eq!(init_txn(&mut w, 1, "t", 0).0, INVALID_TRANSACTION_TIMEOUT);
     // New: epoch 0. Again from Empty: the epoch is raised, fencing the first.
     let (e, pid, epoch0) = init_txn(&mut w, 1, "t", 60_000);
     assert_eq!((e, epoch0), (NONE, 0));
     let (e, pid1, epoch1) = init_txn(&mut w, 2, "t", 60_000);
     assert_eq!((e, pid1, epoch1), (NONE, pid, 1));
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch0, &[("a", 0)]), vec![PRODUCER_FENCED]);
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch0, &[("a", 0)]),
+        vec![PRODUCER_FENCED]
+    );
     // Ongoing: the owner is fenced and its transaction aborted; CONCURRENT_TRANSACTIONS.
-    assert_eq!(add_partitions(&mut w, 2, "t", pid, epoch1, &[("a", 0)]), vec![NONE]);
-    w.send(2, 9, &produce_req("a", 0, txn_batch(&[b"x"], pid, epoch1, 0), -1));
+    assert_eq!(
+        add_partitions(&mut w, 2, "t", pid, epoch1, &[("a", 0)]),
+        vec![NONE]
+    );
+    w.send(
+        2,
+        9,
+        &produce_req("a", 0, txn_batch(&[b"x"], pid, epoch1, 0), -1),
+    );
     assert_eq!(produce_answer(&mut w, 2).unwrap().0, NONE);
     assert_eq!(init_txn(&mut w, 3, "t", 60_000).0, CONCURRENT_TRANSACTIONS);
     assert_eq!(state_of(&mut w, "t").0, "CompleteAbort");
     let (e, _, epoch3) = init_txn(&mut w, 3, "t", 60_000);
-    assert_eq!((e, epoch3), (NONE, 3), "fenced at 2 for the abort, raised to 3 on the retry");
+    assert_eq!(
+        (e, epoch3),
+        (NONE, 3),
+        "fenced at 2 for the abort, raised to 3 on the retry"
+    );
     // The fenced producer's late writes and decisions are refused.
-    w.send(2, 9, &produce_req("a", 0, txn_batch(&[b"late"], pid, epoch1, 1), -1));
+    w.send(
+        2,
+        9,
+        &produce_req("a", 0, txn_batch(&[b"late"], pid, epoch1, 1), -1),
+    );
     assert_eq!(produce_answer(&mut w, 2).unwrap().0, INVALID_PRODUCER_EPOCH);
-    assert_eq!(end_txn(&mut w, 2, "t", pid, epoch1, true), Some(PRODUCER_FENCED));
+    assert_eq!(
+        end_txn(&mut w, 2, "t", pid, epoch1, true),
+        Some(PRODUCER_FENCED)
+    );
     // read_committed sees nothing of the aborted transaction.
     let rc = fetch_part(&mut w, "a", true);
     assert_eq!(rc.aborted_transactions.unwrap().len(), 1);
     // Prepare*: CONCURRENT_TRANSACTIONS.
-    assert_eq!(add_partitions(&mut w, 3, "t", pid, epoch3, &[("a", 0)]), vec![NONE]);
+    assert_eq!(
+        add_partitions(&mut w, 3, "t", pid, epoch3, &[("a", 0)]),
+        vec![NONE]
+    );
     w.auto_io = false;
     send_end_txn(&mut w, 3, "t", pid, epoch3, true, 3);
     w.complete_io();
@@ -261,8 +411,14 @@ fn init_producer_id_kip_360() {
     let (e, _, e1_again) = init_txn_v(&mut w, 1, "t", 60_000, 4, Some((pid, e0)));
     assert_eq!((e, e1_again), (NONE, e1));
     // Another producer id: fenced (INVALID_PRODUCER_EPOCH before v4).
-    assert_eq!(init_txn_v(&mut w, 1, "t", 60_000, 4, Some((pid + 100, 0))).0, PRODUCER_FENCED);
-    assert_eq!(init_txn_v(&mut w, 1, "t", 60_000, 3, Some((pid + 100, 0))).0, INVALID_PRODUCER_EPOCH);
+    assert_eq!(
+        init_txn_v(&mut w, 1, "t", 60_000, 4, Some((pid + 100, 0))).0,
+        PRODUCER_FENCED
+    );
+    assert_eq!(
+        init_txn_v(&mut w, 1, "t", 60_000, 3, Some((pid + 100, 0))).0,
+        INVALID_PRODUCER_EPOCH
+    );
 }
 
 #[test]
@@ -284,12 +440,18 @@ fn an_exhausted_epoch_gets_a_new_producer_id() {
 
 #[test]
 fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
-    let config = BrokerConfig { transaction_abort_check_interval_ms: 1_000, ..Default::default() };
+    let config = BrokerConfig {
+        transaction_abort_check_interval_ms: 1_000,
+        ..Default::default()
+    };
     let mut w = World::new(config);
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 5_000);
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]), vec![NONE, NONE]);
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]),
+        vec![NONE, NONE]
+    );
     write(&mut w, pid, epoch, 0, 2);
     assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 0);
     for _ in 0..5 {
@@ -301,32 +463,65 @@ fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
     let (state, _, new_epoch) = state_of(&mut w, "t");
     assert_eq!(state, "CompleteAbort");
     assert_eq!(new_epoch, epoch + 1, "the producer is fenced");
-    assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 3, "the LSO moved past the dead transaction");
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(PRODUCER_FENCED));
-    w.send(1, 9, &produce_req("a", 0, txn_batch(&[b"z"], pid, epoch, 2), -1));
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, true),
+        3,
+        "the LSO moved past the dead transaction"
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, true),
+        Some(PRODUCER_FENCED)
+    );
+    w.send(
+        1,
+        9,
+        &produce_req("a", 0, txn_batch(&[b"z"], pid, epoch, 2), -1),
+    );
     assert_eq!(produce_answer(&mut w, 1).unwrap().0, INVALID_PRODUCER_EPOCH);
 }
 
 #[test]
 fn an_open_transaction_survives_a_restart_and_its_timeout_restarts() {
-    let config = BrokerConfig { transaction_abort_check_interval_ms: 1_000, ..Default::default() };
+    let config = BrokerConfig {
+        transaction_abort_check_interval_ms: 1_000,
+        ..Default::default()
+    };
     let mut w = World::new(config);
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 10_000);
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]), vec![NONE, NONE]);
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]),
+        vec![NONE, NONE]
+    );
     write(&mut w, pid, epoch, 0, 2);
     for _ in 0..8 {
         w.advance(1_000);
     }
     w.restart(true);
-    assert_eq!(state_of(&mut w, "t").0, "Ongoing", "never aborted at start-up");
-    assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 0, "the LSO is rebuilt from the log");
+    assert_eq!(
+        state_of(&mut w, "t").0,
+        "Ongoing",
+        "never aborted at start-up"
+    );
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, true),
+        0,
+        "the LSO is rebuilt from the log"
+    );
     for _ in 0..8 {
         w.advance(1_000);
     }
-    assert_eq!(state_of(&mut w, "t").0, "Ongoing", "the timeout counts from the restart");
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE), "the live producer commits");
+    assert_eq!(
+        state_of(&mut w, "t").0,
+        "Ongoing",
+        "the timeout counts from the restart"
+    );
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, true),
+        Some(NONE),
+        "the live producer commits"
+    );
     assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 3);
 }
 
@@ -340,7 +535,11 @@ fn a_stored_decision_is_carried_out_after_a_power_cut() {
     w.restart(true); // the markers are lost with the unsynced bytes
     w.auto_io = true;
     w.drain();
-    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit", "the stored commit was carried out");
+    assert_eq!(
+        state_of(&mut w, "t").0,
+        "CompleteCommit",
+        "the stored commit was carried out"
+    );
     for t in ["a", "b"] {
         assert_eq!(latest_offset(&mut w, 2, t, 0, true), 3);
         let rc = fetch_part(&mut w, t, true);
@@ -357,35 +556,82 @@ fn a_committed_transaction_survives_a_power_cut() {
     w.restart(true);
     assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
     assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 3);
-    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(INVALID_TXN_STATE));
+    assert_eq!(
+        end_txn(&mut w, 1, "t", pid, epoch, false),
+        Some(INVALID_TXN_STATE)
+    );
 }
 
 #[test]
 fn transactional_produce_refusals() {
     let mut w = world();
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
-    w.send(1, 9, &produce_req("a", 0, txn_batch(&[b"x"], pid, epoch, 0), -1));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, INVALID_TXN_STATE, "partition not added");
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0)]), vec![NONE]);
-    w.send(1, 9, &produce_req("a", 0, txn_batch(&[b"x"], pid, epoch - 1, 0), -1));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, INVALID_PRODUCER_EPOCH, "stale epoch");
-    w.send(1, 9, &produce_req("a", 0, txn_batch(&[b"x"], pid + 77, 0, 0), -1));
-    assert_eq!(produce_answer(&mut w, 1).unwrap().0, INVALID_PRODUCER_ID_MAPPING, "unknown producer id");
-    assert_eq!(add_partitions(&mut w, 1, "t", pid, epoch, &[("nope", 0), ("a", 0)]), vec![3, 55]);
-    assert_eq!(w.broker.partition("a", 0).unwrap().log_end_offset(), 0, "nothing was written");
+    w.send(
+        1,
+        9,
+        &produce_req("a", 0, txn_batch(&[b"x"], pid, epoch, 0), -1),
+    );
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        INVALID_TXN_STATE,
+        "partition not added"
+    );
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0)]),
+        vec![NONE]
+    );
+    w.send(
+        1,
+        9,
+        &produce_req("a", 0, txn_batch(&[b"x"], pid, epoch - 1, 0), -1),
+    );
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        INVALID_PRODUCER_EPOCH,
+        "stale epoch"
+    );
+    w.send(
+        1,
+        9,
+        &produce_req("a", 0, txn_batch(&[b"x"], pid + 77, 0, 0), -1),
+    );
+    assert_eq!(
+        produce_answer(&mut w, 1).unwrap().0,
+        INVALID_PRODUCER_ID_MAPPING,
+        "unknown producer id"
+    );
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("nope", 0), ("a", 0)]),
+        vec![3, 55]
+    );
+    assert_eq!(
+        w.broker.partition("a", 0).unwrap().log_end_offset(),
+        0,
+        "nothing was written"
+    );
 }
 
 #[test]
 fn staged_offsets_apply_on_commit_only() {
     let mut w = world();
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
-    assert_eq!(txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5), INVALID_TXN_STATE, "group not added");
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
+        INVALID_TXN_STATE,
+        "group not added"
+    );
     assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5), NONE);
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
+        NONE
+    );
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(NONE));
     assert_eq!(committed(&mut w, "g"), -1, "an abort drops staged offsets");
     assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 7), NONE);
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 7),
+        NONE
+    );
     assert_eq!(committed(&mut w, "g"), -1, "not before the commit");
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
     assert_eq!(committed(&mut w, "g"), 7);
@@ -396,8 +642,12 @@ fn staged_offsets_apply_on_commit_only() {
 fn committed(w: &mut World, group: &str) -> i64 {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let req = OffsetFetchRequest::default()
-        .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_string(group.to_string())))
-        .with_topics(Some(vec![OffsetFetchRequestTopic::default().with_name(name("a")).with_partition_indexes(vec![0])]));
+        .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_string(
+            group.to_string(),
+        )))
+        .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+            .with_name(name("a"))
+            .with_partition_indexes(vec![0])]));
     w.send(9, 5, &req);
     match w.recv(9) {
         Some((_, ResponseKind::OffsetFetch(r))) => r.topics[0].partitions[0].committed_offset,
@@ -410,20 +660,51 @@ fn tooling_lists_and_describes() {
     let mut w = world();
     let (pid, _) = open_txn(&mut w, "t1", 1);
     let _ = init_txn(&mut w, 2, "t2", 60_000);
-    w.send(5, 1, &ListTransactionsRequest::default().with_state_filters(vec!["Ongoing".into(), "Bogus".into()]).with_duration_filter(-1));
-    let Some((_, ResponseKind::ListTransactions(r))) = w.recv(5) else { panic!() };
+    w.send(
+        5,
+        1,
+        &ListTransactionsRequest::default()
+            .with_state_filters(vec!["Ongoing".into(), "Bogus".into()])
+            .with_duration_filter(-1),
+    );
+    let Some((_, ResponseKind::ListTransactions(r))) = w.recv(5) else {
+        panic!()
+    };
     assert_eq!(r.transaction_states.len(), 1);
     assert_eq!(r.transaction_states[0].transactional_id.0.as_str(), "t1");
     assert_eq!(r.unknown_state_filters.len(), 1);
     use kafka_protocol::messages::describe_producers_request::TopicRequest;
-    w.send(5, 0, &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default().with_name(name("a")).with_partition_indexes(vec![0])]));
-    let Some((_, ResponseKind::DescribeProducers(r))) = w.recv(5) else { panic!() };
+    w.send(
+        5,
+        0,
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(name("a"))
+            .with_partition_indexes(vec![0])]),
+    );
+    let Some((_, ResponseKind::DescribeProducers(r))) = w.recv(5) else {
+        panic!()
+    };
     let producers = &r.topics[0].partitions[0].active_producers;
     assert_eq!(producers.len(), 1);
-    assert_eq!((producers[0].producer_id.0, producers[0].current_txn_start_offset), (pid, 0));
-    w.send(8, 0, &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("zz")]));
-    let Some((_, ResponseKind::DescribeTransactions(r))) = w.recv(8) else { panic!() };
-    assert_eq!(r.transaction_states[0].error_code, 105, "TRANSACTIONAL_ID_NOT_FOUND");
+    assert_eq!(
+        (
+            producers[0].producer_id.0,
+            producers[0].current_txn_start_offset
+        ),
+        (pid, 0)
+    );
+    w.send(
+        8,
+        0,
+        &DescribeTransactionsRequest::default().with_transactional_ids(vec![tid("zz")]),
+    );
+    let Some((_, ResponseKind::DescribeTransactions(r))) = w.recv(8) else {
+        panic!()
+    };
+    assert_eq!(
+        r.transaction_states[0].error_code, 105,
+        "TRANSACTIONAL_ID_NOT_FOUND"
+    );
 }
 
 #[test]
@@ -432,30 +713,61 @@ fn require_stable_sees_offsets_staged_by_an_open_transaction() {
     let mut w = world();
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
     assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 3), NONE);
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 3),
+        NONE
+    );
     let fetch = |stable: bool| {
         OffsetFetchRequest::default()
-            .with_group_id(GroupId(kafka_protocol::protocol::StrBytes::from_static_str("g")))
+            .with_group_id(GroupId(
+                kafka_protocol::protocol::StrBytes::from_static_str("g"),
+            ))
             .with_require_stable(stable)
-            .with_topics(Some(vec![OffsetFetchRequestTopic::default().with_name(name("a")).with_partition_indexes(vec![0])]))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(name("a"))
+                .with_partition_indexes(vec![0])]))
     };
     w.send(9, 7, &fetch(true));
-    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
-    assert_eq!(r.topics[0].partitions[0].error_code, 88, "UNSTABLE_OFFSET_COMMIT");
+    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else {
+        panic!()
+    };
+    assert_eq!(
+        r.topics[0].partitions[0].error_code, 88,
+        "UNSTABLE_OFFSET_COMMIT"
+    );
     w.send(9, 7, &fetch(false));
-    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
-    assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].committed_offset), (0, -1));
+    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            r.topics[0].partitions[0].error_code,
+            r.topics[0].partitions[0].committed_offset
+        ),
+        (0, -1)
+    );
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
     w.send(9, 7, &fetch(true));
-    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else { panic!() };
-    assert_eq!((r.topics[0].partitions[0].error_code, r.topics[0].partitions[0].committed_offset), (0, 3));
+    let Some((_, ResponseKind::OffsetFetch(r))) = w.recv(9) else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            r.topics[0].partitions[0].error_code,
+            r.topics[0].partitions[0].committed_offset
+        ),
+        (0, 3)
+    );
 }
 
 /// The planted bugs really break what they claim to, so a simulator that
 /// misses them is blind, not lucky.
 #[test]
 fn planted_bugs_do_break_the_guarantees() {
-    let config = BrokerConfig { planted_bug: Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable), ..Default::default() };
+    let config = BrokerConfig {
+        planted_bug: Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable),
+        ..Default::default()
+    };
     let mut w = World::new(config);
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
@@ -466,11 +778,18 @@ fn planted_bugs_do_break_the_guarantees() {
     w.complete_io(); // the Complete write: answered before any marker sync completed
     assert_eq!(end_txn_answer(&mut w, 1), Some(NONE), "answered early");
 
-    let config = BrokerConfig { planted_bug: Some(doze_core::PlantedBug::ServeAboveLso), ..Default::default() };
+    let config = BrokerConfig {
+        planted_bug: Some(doze_core::PlantedBug::ServeAboveLso),
+        ..Default::default()
+    };
     let mut w = World::new(config);
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
     open_txn(&mut w, "t", 2);
     let rc = fetch_part(&mut w, "a", true);
-    assert_eq!(decode_values(rc.records.unwrap()).len(), 2, "open transaction served to read_committed");
+    assert_eq!(
+        decode_values(rc.records.unwrap()).len(),
+        2,
+        "open transaction served to read_committed"
+    );
 }

@@ -12,7 +12,10 @@ fn still_serves(broker: &Broker) {
     match c.request(3, &ApiVersionsRequest::default()) {
         ResponseKind::ApiVersions(r) => {
             assert_eq!(r.error_code, 0);
-            assert!(r.api_keys.iter().any(|k| k.api_key == 0), "Produce is listed");
+            assert!(
+                r.api_keys.iter().any(|k| k.api_key == 0),
+                "Produce is listed"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -29,13 +32,22 @@ fn garbage_frames_close_only_their_connection() {
     bystander.request(3, &ApiVersionsRequest::default());
 
     let mut c = broker.connect();
-    c.send_frame(&[0xde, 0xad, 0xbe, 0xef, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09]).unwrap();
-    assert!(c.is_closed(), "garbage (unknown api key 0xdead) closes the connection");
+    c.send_frame(&[
+        0xde, 0xad, 0xbe, 0xef, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09,
+    ])
+    .unwrap();
+    assert!(
+        c.is_closed(),
+        "garbage (unknown api key 0xdead) closes the connection"
+    );
 
     let mut c = broker.connect();
     use std::io::Write;
     c.stream.write_all(&i32::MAX.to_be_bytes()).unwrap();
-    assert!(c.is_closed(), "a 2 GiB frame length closes the connection before any read");
+    assert!(
+        c.is_closed(),
+        "a 2 GiB frame length closes the connection before any read"
+    );
 
     let mut c = broker.connect();
     c.stream.write_all(&(-5i32).to_be_bytes()).unwrap();
@@ -70,7 +82,10 @@ fn garbage_frames_close_only_their_connection() {
     frame.extend_from_slice(&9i32.to_be_bytes());
     frame.extend_from_slice(&(-1i16).to_be_bytes());
     c.send_frame(&frame).unwrap();
-    assert!(c.is_closed(), "an unsupported version closes the connection");
+    assert!(
+        c.is_closed(),
+        "an unsupported version closes the connection"
+    );
 
     // The connection opened before all this still works, and new ones too.
     match bystander.request(12, &MetadataRequest::default().with_topics(None)) {

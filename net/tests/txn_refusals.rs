@@ -13,7 +13,9 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const INVALID_TXN_STATE: i16 = 48;
@@ -40,7 +42,15 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32) -> Bytes {
         headers: Default::default(),
     };
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, [&record], &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [&record],
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
     buf.freeze()
 }
 
@@ -49,9 +59,11 @@ fn produce(c: &mut Client, pid: i64, epoch: i16, seq: i32) -> i16 {
         .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t"))))
         .with_acks(-1)
         .with_timeout_ms(10_000)
-        .with_topic_data(vec![TopicProduceData::default().with_name(topic("a")).with_partition_data(vec![
-            PartitionProduceData::default().with_index(0).with_records(Some(txn_batch(pid, epoch, seq))),
-        ])]);
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic("a"))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(txn_batch(pid, epoch, seq)))])]);
     match c.request(9, &req) {
         ResponseKind::Produce(r) => r.responses[0].partition_responses[0].error_code,
         other => panic!("{other:?}"),
@@ -82,15 +94,24 @@ fn transactional_produce_is_refused_unless_owned_and_added() {
         }
         other => panic!("{other:?}"),
     };
-    assert_eq!(produce(&mut c, pid, epoch, 0), INVALID_TXN_STATE, "partition not added to the transaction");
+    assert_eq!(
+        produce(&mut c, pid, epoch, 0),
+        INVALID_TXN_STATE,
+        "partition not added to the transaction"
+    );
     let add = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(TransactionalId(StrBytes::from_static_str("t")))
         .with_v3_and_below_producer_id(ProducerId(pid))
         .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default().with_name(topic("a")).with_partitions(vec![0])]);
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(topic("a"))
+            .with_partitions(vec![0])]);
     match c.request(3, &add) {
         ResponseKind::AddPartitionsToTxn(r) => {
-            assert_eq!(r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0)
+            assert_eq!(
+                r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+                0
+            )
         }
         other => panic!("{other:?}"),
     }
@@ -110,15 +131,27 @@ fn transactional_produce_is_refused_unless_owned_and_added() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(epoch2 > epoch, "the second owner has a higher epoch");
-    assert_eq!(produce(&mut c, pid, epoch, 0), INVALID_PRODUCER_EPOCH, "stale epoch");
-    assert_eq!(produce(&mut c, pid + 4242, 0, 0), INVALID_PRODUCER_ID_MAPPING, "unknown producer id");
+    assert_eq!(
+        produce(&mut c, pid, epoch, 0),
+        INVALID_PRODUCER_EPOCH,
+        "stale epoch"
+    );
+    assert_eq!(
+        produce(&mut c, pid + 4242, 0, 0),
+        INVALID_PRODUCER_ID_MAPPING,
+        "unknown producer id"
+    );
     // Nothing was written by any of them: the log holds only the abort
     // marker of the transaction the second InitProducerId fenced.
-    let list = ListOffsetsRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
-        list_offsets_request::ListOffsetsTopic::default().with_name(topic("a")).with_partitions(vec![
-            list_offsets_request::ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-1),
-        ]),
-    ]);
+    let list = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(topic("a"))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(-1),
+            ])]);
     match c.request(7, &list) {
         ResponseKind::ListOffsets(r) => assert_eq!(r.topics[0].partitions[0].offset, 1),
         other => panic!("{other:?}"),

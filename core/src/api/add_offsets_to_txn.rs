@@ -5,7 +5,9 @@
 //! The same checks and state change as AddPartitionsToTxn: the transaction
 //! becomes Ongoing, stored in meta.db before the answer.
 
-use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey, ResponseKind};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
@@ -17,8 +19,14 @@ use crate::txn::write::{self, Then};
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
-    let entry = match check_owner(&b.txns, &id, req.producer_id.0, req.producer_epoch, ApiKey::AddOffsetsToTxn, ctx.version)
-    {
+    let entry = match check_owner(
+        &b.txns,
+        &id,
+        req.producer_id.0,
+        req.producer_epoch,
+        ApiKey::AddOffsetsToTxn,
+        ctx.version,
+    ) {
         Ok(entry) => entry,
         Err(e) => return answer(b, &ctx, Some(e)),
     };
@@ -38,6 +46,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
 }
 
 fn answer(b: &mut Broker, ctx: &RequestCtx, error: Option<ResponseError>) {
-    let response = AddOffsetsToTxnResponse::default().with_error_code(error.map_or(0, |e| e.code()));
+    let response =
+        AddOffsetsToTxnResponse::default().with_error_code(error.map_or(0, |e| e.code()));
     b.respond(ctx, ResponseKind::AddOffsetsToTxn(response));
 }

@@ -14,7 +14,9 @@
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
-use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ResponseKind};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
@@ -33,37 +35,75 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
         .collect();
     let unknown: Vec<bool> = asked
         .iter()
-        .map(|(t, p)| b.topics.get(t).is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len()))
+        .map(|(t, p)| {
+            b.topics
+                .get(t)
+                .is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len())
+        })
         .collect();
     if unknown.iter().any(|u| *u) {
         let errors = unknown
             .iter()
-            .map(|u| if *u { ResponseError::UnknownTopicOrPartition } else { ResponseError::OperationNotAttempted })
+            .map(|u| {
+                if *u {
+                    ResponseError::UnknownTopicOrPartition
+                } else {
+                    ResponseError::OperationNotAttempted
+                }
+            })
             .collect::<Vec<_>>();
-        return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response(&asked, |i| Some(errors[i]))));
+        return b.respond(
+            &ctx,
+            ResponseKind::AddPartitionsToTxn(response(&asked, |i| Some(errors[i]))),
+        );
     }
     let pid = req.v3_and_below_producer_id.0;
     let epoch = req.v3_and_below_producer_epoch;
-    let entry = match check_owner(&b.txns, &id, pid, epoch, ApiKey::AddPartitionsToTxn, ctx.version) {
+    let entry = match check_owner(
+        &b.txns,
+        &id,
+        pid,
+        epoch,
+        ApiKey::AddPartitionsToTxn,
+        ctx.version,
+    ) {
         Ok(entry) => entry,
-        Err(e) => return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e)))),
+        Err(e) => {
+            return b.respond(
+                &ctx,
+                ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))),
+            )
+        }
     };
     let current = entry.record.clone();
     if entry.busy() || current.state.is_prepare() {
         let e = ResponseError::ConcurrentTransactions;
-        return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))));
+        return b.respond(
+            &ctx,
+            ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))),
+        );
     }
     let ok = response(&asked, |_| None);
-    if current.state == TxnState::Ongoing && asked.iter().all(|tp| current.partitions.contains(tp)) {
+    if current.state == TxnState::Ongoing && asked.iter().all(|tp| current.partitions.contains(tp))
+    {
         return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
     }
     let mut record = current.ongoing(b.now_ms);
     record.partitions.extend(asked.iter().cloned());
     let flags = unflagged(b, &record)
         .into_iter()
-        .map(|(topic_id, p)| MetaOp::Put { key: record::partition_flag_key(&topic_id, p), value: b"1".to_vec() })
+        .map(|(topic_id, p)| MetaOp::Put {
+            key: record::partition_flag_key(&topic_id, p),
+            value: b"1".to_vec(),
+        })
         .collect();
-    write::store(b, &id, record, flags, Then::AddPartitions { ctx, response: ok });
+    write::store(
+        b,
+        &id,
+        record,
+        flags,
+        Then::AddPartitions { ctx, response: ok },
+    );
 }
 
 /// Partitions of `record` not yet flagged as holding transactional batches.
@@ -87,7 +127,10 @@ pub(crate) fn flag_partitions(b: &mut Broker, record: &TxnRecord) {
     }
 }
 
-fn response(asked: &[(String, i32)], error: impl Fn(usize) -> Option<ResponseError>) -> AddPartitionsToTxnResponse {
+fn response(
+    asked: &[(String, i32)],
+    error: impl Fn(usize) -> Option<ResponseError>,
+) -> AddPartitionsToTxnResponse {
     let mut topics: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
     for (i, (t, p)) in asked.iter().enumerate() {
         let result = AddPartitionsToTxnPartitionResult::default()

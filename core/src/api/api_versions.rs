@@ -35,7 +35,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, _req: ApiVersionsRequest) 
 pub(crate) fn respond_unsupported(b: &mut Broker, ctx: RequestCtx) {
     let body = listing().with_error_code(ResponseError::UnsupportedVersion.code());
     let mut buf = BytesMut::new();
-    body.encode(&mut buf, 0).expect("a v0 ApiVersions body always encodes");
+    body.encode(&mut buf, 0)
+        .expect("a v0 ApiVersions body always encodes");
     // Response header v0 (correlation id only) whatever version was asked.
     b.respond_raw(&ctx, buf.freeze());
 }

@@ -33,7 +33,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
             response.results.push(result);
             continue;
         }
-        match check(b, &name, t.count, t.assignments.as_ref().map(|a| a.iter().map(|x| x.broker_ids.clone()).collect())) {
+        match check(
+            b,
+            &name,
+            t.count,
+            t.assignments
+                .as_ref()
+                .map(|a| a.iter().map(|x| x.broker_ids.clone()).collect()),
+        ) {
             Err((error, message)) => {
                 result.error_code = error.code();
                 result.error_message = Some(StrBytes::from_string(message));
@@ -51,16 +58,34 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
     }
     let ops = grown
         .iter()
-        .map(|(n, r)| MetaOp::Put { key: meta::topic_key(n), value: meta::encode(r) })
+        .map(|(n, r)| MetaOp::Put {
+            key: meta::topic_key(n),
+            value: meta::encode(r),
+        })
         .collect();
-    b.emit_meta(ops, MetaAction::CreatePartitions(PendingGrow { ctx, response, topics: grown }));
+    b.emit_meta(
+        ops,
+        MetaAction::CreatePartitions(PendingGrow {
+            ctx,
+            response,
+            topics: grown,
+        }),
+    );
 }
 
 type Assignments = Option<Vec<Vec<kafka_protocol::messages::BrokerId>>>;
 
-fn check(b: &Broker, name: &str, count: i32, assignments: Assignments) -> Result<TopicRecord, (ResponseError, String)> {
+fn check(
+    b: &Broker,
+    name: &str,
+    count: i32,
+    assignments: Assignments,
+) -> Result<TopicRecord, (ResponseError, String)> {
     let Some(topic) = b.topics.get(name) else {
-        return Err((ResponseError::UnknownTopicOrPartition, format!("The topic '{name}' does not exist.")));
+        return Err((
+            ResponseError::UnknownTopicOrPartition,
+            format!("The topic '{name}' does not exist."),
+        ));
     };
     let current = topic.partitions.len() as i32;
     if count <= current {
@@ -68,34 +93,60 @@ fn check(b: &Broker, name: &str, count: i32, assignments: Assignments) -> Result
         return Err((ResponseError::InvalidPartitions, m));
     }
     if count > limits::TOPIC_PARTITIONS_MAX {
-        return Err((ResponseError::InvalidPartitions, format!("At most {} partitions", limits::TOPIC_PARTITIONS_MAX)));
+        return Err((
+            ResponseError::InvalidPartitions,
+            format!("At most {} partitions", limits::TOPIC_PARTITIONS_MAX),
+        ));
     }
     if let Some(assignments) = assignments {
         if assignments.len() as i32 != count - current {
-            return Err((ResponseError::InvalidReplicaAssignment, "One assignment per new partition".into()));
+            return Err((
+                ResponseError::InvalidReplicaAssignment,
+                "One assignment per new partition".into(),
+            ));
         }
-        if assignments.iter().any(|a| a.len() != 1 || a[0].0 != b.config.node_id) {
-            return Err((ResponseError::InvalidReplicaAssignment, "Replicas must be exactly this broker".into()));
+        if assignments
+            .iter()
+            .any(|a| a.len() != 1 || a[0].0 != b.config.node_id)
+        {
+            return Err((
+                ResponseError::InvalidReplicaAssignment,
+                "Replicas must be exactly this broker".into(),
+            ));
         }
     }
-    Ok(TopicRecord { partitions: count, ..topic.record.clone() })
+    Ok(TopicRecord {
+        partitions: count,
+        ..topic.record.clone()
+    })
 }
 
 pub(crate) fn apply(b: &mut Broker, mut pending: PendingGrow, stored: bool) {
     for (name, record) in pending.topics {
         b.topics.unmark_busy(&name);
         if !stored {
-            for r in pending.response.results.iter_mut().filter(|r| r.name.0.as_str() == name) {
+            for r in pending
+                .response
+                .results
+                .iter_mut()
+                .filter(|r| r.name.0.as_str() == name)
+            {
                 r.error_code = ResponseError::UnknownServerError.code();
                 r.error_message = Some(StrBytes::from_static_str("meta.db write failed"));
             }
             continue;
         }
-        let same_topic = b.topics.get(&name).is_some_and(|t| t.record.id == record.id);
+        let same_topic = b
+            .topics
+            .get(&name)
+            .is_some_and(|t| t.record.id == record.id);
         if same_topic {
             let config = b.config.clone();
             b.topics.grow(&config, &name, record);
         }
     }
-    b.respond(&pending.ctx, ResponseKind::CreatePartitions(pending.response));
+    b.respond(
+        &pending.ctx,
+        ResponseKind::CreatePartitions(pending.response),
+    );
 }

@@ -10,8 +10,12 @@
 
 use std::collections::BTreeMap;
 
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
-use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, MetadataRequest, ResponseKind};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, MetadataRequest, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -24,9 +28,15 @@ use crate::topic_config;
 
 /// Who waits for a topic creation.
 pub enum Origin {
-    CreateTopics { ctx: RequestCtx, response: CreateTopicsResponse },
+    CreateTopics {
+        ctx: RequestCtx,
+        response: CreateTopicsResponse,
+    },
     /// Metadata auto-creation: answer the metadata request once stored.
-    Metadata { ctx: RequestCtx, request: MetadataRequest },
+    Metadata {
+        ctx: RequestCtx,
+        request: MetadataRequest,
+    },
 }
 
 pub struct PendingCreate {
@@ -40,18 +50,35 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         return Err(format!("Topic name {name:?} is illegal"));
     }
     if name.len() > limits::TOPIC_NAME_BYTES_MAX {
-        return Err(format!("Topic name is longer than {} characters", limits::TOPIC_NAME_BYTES_MAX));
+        return Err(format!(
+            "Topic name is longer than {} characters",
+            limits::TOPIC_NAME_BYTES_MAX
+        ));
     }
-    if !name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-') {
-        return Err(format!("Topic name {name:?} has characters other than ASCII alphanumerics, '.', '_' and '-'"));
+    if !name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-')
+    {
+        return Err(format!(
+            "Topic name {name:?} has characters other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
     }
     Ok(())
 }
 
 /// Builds the record of a new topic.
-pub(crate) fn new_record(b: &mut Broker, name: &str, partitions: i32, configs: BTreeMap<String, String>) -> TopicRecord {
+pub(crate) fn new_record(
+    b: &mut Broker,
+    name: &str,
+    partitions: i32,
+    configs: BTreeMap<String, String>,
+) -> TopicRecord {
     let id = b.topics.next_id(name, b.now_ms);
-    TopicRecord { id: id.hyphenated().to_string(), partitions, configs }
+    TopicRecord {
+        id: id.hyphenated().to_string(),
+        partitions,
+        configs,
+    }
 }
 
 /// Stores `topics` in meta.db; `origin` is answered when that completes.
@@ -59,12 +86,18 @@ pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRe
     assert!(!topics.is_empty(), "store of no topics");
     let ops = topics
         .iter()
-        .map(|(name, record)| MetaOp::Put { key: meta::topic_key(name), value: meta::encode(record) })
+        .map(|(name, record)| MetaOp::Put {
+            key: meta::topic_key(name),
+            value: meta::encode(record),
+        })
         .collect();
     for (name, _) in &topics {
         b.topics.mark_busy(name);
     }
-    b.emit_meta(ops, MetaAction::CreateTopics(PendingCreate { origin, topics }));
+    b.emit_meta(
+        ops,
+        MetaAction::CreateTopics(PendingCreate { origin, topics }),
+    );
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) {
@@ -118,14 +151,23 @@ fn check(
 ) -> Checked {
     let name = topic.name.0.as_str();
     if duplicates.contains(name) {
-        return Err((ResponseError::InvalidRequest, format!("Topic {name} appears more than once in the request")));
+        return Err((
+            ResponseError::InvalidRequest,
+            format!("Topic {name} appears more than once in the request"),
+        ));
     }
     validate_name(name).map_err(|m| (ResponseError::InvalidTopicException, m))?;
     if b.topics.get(name).is_some() || b.topics.is_busy(name) {
-        return Err((ResponseError::TopicAlreadyExists, format!("Topic '{name}' already exists.")));
+        return Err((
+            ResponseError::TopicAlreadyExists,
+            format!("Topic '{name}' already exists."),
+        ));
     }
     if b.topics.len() + b.topics.busy_count() + creating_now >= limits::TOPICS_MAX {
-        return Err((ResponseError::PolicyViolation, format!("The broker holds at most {} topics", limits::TOPICS_MAX)));
+        return Err((
+            ResponseError::PolicyViolation,
+            format!("The broker holds at most {} topics", limits::TOPICS_MAX),
+        ));
     }
     let partitions = if !topic.assignments.is_empty() {
         if topic.num_partitions != -1 || topic.replication_factor != -1 {
@@ -136,7 +178,10 @@ fn check(
         }
         for a in &topic.assignments {
             if a.broker_ids.len() != 1 || a.broker_ids[0].0 != b.config.node_id {
-                return Err((ResponseError::InvalidReplicaAssignment, "Replicas must be exactly this broker".into()));
+                return Err((
+                    ResponseError::InvalidReplicaAssignment,
+                    "Replicas must be exactly this broker".into(),
+                ));
             }
         }
         topic.assignments.len() as i32
@@ -148,19 +193,27 @@ fn check(
     if !(1..=limits::TOPIC_PARTITIONS_MAX).contains(&partitions) {
         return Err((
             ResponseError::InvalidPartitions,
-            format!("Number of partitions must be in 1..={}.", limits::TOPIC_PARTITIONS_MAX),
+            format!(
+                "Number of partitions must be in 1..={}.",
+                limits::TOPIC_PARTITIONS_MAX
+            ),
         ));
     }
     if topic.replication_factor != -1 && topic.replication_factor != 1 {
         return Err((
             ResponseError::InvalidReplicationFactor,
-            format!("Replication factor: {} larger than available brokers: 1.", topic.replication_factor),
+            format!(
+                "Replication factor: {} larger than available brokers: 1.",
+                topic.replication_factor
+            ),
         ));
     }
     let mut configs = BTreeMap::new();
     for c in &topic.configs {
         let key = c.name.to_string();
-        let Some(value) = c.value.as_ref() else { continue };
+        let Some(value) = c.value.as_ref() else {
+            continue;
+        };
         topic_config::validate(&key, value).map_err(|m| (ResponseError::InvalidConfig, m))?;
         configs.insert(key, value.to_string());
     }
@@ -174,7 +227,10 @@ fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTo
         .map(|(key, _)| {
             let (value, source) = match overrides.get(*key) {
                 Some(v) => (v.clone(), 1), // TOPIC_CONFIG
-                None => (topic_config::default_value(&b.config, key).unwrap_or_default(), 5), // DEFAULT_CONFIG
+                None => (
+                    topic_config::default_value(&b.config, key).unwrap_or_default(),
+                    5,
+                ), // DEFAULT_CONFIG
             };
             CreatableTopicConfigs::default()
                 .with_name(StrBytes::from_string(key.to_string()))
@@ -195,7 +251,8 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCreate, stored: bool) {
     match pending.origin {
         Origin::CreateTopics { ctx, mut response } => {
             if !stored {
-                let created: std::collections::BTreeSet<&String> = pending.topics.iter().map(|(n, _)| n).collect();
+                let created: std::collections::BTreeSet<&String> =
+                    pending.topics.iter().map(|(n, _)| n).collect();
                 for r in response.topics.iter_mut() {
                     if created.contains(&r.name.0.to_string()) {
                         r.error_code = ResponseError::UnknownServerError.code();

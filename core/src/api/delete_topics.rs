@@ -7,7 +7,9 @@
 //! for it).
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
-use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, ResponseKind, TopicName};
+use kafka_protocol::messages::{
+    DeleteTopicsRequest, DeleteTopicsResponse, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -27,16 +29,26 @@ pub struct PendingDelete {
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) {
     // Both forms name topics; v6 may give an id instead of a name.
     let asked: Vec<(Option<String>, Uuid)> = if ctx.version >= 6 {
-        req.topics.iter().map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id)).collect()
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+            .collect()
     } else {
-        req.topic_names.iter().map(|n| (Some(n.0.to_string()), Uuid::nil())).collect()
+        req.topic_names
+            .iter()
+            .map(|n| (Some(n.0.to_string()), Uuid::nil()))
+            .collect()
     };
     let mut response = DeleteTopicsResponse::default();
     let mut topics = Vec::new();
     for (name, id) in asked {
         let found = match &name {
             Some(n) => b.topics.get(n).map(|t| (n.clone(), t.id)),
-            None => b.topics.iter().find(|(_, t)| t.id == id).map(|(n, t)| (n.clone(), t.id)),
+            None => b
+                .topics
+                .iter()
+                .find(|(_, t)| t.id == id)
+                .map(|(n, t)| (n.clone(), t.id)),
         };
         let mut result = DeletableTopicResult::default()
             .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))
@@ -48,7 +60,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
                 topics.push((n, topic_id));
             }
             Some(_) => result.error_code = ResponseError::InvalidRequest.code(),
-            None if name.is_some() => result.error_code = ResponseError::UnknownTopicOrPartition.code(),
+            None if name.is_some() => {
+                result.error_code = ResponseError::UnknownTopicOrPartition.code()
+            }
             None => result.error_code = ResponseError::UnknownTopicId.code(),
         }
         response.responses.push(result);
@@ -59,12 +73,30 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
     for (n, _) in &topics {
         b.topics.mark_busy(n);
     }
-    let mut ops: Vec<MetaOp> = topics.iter().map(|(n, _)| MetaOp::Delete { key: meta::topic_key(n) }).collect();
+    let mut ops: Vec<MetaOp> = topics
+        .iter()
+        .map(|(n, _)| MetaOp::Delete {
+            key: meta::topic_key(n),
+        })
+        .collect();
     // The transaction flags of the topic's partitions go with it.
-    for flagged in b.txn_flagged.iter().filter(|k| topics.iter().any(|(_, id)| *id == k.id)) {
-        ops.push(MetaOp::Delete { key: crate::txn::record::partition_flag_key(&flagged.id, flagged.partition) });
+    for flagged in b
+        .txn_flagged
+        .iter()
+        .filter(|k| topics.iter().any(|(_, id)| *id == k.id))
+    {
+        ops.push(MetaOp::Delete {
+            key: crate::txn::record::partition_flag_key(&flagged.id, flagged.partition),
+        });
     }
-    b.emit_meta(ops, MetaAction::DeleteTopics(PendingDelete { ctx, response, topics }));
+    b.emit_meta(
+        ops,
+        MetaAction::DeleteTopics(PendingDelete {
+            ctx,
+            response,
+            topics,
+        }),
+    );
 }
 
 pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {

@@ -7,7 +7,9 @@
 //! STATIC_BROKER_CONFIG). `configuration_keys` filters; synonyms are not
 //! reported (an empty list, which clients accept).
 
-use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -26,10 +28,19 @@ const TYPE_LONG: i8 = 5;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsRequest) {
     let results = req.resources.iter().map(|r| describe(b, r)).collect();
-    b.respond(&ctx, ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)));
+    b.respond(
+        &ctx,
+        ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)),
+    );
 }
 
-fn entry(name: &str, value: String, read_only: bool, source: i8, config_type: i8) -> DescribeConfigsResourceResult {
+fn entry(
+    name: &str,
+    value: String,
+    read_only: bool,
+    source: i8,
+    config_type: i8,
+) -> DescribeConfigsResourceResult {
     DescribeConfigsResourceResult::default()
         .with_name(StrBytes::from_string(name.to_string()))
         .with_value(Some(StrBytes::from_string(value)))
@@ -42,7 +53,11 @@ fn describe(
     b: &Broker,
     r: &kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
 ) -> DescribeConfigsResult {
-    let wanted = |name: &str| r.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == name));
+    let wanted = |name: &str| {
+        r.configuration_keys
+            .as_ref()
+            .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
+    };
     let base = DescribeConfigsResult::default()
         .with_resource_type(r.resource_type)
         .with_resource_name(r.resource_name.clone());
@@ -51,17 +66,25 @@ fn describe(
             let Some(topic) = b.topics.get(r.resource_name.as_str()) else {
                 return base
                     .with_error_code(ResponseError::UnknownTopicOrPartition.code())
-                    .with_error_message(Some(StrBytes::from_string(format!("Topic {} does not exist", r.resource_name))));
+                    .with_error_message(Some(StrBytes::from_string(format!(
+                        "Topic {} does not exist",
+                        r.resource_name
+                    ))));
             };
             let configs = TOPIC_CONFIGS
                 .iter()
                 .filter(|(name, _)| wanted(name))
                 .map(|(name, kind)| {
-                    let config_type = if matches!(kind, Kind::Long { .. }) { TYPE_LONG } else { TYPE_STRING };
+                    let config_type = if matches!(kind, Kind::Long { .. }) {
+                        TYPE_LONG
+                    } else {
+                        TYPE_STRING
+                    };
                     match topic.record.configs.get(*name) {
                         Some(v) => entry(name, v.clone(), false, SOURCE_DYNAMIC_TOPIC, config_type),
                         None => {
-                            let v = topic_config::default_value(&b.config, name).unwrap_or_default();
+                            let v =
+                                topic_config::default_value(&b.config, name).unwrap_or_default();
                             entry(name, v, false, SOURCE_DEFAULT, config_type)
                         }
                     }
@@ -74,7 +97,9 @@ fn describe(
             if !name.is_empty() && name != b.config.node_id.to_string() {
                 return base
                     .with_error_code(ResponseError::InvalidRequest.code())
-                    .with_error_message(Some(StrBytes::from_string(format!("No broker {name} here"))));
+                    .with_error_message(Some(StrBytes::from_string(format!(
+                        "No broker {name} here"
+                    ))));
             }
             let configs = b
                 .config

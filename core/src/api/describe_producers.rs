@@ -5,8 +5,12 @@
 //! transaction there (-1 when none). Coordinator epochs are not kept (one
 //! node): -1.
 
-use kafka_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
-use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId, ResponseKind};
+use kafka_protocol::messages::describe_producers_response::{
+    PartitionResponse, ProducerState, TopicResponse,
+};
+use kafka_protocol::messages::{
+    DescribeProducersRequest, DescribeProducersResponse, ProducerId, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
@@ -19,7 +23,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
         let mut partitions = Vec::new();
         for &p in &t.partition_indexes {
             let mut pr = PartitionResponse::default().with_partition_index(p);
-            let Some(key) = b.topics.get(&name).filter(|topic| p >= 0 && (p as usize) < topic.partitions.len()).map(|topic| topic.key(&name, p)) else {
+            let Some(key) = b
+                .topics
+                .get(&name)
+                .filter(|topic| p >= 0 && (p as usize) < topic.partitions.len())
+                .map(|topic| topic.key(&name, p))
+            else {
                 pr.error_code = ResponseError::UnknownTopicOrPartition.code();
                 partitions.push(pr);
                 continue;
@@ -29,7 +38,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
             pr.active_producers = states
                 .into_iter()
                 .map(|d| {
-                    let open = txns.and_then(|t| t.ongoing().find(|(pid, _)| *pid == d.producer_id)).map_or(-1, |(_, o)| o);
+                    let open = txns
+                        .and_then(|t| t.ongoing().find(|(pid, _)| *pid == d.producer_id))
+                        .map_or(-1, |(_, o)| o);
                     ProducerState::default()
                         .with_producer_id(ProducerId(d.producer_id))
                         .with_producer_epoch(d.epoch as i32)
@@ -41,7 +52,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
                 .collect();
             partitions.push(pr);
         }
-        topics.push(TopicResponse::default().with_name(t.name.clone()).with_partitions(partitions));
+        topics.push(
+            TopicResponse::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions),
+        );
     }
-    b.respond(&ctx, ResponseKind::DescribeProducers(DescribeProducersResponse::default().with_topics(topics)));
+    b.respond(
+        &ctx,
+        ResponseKind::DescribeProducers(DescribeProducersResponse::default().with_topics(topics)),
+    );
 }

@@ -6,7 +6,9 @@
 //! INVALID_REQUEST.
 
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
-use kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, ResponseKind};
+use kafka_protocol::messages::{
+    DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, ResponseKind,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -34,7 +36,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
             for (t, p) in &r.partitions {
                 match topics.iter_mut().find(|d| d.topic.0.as_str() == t) {
                     Some(d) => d.partitions.push(*p),
-                    None => topics.push(TopicData::default().with_topic(super::metadata::topic_name(t)).with_partitions(vec![*p])),
+                    None => topics.push(
+                        TopicData::default()
+                            .with_topic(super::metadata::topic_name(t))
+                            .with_partitions(vec![*p]),
+                    ),
                 }
             }
             base.with_transaction_state(StrBytes::from_static_str(r.state.name()))

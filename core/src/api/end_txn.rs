@@ -29,7 +29,14 @@ use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     let id = req.transactional_id.0.to_string();
-    let entry = match check_owner(&b.txns, &id, req.producer_id.0, req.producer_epoch, ApiKey::EndTxn, ctx.version) {
+    let entry = match check_owner(
+        &b.txns,
+        &id,
+        req.producer_id.0,
+        req.producer_epoch,
+        ApiKey::EndTxn,
+        ctx.version,
+    ) {
         Ok(entry) => entry,
         Err(e) => return answer(b, &ctx, e, None),
     };
@@ -41,7 +48,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     match (record.state, req.committed) {
         (TxnState::Ongoing, commit) => {
             let decided = TxnRecord {
-                state: if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort },
+                state: if commit {
+                    TxnState::PrepareCommit
+                } else {
+                    TxnState::PrepareAbort
+                },
                 last_update_ms: b.now_ms,
                 ..record
             };
@@ -51,16 +62,20 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
             // Not busy yet prepared cannot be: a stored decision is always being carried out.
             answer(b, &ctx, ResponseError::ConcurrentTransactions, None)
         }
-        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => answer_ok(b, &ctx, ids),
-        (TxnState::CompleteCommit, false) | (TxnState::CompleteAbort, true) | (TxnState::Empty, _) => {
-            answer(b, &ctx, ResponseError::InvalidTxnState, None)
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) => {
+            answer_ok(b, &ctx, ids)
         }
+        (TxnState::CompleteCommit, false)
+        | (TxnState::CompleteAbort, true)
+        | (TxnState::Empty, _) => answer(b, &ctx, ResponseError::InvalidTxnState, None),
     }
 }
 
 fn answer_ok(b: &mut Broker, ctx: &RequestCtx, ids: Option<(i64, i16)>) {
     let (pid, epoch) = ids.unwrap_or((-1, -1));
-    let response = EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch);
+    let response = EndTxnResponse::default()
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch);
     b.respond(ctx, ResponseKind::EndTxn(response));
 }
 

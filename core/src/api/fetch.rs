@@ -19,7 +19,9 @@
 //! sent (`PartitionTxns::aborted_overlapping`); read_uncommitted readers get
 //! no list (null), as Kafka (a list there was Redpanda #18852).
 
-use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
@@ -56,7 +58,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
         return b.respond(&ctx, ResponseKind::Fetch(built.response));
     }
     let deadline_ms = b.now_ms + wait_ms;
-    b.waiting_fetches.push(WaitingFetch { ctx, deadline_ms, req });
+    b.waiting_fetches.push(WaitingFetch {
+        ctx,
+        deadline_ms,
+        req,
+    });
 }
 
 /// Answers waiting fetches that now have enough data (`data_changed`) or
@@ -82,7 +88,8 @@ pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
 
 /// The first offset of the oldest open transaction, or the high watermark.
 pub(crate) fn last_stable_offset(txns: Option<&crate::txn::PartitionTxns>, hw: i64) -> i64 {
-    txns.and_then(|t| t.first_unstable_offset()).map_or(hw, |first| first.min(hw))
+    txns.and_then(|t| t.first_unstable_offset())
+        .map_or(hw, |first| first.min(hw))
 }
 
 struct Built {
@@ -121,17 +128,28 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
                 continue;
             };
             let hw = log.high_watermark();
-            let key = b.topics.get(name).expect("partition found above").key(name, p.partition);
+            let key = b
+                .topics
+                .get(name)
+                .expect("partition found above")
+                .key(name, p.partition);
             let txns = b.partition_txns.get(&key);
             let lso = last_stable_offset(txns, hw);
             pd.high_watermark = hw;
             pd.last_stable_offset = lso;
             pd.log_start_offset = log.log_start_offset();
-            let serve_above_lso = b.config.planted_bug == Some(crate::config::PlantedBug::ServeAboveLso);
-            let upper = if read_committed && !serve_above_lso { lso } else { hw };
+            let serve_above_lso =
+                b.config.planted_bug == Some(crate::config::PlantedBug::ServeAboveLso);
+            let upper = if read_committed && !serve_above_lso {
+                lso
+            } else {
+                hw
+            };
             pd.aborted_transactions = None;
             if read_committed {
-                let aborted = txns.map(|t| t.aborted_overlapping(p.fetch_offset, upper)).unwrap_or_default();
+                let aborted = txns
+                    .map(|t| t.aborted_overlapping(p.fetch_offset, upper))
+                    .unwrap_or_default();
                 pd.aborted_transactions = Some(
                     aborted
                         .into_iter()
@@ -143,7 +161,9 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
                         .collect(),
                 );
             }
-            let room = max_bytes.saturating_sub(total).min(p.partition_max_bytes.max(0) as usize);
+            let room = max_bytes
+                .saturating_sub(total)
+                .min(p.partition_max_bytes.max(0) as usize);
             let first = total == 0;
             if p.fetch_offset >= upper && p.fetch_offset <= log.log_end_offset() {
                 // Between the stable/durable end and the log end: nothing yet.
@@ -162,8 +182,18 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
             }
             partitions.push(pd);
         }
-        responses.push(FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions));
+        responses.push(
+            FetchableTopicResponse::default()
+                .with_topic(topic.topic.clone())
+                .with_partitions(partitions),
+        );
     }
-    let response = FetchResponse::default().with_session_id(0).with_responses(responses);
-    Built { response, bytes: total, has_error }
+    let response = FetchResponse::default()
+        .with_session_id(0)
+        .with_responses(responses);
+    Built {
+        response,
+        bytes: total,
+        has_error,
+    }
 }

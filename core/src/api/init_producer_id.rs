@@ -24,7 +24,9 @@
 //!
 //! Every change is stored in meta.db before it is answered.
 
-use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind};
+use kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind,
+};
 use kafka_protocol::ResponseError;
 
 use super::{MetaAction, RequestCtx};
@@ -43,16 +45,21 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
     if id.is_empty() {
         return error(b, &ctx, ResponseError::InvalidRequest);
     }
-    if req.transaction_timeout_ms <= 0 || req.transaction_timeout_ms > b.config.transaction_max_timeout_ms {
+    if req.transaction_timeout_ms <= 0
+        || req.transaction_timeout_ms > b.config.transaction_max_timeout_ms
+    {
         return error(b, &ctx, ResponseError::InvalidTransactionTimeout);
     }
     if b.txns.is_creating(&id) {
         return error(b, &ctx, ResponseError::ConcurrentTransactions);
     }
-    let expected = (ctx.version >= 3 && req.producer_id.0 != -1).then_some((req.producer_id.0, req.producer_epoch));
+    let expected = (ctx.version >= 3 && req.producer_id.0 != -1)
+        .then_some((req.producer_id.0, req.producer_epoch));
     let now_ms = b.now_ms;
     let Some(entry) = b.txns.get(&id) else {
-        let Some(pid) = b.producer_ids.take() else { return wait_for_block(b, ctx, req) };
+        let Some(pid) = b.producer_ids.take() else {
+            return wait_for_block(b, ctx, req);
+        };
         let mut record = TxnRecord::new(pid, req.transaction_timeout_ms, now_ms);
         record.producer_epoch = 0;
         return write::store(b, &id, record, Vec::new(), Then::Init { ctx });
@@ -70,7 +77,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
         }
     }
     match current.state {
-        TxnState::PrepareCommit | TxnState::PrepareAbort => error(b, &ctx, ResponseError::ConcurrentTransactions),
+        TxnState::PrepareCommit | TxnState::PrepareAbort => {
+            error(b, &ctx, ResponseError::ConcurrentTransactions)
+        }
         TxnState::Ongoing => {
             let record = current.fenced_abort(now_ms);
             write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: Some(ctx) });
@@ -90,12 +99,18 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                 && expected.is_none_or(|(_, e)| e == current.producer_epoch)
             {
                 // TransactionMetadata.prepareProducerIdRotation.
-                let Some(pid) = b.producer_ids.take() else { return wait_for_block(b, ctx, req) };
+                let Some(pid) = b.producer_ids.take() else {
+                    return wait_for_block(b, ctx, req);
+                };
                 TxnRecord {
                     producer_id: pid,
                     previous_producer_id: current.producer_id,
                     producer_epoch: 0,
-                    last_producer_epoch: if expected.is_some() { current.producer_epoch } else { -1 },
+                    last_producer_epoch: if expected.is_some() {
+                        current.producer_epoch
+                    } else {
+                        -1
+                    },
                     ..base
                 }
             } else {
@@ -105,10 +120,18 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                     Some((_, e)) if current.producer_epoch == -1 || e == current.producer_epoch => {
                         (current.producer_epoch + 1, current.producer_epoch)
                     }
-                    Some((_, e)) if e == current.last_producer_epoch => (current.producer_epoch, current.last_producer_epoch),
-                    Some(_) => return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version)),
+                    Some((_, e)) if e == current.last_producer_epoch => {
+                        (current.producer_epoch, current.last_producer_epoch)
+                    }
+                    Some(_) => {
+                        return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version))
+                    }
                 };
-                TxnRecord { producer_epoch: epoch, last_producer_epoch: last, ..base }
+                TxnRecord {
+                    producer_epoch: epoch,
+                    last_producer_epoch: last,
+                    ..base
+                }
             };
             write::store(b, &id, record, Vec::new(), Then::Init { ctx });
         }
@@ -125,8 +148,12 @@ fn error(b: &mut Broker, ctx: &RequestCtx, error: ResponseError) {
 
 /// Answers an idempotent producer with a fresh id, or waits for a block.
 fn give_id(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
-    let Some(id) = b.producer_ids.take() else { return wait_for_block(b, ctx, req) };
-    let response = InitProducerIdResponse::default().with_producer_id(ProducerId(id)).with_producer_epoch(0);
+    let Some(id) = b.producer_ids.take() else {
+        return wait_for_block(b, ctx, req);
+    };
+    let response = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(id))
+        .with_producer_epoch(0);
     b.respond(&ctx, ResponseKind::InitProducerId(response));
 }
 
@@ -134,7 +161,10 @@ fn give_id(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
 fn wait_for_block(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
     b.init_waiting.push((ctx, req));
     if let Some(record) = b.producer_ids.start_block() {
-        let op = MetaOp::Put { key: META_KEY.to_vec(), value: meta::encode(&record) };
+        let op = MetaOp::Put {
+            key: META_KEY.to_vec(),
+            value: meta::encode(&record),
+        };
         b.emit_meta(vec![op], MetaAction::ProducerIdBlock(record));
     }
 }

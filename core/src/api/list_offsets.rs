@@ -10,7 +10,9 @@
 //!
 //! Only durable data (below the high watermark) is ever reported.
 
-use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, ResponseKind};
 use kafka_protocol::ResponseError;
 
@@ -40,7 +42,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
                     return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                 };
                 let hw = log.high_watermark();
-                let key = b.topics.get(name).expect("partition found above").key(name, p.partition_index);
+                let key = b
+                    .topics
+                    .get(name)
+                    .expect("partition found above")
+                    .key(name, p.partition_index);
                 let lso = super::fetch::last_stable_offset(b.partition_txns.get(&key), hw);
                 let upper = if read_committed { lso } else { hw };
                 match p.timestamp {
@@ -51,14 +57,23 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
                         None => base,
                     },
                     ts if ts >= 0 => match log.offset_for_timestamp(ts, upper) {
-                        Some((offset, found_ts)) => base.with_offset(offset).with_timestamp(found_ts),
+                        Some((offset, found_ts)) => {
+                            base.with_offset(offset).with_timestamp(found_ts)
+                        }
                         None => base,
                     },
                     _ => base.with_error_code(ResponseError::InvalidRequest.code()),
                 }
             })
             .collect();
-        topics.push(ListOffsetsTopicResponse::default().with_name(topic.name.clone()).with_partitions(partitions));
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(topic.name.clone())
+                .with_partitions(partitions),
+        );
     }
-    b.respond(&ctx, ResponseKind::ListOffsets(ListOffsetsResponse::default().with_topics(topics)));
+    b.respond(
+        &ctx,
+        ResponseKind::ListOffsets(ListOffsetsResponse::default().with_topics(topics)),
+    );
 }

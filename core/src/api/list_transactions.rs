@@ -6,7 +6,9 @@
 //! least duration_filter ms.
 
 use kafka_protocol::messages::list_transactions_response::TransactionState;
-use kafka_protocol::messages::{ListTransactionsRequest, ListTransactionsResponse, ProducerId, ResponseKind, TransactionalId};
+use kafka_protocol::messages::{
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId, ResponseKind, TransactionalId,
+};
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
@@ -31,14 +33,20 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListTransactionsReque
             None => response.unknown_state_filters.push(name.clone()),
         }
     }
-    let duration_ms = if ctx.version >= 1 { req.duration_filter } else { -1 };
+    let duration_ms = if ctx.version >= 1 {
+        req.duration_filter
+    } else {
+        -1
+    };
     let now_ms = b.now_ms;
     for (id, entry) in b.txns.iter() {
         let r = &entry.record;
         if !wanted_states.is_empty() && !wanted_states.contains(&r.state) {
             continue;
         }
-        if !req.producer_id_filters.is_empty() && !req.producer_id_filters.iter().any(|p| p.0 == r.producer_id) {
+        if !req.producer_id_filters.is_empty()
+            && !req.producer_id_filters.iter().any(|p| p.0 == r.producer_id)
+        {
             continue;
         }
         if duration_ms >= 0 && (r.start_ms < 0 || now_ms - r.start_ms < duration_ms) {

@@ -15,7 +15,9 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
-use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, ResponseKind, TopicName};
+use kafka_protocol::messages::{
+    BrokerId, MetadataRequest, MetadataResponse, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -32,12 +34,17 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest) {
 
 /// Answers `req`, first creating missing topics when `may_create` and allowed.
 pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may_create: bool) {
-    let allow_create = b.config.auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
+    let allow_create =
+        b.config.auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
     // v0: an empty list means all topics; v1+: null means all topics.
     let asked: Option<Vec<String>> = match &req.topics {
         None => None,
         Some(list) if list.is_empty() && ctx.version == 0 => None,
-        Some(list) => Some(list.iter().filter_map(|t| t.name.as_ref().map(|n| n.0.to_string())).collect()),
+        Some(list) => Some(
+            list.iter()
+                .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))
+                .collect(),
+        ),
     };
     if may_create && allow_create {
         if let Some(names) = &asked {

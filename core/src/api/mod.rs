@@ -69,7 +69,13 @@ fn admin_topics(request: &RequestKind) -> Option<Vec<String>> {
         RequestKind::CreateTopics(r) => r.topics.iter().map(|t| t.name.0.to_string()).collect(),
         RequestKind::DeleteTopics(r) => {
             let by_name = r.topic_names.iter().map(|n| n.0.to_string());
-            by_name.chain(r.topics.iter().filter_map(|t| t.name.as_ref().map(|n| n.0.to_string()))).collect()
+            by_name
+                .chain(
+                    r.topics
+                        .iter()
+                        .filter_map(|t| t.name.as_ref().map(|n| n.0.to_string())),
+                )
+                .collect()
         }
         RequestKind::CreatePartitions(r) => r.topics.iter().map(|t| t.name.0.to_string()).collect(),
         _ => return None,
@@ -81,7 +87,8 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         // A v6 DeleteTopics by id is resolved when it runs; any change in
         // flight defers it, to keep the order simple.
         let by_id = matches!(&request, RequestKind::DeleteTopics(r) if r.topics.iter().any(|t| t.name.is_none()));
-        let busy = names.iter().any(|n| b.topics.is_busy(n)) || (by_id && b.topics.busy_count() > 0);
+        let busy =
+            names.iter().any(|n| b.topics.is_busy(n)) || (by_id && b.topics.busy_count() > 0);
         if busy {
             b.deferred_admin.push((ctx, request));
             return;

@@ -56,9 +56,7 @@ fn fetch_group(
             let answers = partitions
                 .into_iter()
                 .map(|p| {
-                    if require_stable
-                        && txns.has_staged_offset(group_id, name.0.as_str(), p)
-                    {
+                    if require_stable && txns.has_staged_offset(group_id, name.0.as_str(), p) {
                         return (
                             p,
                             -1,

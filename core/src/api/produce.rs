@@ -80,12 +80,18 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     }
     // A duplicate of durable data needs no sync: answer it now.
     let durable = |(key, last_offset, _, _): &(PartitionKey, i64, usize, usize)| {
-        b.topics.partition_by_key(key).is_some_and(|log| log.high_watermark() > *last_offset)
+        b.topics
+            .partition_by_key(key)
+            .is_some_and(|log| log.high_watermark() > *last_offset)
     };
     if waits.iter().all(durable) {
         return b.respond(&ctx, ResponseKind::Produce(response));
     }
-    b.pending_produces.push(PendingProduce { ctx, response, waits });
+    b.pending_produces.push(PendingProduce {
+        ctx,
+        response,
+        waits,
+    });
 }
 
 struct Appended {
@@ -98,7 +104,12 @@ struct Appended {
 
 type AppendResult = Result<Appended, (ResponseError, Option<String>)>;
 
-fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: Option<&bytes::Bytes>) -> AppendResult {
+fn append_partition(
+    b: &mut Broker,
+    topic_name: &str,
+    partition: i32,
+    records: Option<&bytes::Bytes>,
+) -> AppendResult {
     let Some(topic) = b.topics.get(topic_name) else {
         return Err((ResponseError::UnknownTopicOrPartition, None));
     };
@@ -106,14 +117,18 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
         return Err((ResponseError::UnknownTopicOrPartition, None));
     }
     let Some(records) = records else {
-        return Err((ResponseError::CorruptMessage, Some("records are null".into())));
+        return Err((
+            ResponseError::CorruptMessage,
+            Some("records are null".into()),
+        ));
     };
     if records.len() > limits::RECORD_LIST_BYTES_MAX {
         return Err((ResponseError::RecordListTooLarge, None));
     }
     let message_bytes_max = topic.config_i64(&b.config, "max.message.bytes").max(0) as usize;
     let segment_bytes = topic.config_i64(&b.config, "segment.bytes") as usize;
-    let log_append_time = topic.config(&b.config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
+    let log_append_time =
+        topic.config(&b.config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
     let key = topic.key(topic_name, partition);
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
         BatchError::CrcMismatch { .. } => (ResponseError::CorruptMessage, Some(e.to_string())),
@@ -125,7 +140,10 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
     }
     for (header, bytes) in &batches {
         if header.is_control() {
-            return Err((ResponseError::InvalidRecord, Some("clients may not write control batches".into())));
+            return Err((
+                ResponseError::InvalidRecord,
+                Some("clients may not write control batches".into()),
+            ));
         }
         if bytes.len() > segment_bytes {
             return Err((ResponseError::RecordListTooLarge, None));
@@ -141,11 +159,24 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
         let states = producer_states(b, &key);
         match states.check(&header) {
             Ok(AppendCheck::Append) => {}
-            Ok(AppendCheck::Duplicate { first_offset, last_offset }) => {
+            Ok(AppendCheck::Duplicate {
+                first_offset,
+                last_offset,
+            }) => {
                 // Answered once the original is durable, like any append.
-                let log_start_offset = b.topics.partition_by_key(&key).expect("exists").log_start_offset();
+                let log_start_offset = b
+                    .topics
+                    .partition_by_key(&key)
+                    .expect("exists")
+                    .log_start_offset();
                 let log_append_time_ms = -1;
-                return Ok(Appended { key, base_offset: first_offset, last_offset, log_append_time_ms, log_start_offset });
+                return Ok(Appended {
+                    key,
+                    base_offset: first_offset,
+                    last_offset,
+                    log_append_time_ms,
+                    log_start_offset,
+                });
             }
             Err(e @ ProducerError::InvalidEpoch { .. }) => {
                 return Err((ResponseError::InvalidProducerEpoch, Some(e.to_string())))
@@ -155,14 +186,20 @@ fn append_partition(b: &mut Broker, topic_name: &str, partition: i32, records: O
             }
         }
     }
-    let log = b.topics.partition_mut(topic_name, partition).expect("checked above");
+    let log = b
+        .topics
+        .partition_mut(topic_name, partition)
+        .expect("checked above");
     let info = log.append(bytes, now_ms, log_append_time);
     let log_start_offset = log.log_start_offset();
     if header.has_producer_id() {
         producer_states(b, &key).record(&header, info.base_offset, info.last_offset, now_ms);
     }
     if header.is_transactional() {
-        b.partition_txns.entry(key.clone()).or_default().on_data(header.producer_id, info.base_offset);
+        b.partition_txns
+            .entry(key.clone())
+            .or_default()
+            .on_data(header.producer_id, info.base_offset);
     }
     for op in info.ops {
         b.emit_disk(key.clone(), op);
@@ -195,9 +232,15 @@ fn check_transaction(
     h: &crate::batch::BatchHeader,
 ) -> Result<(), (ResponseError, Option<String>)> {
     if !h.is_transactional() {
-        let open_here = h.has_producer_id() && b.partition_txns.get(key).is_some_and(|t| t.is_ongoing(h.producer_id));
+        let open_here = h.has_producer_id()
+            && b.partition_txns
+                .get(key)
+                .is_some_and(|t| t.is_ongoing(h.producer_id));
         if open_here {
-            return Err((ResponseError::InvalidTxnState, Some("Expected a transactional write".into())));
+            return Err((
+                ResponseError::InvalidTxnState,
+                Some("Expected a transactional write".into()),
+            ));
         }
         return Ok(());
     }
@@ -212,8 +255,13 @@ fn check_transaction(
         let m = "Unable to verify the partition has been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS";
         return Err((ResponseError::NotEnoughReplicas, Some(m.into())));
     }
-    if r.state != crate::txn::TxnState::Ongoing || !r.partitions.contains(&(topic.to_string(), partition)) {
-        return Err((ResponseError::InvalidTxnState, Some("Partition was not added to the transaction".into())));
+    if r.state != crate::txn::TxnState::Ongoing
+        || !r.partitions.contains(&(topic.to_string(), partition))
+    {
+        return Err((
+            ResponseError::InvalidTxnState,
+            Some("Partition was not added to the transaction".into()),
+        ));
     }
     Ok(())
 }
@@ -229,8 +277,16 @@ pub(crate) fn append_marker(
     now_ms: i64,
 ) -> Option<i64> {
     let log = b.topics.partition_mut_by_key(key)?;
-    let info = log.append(crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms), now_ms, false);
-    b.partition_txns.entry(key.clone()).or_default().on_marker(producer_id, commit, info.base_offset);
+    let info = log.append(
+        crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms),
+        now_ms,
+        false,
+    );
+    b.partition_txns.entry(key.clone()).or_default().on_marker(
+        producer_id,
+        commit,
+        info.base_offset,
+    );
     producer_states(b, key).record_marker(producer_id, epoch, now_ms);
     for op in info.ops {
         b.emit_disk(key.clone(), op);
@@ -240,8 +296,13 @@ pub(crate) fn append_marker(
 
 /// The partition's producer state, rebuilt from the log's tail if missing.
 pub(crate) fn producer_states<'a>(b: &'a mut Broker, key: &PartitionKey) -> &'a mut ProducerStates {
-    let log = b.topics.partition_by_key(key).expect("the partition exists");
-    b.producer_states.entry(key.clone()).or_insert_with(|| ProducerStates::rebuild(log))
+    let log = b
+        .topics
+        .partition_by_key(key)
+        .expect("the partition exists");
+    b.producer_states
+        .entry(key.clone())
+        .or_insert_with(|| ProducerStates::rebuild(log))
 }
 
 fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse {
@@ -261,7 +322,9 @@ fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse
                         .with_log_start_offset(-1)
                 })
                 .collect();
-            TopicProduceResponse::default().with_name(t.name.clone()).with_partition_responses(parts)
+            TopicProduceResponse::default()
+                .with_name(t.name.clone())
+                .with_partition_responses(parts)
         })
         .collect();
     ProduceResponse::default().with_responses(responses)
@@ -273,14 +336,16 @@ pub(crate) fn complete_durable(b: &mut Broker) {
     let mut i = 0;
     while i < b.pending_produces.len() {
         let pending = &mut b.pending_produces[i];
-        pending.waits.retain(|(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
-            Some(log) => log.high_watermark() <= *last_offset,
-            None => {
-                let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
-                pr.error_code = ResponseError::UnknownTopicOrPartition.code();
-                false
-            }
-        });
+        pending.waits.retain(
+            |(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
+                Some(log) => log.high_watermark() <= *last_offset,
+                None => {
+                    let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
+                    pr.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    false
+                }
+            },
+        );
         if pending.waits.is_empty() {
             let done = b.pending_produces.remove(i);
             b.respond(&done.ctx, ResponseKind::Produce(done.response));
@@ -294,14 +359,16 @@ pub(crate) fn complete_durable(b: &mut Broker) {
 /// away fails with KAFKA_STORAGE_ERROR (retriable: the client sends it again).
 pub(crate) fn fail_undurable(b: &mut Broker) {
     for pending in b.pending_produces.iter_mut() {
-        pending.waits.retain(|(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
-            Some(log) if log.log_end_offset() <= *last_offset => {
-                let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
-                pr.error_code = ResponseError::KafkaStorageError.code();
-                pr.base_offset = -1;
-                false
-            }
-            _ => true,
-        });
+        pending.waits.retain(
+            |(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
+                Some(log) if log.log_end_offset() <= *last_offset => {
+                    let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
+                    pr.error_code = ResponseError::KafkaStorageError.code();
+                    pr.base_offset = -1;
+                    false
+                }
+                _ => true,
+            },
+        );
     }
 }

@@ -14,7 +14,9 @@
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
-use kafka_protocol::messages::{ApiKey, ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
+use kafka_protocol::messages::{
+    ApiKey, ResponseKind, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
@@ -29,7 +31,14 @@ const GROUP_CHECK_VERSION: i16 = 8;
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitRequest) {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
-    let owner = check_owner(&b.txns, &id, req.producer_id.0, req.producer_epoch, ApiKey::TxnOffsetCommit, ctx.version);
+    let owner = check_owner(
+        &b.txns,
+        &id,
+        req.producer_id.0,
+        req.producer_epoch,
+        ApiKey::TxnOffsetCommit,
+        ctx.version,
+    );
     let checked = owner.and_then(|entry| {
         if entry.busy() || entry.record.state.is_prepare() {
             return Err(ResponseError::ConcurrentTransactions);
@@ -40,11 +49,22 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
         Ok(entry.record.clone())
     });
     let checked = checked.and_then(|record| {
-        let (generation, member) = if ctx.version >= 3 { (req.generation_id, req.member_id.to_string()) } else { (-1, String::new()) };
+        let (generation, member) = if ctx.version >= 3 {
+            (req.generation_id, req.member_id.to_string())
+        } else {
+            (-1, String::new())
+        };
         let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
         let now_ms = b.now_ms;
         b.groups
-            .check_commit(now_ms, &group, generation, &member, instance.as_deref(), GROUP_CHECK_VERSION)
+            .check_commit(
+                now_ms,
+                &group,
+                generation,
+                &member,
+                instance.as_deref(),
+                GROUP_CHECK_VERSION,
+            )
             .map(|_| record)
     });
     let mut response = TxnOffsetCommitResponse::default();
@@ -72,12 +92,26 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
                     code = ResponseError::UnknownTopicOrPartition.code();
                 }
             }
-            partitions.push(TxnOffsetCommitResponsePartition::default().with_partition_index(p.partition_index).with_error_code(code));
+            partitions.push(
+                TxnOffsetCommitResponsePartition::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code),
+            );
         }
-        response.topics.push(TxnOffsetCommitResponseTopic::default().with_name(topic.name.clone()).with_partitions(partitions));
+        response.topics.push(
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(topic.name.clone())
+                .with_partitions(partitions),
+        );
     }
     match record {
-        Some(record) if error.is_none() => write::store(b, &id, record, Vec::new(), Then::TxnOffsetCommit { ctx, response }),
+        Some(record) if error.is_none() => write::store(
+            b,
+            &id,
+            record,
+            Vec::new(),
+            Then::TxnOffsetCommit { ctx, response },
+        ),
         _ => b.respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
     }
 }

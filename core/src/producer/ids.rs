@@ -47,7 +47,9 @@ impl ProducerIds {
             return None;
         }
         self.growing = true;
-        Some(ProducerIdsRecord { block_end: self.block_end.max(self.next) + PRODUCER_ID_BLOCK_SIZE })
+        Some(ProducerIdsRecord {
+            block_end: self.block_end.max(self.next) + PRODUCER_ID_BLOCK_SIZE,
+        })
     }
 
     /// The block's write completed; `record` is now durable if `stored`.

@@ -77,9 +77,15 @@ pub enum ProducerError {
 impl std::fmt::Display for ProducerError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::InvalidEpoch { current } => write!(f, "producer epoch is older than the current epoch {current}"),
+            Self::InvalidEpoch { current } => write!(
+                f,
+                "producer epoch is older than the current epoch {current}"
+            ),
             Self::OutOfOrderSequence { expected, got } => {
-                write!(f, "out of order sequence number: expected {expected}, got {got}")
+                write!(
+                    f,
+                    "out of order sequence number: expected {expected}, got {got}"
+                )
             }
         }
     }
@@ -114,45 +120,74 @@ impl ProducerStates {
 
     /// Checks a producer's batch (producer id >= 0) before it is appended.
     pub fn check(&self, h: &BatchHeader) -> Result<AppendCheck, ProducerError> {
-        assert!(h.has_producer_id(), "only batches with a producer id are checked");
+        assert!(
+            h.has_producer_id(),
+            "only batches with a producer id are checked"
+        );
         let Some(entry) = self.producers.get(&h.producer_id) else {
             return Ok(AppendCheck::Append);
         };
         if h.producer_epoch == entry.epoch {
             let last_seq = h.last_sequence();
-            if let Some(dup) = entry.batches.iter().find(|b| b.first_seq == h.base_sequence && b.last_seq == last_seq) {
-                return Ok(AppendCheck::Duplicate { first_offset: dup.first_offset, last_offset: dup.last_offset });
+            if let Some(dup) = entry
+                .batches
+                .iter()
+                .find(|b| b.first_seq == h.base_sequence && b.last_seq == last_seq)
+            {
+                return Ok(AppendCheck::Duplicate {
+                    first_offset: dup.first_offset,
+                    last_offset: dup.last_offset,
+                });
             }
         }
         if h.producer_epoch < entry.epoch {
-            return Err(ProducerError::InvalidEpoch { current: entry.epoch });
+            return Err(ProducerError::InvalidEpoch {
+                current: entry.epoch,
+            });
         }
         if h.producer_epoch != entry.epoch {
             // A bumped epoch starts again at 0.
             if h.base_sequence != 0 {
-                return Err(ProducerError::OutOfOrderSequence { expected: 0, got: h.base_sequence });
+                return Err(ProducerError::OutOfOrderSequence {
+                    expected: 0,
+                    got: h.base_sequence,
+                });
             }
             return Ok(AppendCheck::Append);
         }
         // An entry with no batches left (its batches aged out of the window)
         // accepts any sequence, like Kafka's state with no epoch.
-        let Some(last) = entry.batches.back() else { return Ok(AppendCheck::Append) };
+        let Some(last) = entry.batches.back() else {
+            return Ok(AppendCheck::Append);
+        };
         let expected = increment_sequence(last.last_seq, 1);
         if h.base_sequence != expected {
-            return Err(ProducerError::OutOfOrderSequence { expected, got: h.base_sequence });
+            return Err(ProducerError::OutOfOrderSequence {
+                expected,
+                got: h.base_sequence,
+            });
         }
         Ok(AppendCheck::Append)
     }
 
     /// Records an appended batch (after `check` said Append).
     pub fn record(&mut self, h: &BatchHeader, first_offset: i64, last_offset: i64, now_ms: i64) {
-        assert!(h.has_producer_id(), "only batches with a producer id are recorded");
-        assert!(first_offset <= last_offset, "a batch spans at least one offset");
-        let entry = self.producers.entry(h.producer_id).or_insert_with(|| ProducerEntry {
-            epoch: h.producer_epoch,
-            batches: VecDeque::new(),
-            last_write_ms: now_ms,
-        });
+        assert!(
+            h.has_producer_id(),
+            "only batches with a producer id are recorded"
+        );
+        assert!(
+            first_offset <= last_offset,
+            "a batch spans at least one offset"
+        );
+        let entry = self
+            .producers
+            .entry(h.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: h.producer_epoch,
+                batches: VecDeque::new(),
+                last_write_ms: now_ms,
+            });
         if h.producer_epoch != entry.epoch {
             // ProducerStateEntry.maybeUpdateProducerEpoch: a new epoch forgets the old batches.
             entry.epoch = h.producer_epoch;
@@ -173,7 +208,8 @@ impl ProducerStates {
     /// Forgets producers idle for longer than `expiration_ms`
     /// (producer.id.expiration.ms).
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
-        self.producers.retain(|_, e| now_ms - e.last_write_ms <= expiration_ms);
+        self.producers
+            .retain(|_, e| now_ms - e.last_write_ms <= expiration_ms);
     }
 
     pub fn len(&self) -> usize {
@@ -188,11 +224,14 @@ impl ProducerStates {
     /// epoch becomes current (a raised epoch fences older writers here, as
     /// ProducerAppendInfo.appendEndTxnMarker does).
     pub fn record_marker(&mut self, producer_id: i64, epoch: i16, now_ms: i64) {
-        let entry = self.producers.entry(producer_id).or_insert_with(|| ProducerEntry {
-            epoch,
-            batches: VecDeque::new(),
-            last_write_ms: now_ms,
-        });
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch,
+                batches: VecDeque::new(),
+                last_write_ms: now_ms,
+            });
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
@@ -247,9 +286,21 @@ mod tests {
         let h0 = header(7, 0, 0, 3);
         assert_eq!(s.check(&h0), Ok(AppendCheck::Append));
         s.record(&h0, 10, 12, 0);
-        assert_eq!(s.check(&h0), Ok(AppendCheck::Duplicate { first_offset: 10, last_offset: 12 }));
+        assert_eq!(
+            s.check(&h0),
+            Ok(AppendCheck::Duplicate {
+                first_offset: 10,
+                last_offset: 12
+            })
+        );
         let gap = header(7, 0, 4, 1);
-        assert_eq!(s.check(&gap), Err(ProducerError::OutOfOrderSequence { expected: 3, got: 4 }));
+        assert_eq!(
+            s.check(&gap),
+            Err(ProducerError::OutOfOrderSequence {
+                expected: 3,
+                got: 4
+            })
+        );
         let next = header(7, 0, 3, 1);
         assert_eq!(s.check(&next), Ok(AppendCheck::Append));
     }
@@ -260,18 +311,39 @@ mod tests {
         for i in 0..6 {
             s.record(&header(1, 0, i, 1), i as i64, i as i64, 0);
         }
-        assert_eq!(s.check(&header(1, 0, 5, 1)), Ok(AppendCheck::Duplicate { first_offset: 5, last_offset: 5 }));
-        assert_eq!(s.check(&header(1, 0, 1, 1)), Ok(AppendCheck::Duplicate { first_offset: 1, last_offset: 1 }));
+        assert_eq!(
+            s.check(&header(1, 0, 5, 1)),
+            Ok(AppendCheck::Duplicate {
+                first_offset: 5,
+                last_offset: 5
+            })
+        );
+        assert_eq!(
+            s.check(&header(1, 0, 1, 1)),
+            Ok(AppendCheck::Duplicate {
+                first_offset: 1,
+                last_offset: 1
+            })
+        );
         // The first batch fell out of the window: neither duplicate nor in order.
-        assert!(matches!(s.check(&header(1, 0, 0, 1)), Err(ProducerError::OutOfOrderSequence { .. })));
+        assert!(matches!(
+            s.check(&header(1, 0, 0, 1)),
+            Err(ProducerError::OutOfOrderSequence { .. })
+        ));
     }
 
     #[test]
     fn epochs() {
         let mut s = ProducerStates::default();
         s.record(&header(1, 3, 0, 1), 0, 0, 0);
-        assert_eq!(s.check(&header(1, 2, 1, 1)), Err(ProducerError::InvalidEpoch { current: 3 }));
-        assert!(matches!(s.check(&header(1, 4, 5, 1)), Err(ProducerError::OutOfOrderSequence { expected: 0, .. })));
+        assert_eq!(
+            s.check(&header(1, 2, 1, 1)),
+            Err(ProducerError::InvalidEpoch { current: 3 })
+        );
+        assert!(matches!(
+            s.check(&header(1, 4, 5, 1)),
+            Err(ProducerError::OutOfOrderSequence { expected: 0, .. })
+        ));
         assert_eq!(s.check(&header(1, 4, 0, 1)), Ok(AppendCheck::Append));
         // Unknown producers are accepted at any sequence, as Kafka 4 does.
         assert_eq!(s.check(&header(2, 0, 42, 1)), Ok(AppendCheck::Append));

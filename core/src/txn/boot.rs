@@ -25,18 +25,29 @@ pub(crate) fn boot(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
                 }
                 b.txns.set_record(&id, record);
             }
-            Ok(MetaEntry::TxnPartitionFlag { topic_id, partition }) => flags.push((topic_id, partition)),
+            Ok(MetaEntry::TxnPartitionFlag {
+                topic_id,
+                partition,
+            }) => flags.push((topic_id, partition)),
             _ => {}
         }
     }
-    let ids: BTreeMap<String, String> =
-        b.topics.iter().map(|(name, t)| (t.id.hyphenated().to_string(), name.clone())).collect();
+    let ids: BTreeMap<String, String> = b
+        .topics
+        .iter()
+        .map(|(name, t)| (t.id.hyphenated().to_string(), name.clone()))
+        .collect();
     for (topic_id, partition) in flags {
-        let Some(name) = ids.get(&topic_id) else { continue };
+        let Some(name) = ids.get(&topic_id) else {
+            continue;
+        };
         let topic = b.topics.get(name).expect("listed above");
         let key = topic.key(name, partition);
-        let Some(log) = b.topics.partition_by_key(&key) else { continue };
-        b.partition_txns.insert(key.clone(), PartitionTxns::rebuild(log));
+        let Some(log) = b.topics.partition_by_key(&key) else {
+            continue;
+        };
+        b.partition_txns
+            .insert(key.clone(), PartitionTxns::rebuild(log));
         b.txn_flagged.insert(key);
     }
     b.txns.next_timeout_check_ms = now_ms + b.config.transaction_abort_check_interval_ms;

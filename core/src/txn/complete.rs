@@ -62,7 +62,10 @@ impl Completion {
 pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
     let entry = b.txns.get(id).expect("a decided transaction");
     let record = &entry.record;
-    assert!(record.state.is_prepare(), "only a stored decision is carried out");
+    assert!(
+        record.state.is_prepare(),
+        "only a stored decision is carried out"
+    );
     assert!(entry.completion.is_none(), "one completion at a time");
     let commit = record.state == TxnState::PrepareCommit;
     let mut markers = BTreeMap::new();
@@ -75,7 +78,12 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
         }
     }
     let responders = responder.into_iter().collect();
-    let completion = Completion { commit, responders, markers, phase: Phase::Markers };
+    let completion = Completion {
+        commit,
+        responders,
+        markers,
+        phase: Phase::Markers,
+    };
     b.txns.get_mut(id).expect("exists").completion = Some(completion);
     write_markers(b, id);
 }
@@ -86,19 +94,43 @@ fn write_markers(b: &mut Broker, id: &str) {
     let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
     let completion = entry.completion.as_ref().expect("being completed");
     let commit = completion.commit;
-    let missing: Vec<PartitionKey> =
-        completion.markers.iter().filter(|(_, o)| o.is_none()).map(|(k, _)| k.clone()).collect();
+    let missing: Vec<PartitionKey> = completion
+        .markers
+        .iter()
+        .filter(|(_, o)| o.is_none())
+        .map(|(k, _)| k.clone())
+        .collect();
     let now_ms = b.now_ms;
     for key in missing {
-        let Some(offset) = crate::api::produce::append_marker(b, &key, pid, epoch, commit, now_ms) else {
+        let Some(offset) = crate::api::produce::append_marker(b, &key, pid, epoch, commit, now_ms)
+        else {
             // The partition is gone: nothing to mark.
-            b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing").markers.remove(&key);
+            b.txns
+                .get_mut(id)
+                .expect("exists")
+                .completion
+                .as_mut()
+                .expect("completing")
+                .markers
+                .remove(&key);
             continue;
         };
-        let c = b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing");
+        let c = b
+            .txns
+            .get_mut(id)
+            .expect("exists")
+            .completion
+            .as_mut()
+            .expect("completing");
         c.markers.insert(key, Some(offset));
     }
-    b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing").phase = Phase::Markers;
+    b.txns
+        .get_mut(id)
+        .expect("exists")
+        .completion
+        .as_mut()
+        .expect("completing")
+        .phase = Phase::Markers;
     b.request_sync();
     progress(b, id);
 }
@@ -106,13 +138,16 @@ fn write_markers(b: &mut Broker, id: &str) {
 /// Moves `id`'s completion forward as far as durability allows.
 fn progress(b: &mut Broker, id: &str) {
     let Some(entry) = b.txns.get(id) else { return };
-    let Some(completion) = entry.completion.as_ref() else { return };
+    let Some(completion) = entry.completion.as_ref() else {
+        return;
+    };
     if completion.phase != Phase::Markers {
         return;
     }
     let mut lost = false;
     let mut durable = true;
-    let planted_early_end = b.config.planted_bug == Some(crate::config::PlantedBug::EndTxnBeforeMarkersDurable);
+    let planted_early_end =
+        b.config.planted_bug == Some(crate::config::PlantedBug::EndTxnBeforeMarkersDurable);
     for (key, offset) in &completion.markers {
         let offset = offset.expect("markers are appended before progress is checked");
         match b.topics.partition_by_key(key) {
@@ -125,9 +160,19 @@ fn progress(b: &mut Broker, id: &str) {
     if lost {
         // A failed sync cut the marker away: the decision stands; retry.
         let keys: Vec<PartitionKey> = completion.markers.keys().cloned().collect();
-        let c = b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing");
+        let c = b
+            .txns
+            .get_mut(id)
+            .expect("exists")
+            .completion
+            .as_mut()
+            .expect("completing");
         for key in keys {
-            let gone = c.markers[&key].is_some_and(|o| b.topics.partition_by_key(&key).is_some_and(|l| l.log_end_offset() <= o));
+            let gone = c.markers[&key].is_some_and(|o| {
+                b.topics
+                    .partition_by_key(&key)
+                    .is_some_and(|l| l.log_end_offset() <= o)
+            });
             if gone {
                 c.markers.insert(key, None);
             }
@@ -148,7 +193,11 @@ fn store_complete(b: &mut Broker, id: &str) {
     let old = entry.record.clone();
     let now_ms = b.now_ms;
     let mut record = TxnRecord {
-        state: if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort },
+        state: if commit {
+            TxnState::CompleteCommit
+        } else {
+            TxnState::CompleteAbort
+        },
         partitions: Default::default(),
         groups: Default::default(),
         staged_offsets: Default::default(),
@@ -168,7 +217,10 @@ fn store_complete(b: &mut Broker, id: &str) {
                     metadata: staged.metadata.clone().unwrap_or_default(),
                     commit_timestamp_ms: now_ms,
                 };
-                ops.push(MetaOp::Put { key: offset_key(group, topic, *partition), value: meta::encode(&rec) });
+                ops.push(MetaOp::Put {
+                    key: offset_key(group, topic, *partition),
+                    value: meta::encode(&rec),
+                });
                 applied.push((group.clone(), (topic.clone(), *partition), rec));
             }
         }
@@ -180,7 +232,12 @@ fn store_complete(b: &mut Broker, id: &str) {
 }
 
 /// The Complete record is stored (or not): finish, or retry.
-pub(crate) fn completed(b: &mut Broker, id: &str, applied: Vec<(String, (String, i32), OffsetRecord)>, stored: bool) {
+pub(crate) fn completed(
+    b: &mut Broker,
+    id: &str,
+    applied: Vec<(String, (String, i32), OffsetRecord)>,
+    stored: bool,
+) {
     for (group, tp, rec) in applied {
         b.groups.offsets.end_write(&group, &tp);
         if stored {
@@ -197,14 +254,22 @@ pub(crate) fn completed(b: &mut Broker, id: &str, applied: Vec<(String, (String,
     let completion = entry.completion.take().expect("completing");
     let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
     for ctx in completion.responders {
-        let response = EndTxnResponse::default().with_producer_id(ProducerId(pid)).with_producer_epoch(epoch);
+        let response = EndTxnResponse::default()
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch);
         b.respond(&ctx, ResponseKind::EndTxn(response));
     }
 }
 
 fn retry_later(b: &mut Broker, id: &str) {
     let at_ms = b.now_ms + TXN_RETRY_BACKOFF_MS;
-    let c = b.txns.get_mut(id).expect("exists").completion.as_mut().expect("completing");
+    let c = b
+        .txns
+        .get_mut(id)
+        .expect("exists")
+        .completion
+        .as_mut()
+        .expect("completing");
     c.phase = Phase::RetryAt(at_ms);
     let responders = std::mem::take(&mut c.responders);
     for ctx in responders {
@@ -221,7 +286,11 @@ pub(crate) fn on_sync(b: &mut Broker) {
     let ids: Vec<String> = b
         .txns
         .iter()
-        .filter(|(_, e)| e.completion.as_ref().is_some_and(|c| c.phase == Phase::Markers))
+        .filter(|(_, e)| {
+            e.completion
+                .as_ref()
+                .is_some_and(|c| c.phase == Phase::Markers)
+        })
         .map(|(id, _)| id.clone())
         .collect();
     for id in ids {
@@ -244,7 +313,13 @@ pub(crate) fn on_tick(b: &mut Broker) {
         .collect();
     for (id, markers_done) in due {
         if markers_done {
-            let c = b.txns.get_mut(&id).expect("exists").completion.as_mut().expect("completing");
+            let c = b
+                .txns
+                .get_mut(&id)
+                .expect("exists")
+                .completion
+                .as_mut()
+                .expect("completing");
             c.phase = Phase::Markers;
             progress(b, &id);
         } else {
@@ -255,5 +330,8 @@ pub(crate) fn on_tick(b: &mut Broker) {
 
 /// The earliest retry time of any completion.
 pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
-    b.txns.iter().filter_map(|(_, e)| e.completion.as_ref()?.retry_at_ms()).min()
+    b.txns
+        .iter()
+        .filter_map(|(_, e)| e.completion.as_ref()?.retry_at_ms())
+        .min()
 }

@@ -109,17 +109,23 @@ impl Txns {
     /// group and partition (OffsetFetch require_stable).
     pub fn has_staged_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
         self.map.values().any(|e| {
-            matches!(e.record.state, TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort)
-                && e.record
-                    .staged_offsets
-                    .get(group)
-                    .is_some_and(|l| l.iter().any(|s| s.topic == topic && s.partition == partition))
+            matches!(
+                e.record.state,
+                TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+            ) && e.record.staged_offsets.get(group).is_some_and(|l| {
+                l.iter()
+                    .any(|s| s.topic == topic && s.partition == partition)
+            })
         })
     }
 
     /// Every id holding a decision that is stored but not carried out.
     pub fn prepared(&self) -> Vec<String> {
-        self.map.iter().filter(|(_, e)| e.record.state.is_prepare()).map(|(id, _)| id.clone()).collect()
+        self.map
+            .iter()
+            .filter(|(_, e)| e.record.state.is_prepare())
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 }
 
@@ -153,7 +159,9 @@ pub fn check_owner<'a>(
     if id.is_empty() {
         return Err(ResponseError::InvalidRequest);
     }
-    let Some(entry) = txns.get(id) else { return Err(ResponseError::InvalidProducerIdMapping) };
+    let Some(entry) = txns.get(id) else {
+        return Err(ResponseError::InvalidProducerIdMapping);
+    };
     if entry.record.producer_id != producer_id {
         return Err(ResponseError::InvalidProducerIdMapping);
     }

@@ -29,7 +29,13 @@ fn put_zigzag_varint(buf: &mut BytesMut, v: i64) {
 }
 
 /// Builds a marker batch (base offset 0; the log assigns the real one).
-pub fn build(producer_id: i64, producer_epoch: i16, commit: bool, coordinator_epoch: i32, now_ms: i64) -> Bytes {
+pub fn build(
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+    now_ms: i64,
+) -> Bytes {
     let mut record = BytesMut::with_capacity(1 + RECORD_BODY_BYTES as usize);
     put_zigzag_varint(&mut record, RECORD_BODY_BYTES as i64);
     record.put_i8(0); // record attributes
@@ -37,12 +43,20 @@ pub fn build(producer_id: i64, producer_epoch: i16, commit: bool, coordinator_ep
     put_zigzag_varint(&mut record, 0); // offset delta
     put_zigzag_varint(&mut record, 4); // key length
     record.put_i16(0); // key version
-    record.put_i16(if commit { CONTROL_TYPE_COMMIT } else { CONTROL_TYPE_ABORT });
+    record.put_i16(if commit {
+        CONTROL_TYPE_COMMIT
+    } else {
+        CONTROL_TYPE_ABORT
+    });
     put_zigzag_varint(&mut record, 6); // value length
     record.put_i16(0); // value version
     record.put_i32(coordinator_epoch);
     put_zigzag_varint(&mut record, 0); // header count
-    assert_eq!(record.len(), 1 + RECORD_BODY_BYTES as usize, "marker record layout");
+    assert_eq!(
+        record.len(),
+        1 + RECORD_BODY_BYTES as usize,
+        "marker record layout"
+    );
 
     let total = BATCH_HEADER_BYTES + record.len();
     let mut buf = BytesMut::with_capacity(total);
@@ -93,7 +107,10 @@ mod tests {
             let b = build(42, 7, commit, 0, 1_000);
             let h = batch::check_batch(&b).expect("valid batch");
             assert!(h.is_control() && h.is_transactional());
-            assert_eq!((h.producer_id, h.producer_epoch, h.records_count), (42, 7, 1));
+            assert_eq!(
+                (h.producer_id, h.producer_epoch, h.records_count),
+                (42, 7, 1)
+            );
             assert_eq!(is_commit(&h, &b), Some(commit));
         }
     }
@@ -101,7 +118,8 @@ mod tests {
     #[test]
     fn kafka_protocol_decodes_the_marker_record() {
         let mut b = build(1, 0, true, 0, 5);
-        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut b).expect("decodes");
+        let sets =
+            kafka_protocol::records::RecordBatchDecoder::decode_all(&mut b).expect("decodes");
         let r = &sets[0].records[0];
         assert!(r.control && r.transactional);
         assert_eq!(r.key.as_deref(), Some(&[0u8, 0, 0, 1][..]));

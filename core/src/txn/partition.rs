@@ -71,12 +71,22 @@ impl PartitionTxns {
             return; // the transaction wrote nothing here
         };
         self.ongoing_by_offset.remove(&(first_offset, producer_id));
-        assert!(first_offset < marker_offset, "a marker follows its transaction's data");
+        assert!(
+            first_offset < marker_offset,
+            "a marker follows its transaction's data"
+        );
         if !commit {
             if let Some(last) = self.aborted.last() {
-                assert!(last.last_offset < marker_offset, "markers are appended in offset order");
+                assert!(
+                    last.last_offset < marker_offset,
+                    "markers are appended in offset order"
+                );
             }
-            self.aborted.push(AbortedTxn { producer_id, first_offset, last_offset: marker_offset });
+            self.aborted.push(AbortedTxn {
+                producer_id,
+                first_offset,
+                last_offset: marker_offset,
+            });
             self.aborted_span_max = self.aborted_span_max.max(marker_offset - first_offset);
         }
     }
@@ -94,7 +104,9 @@ impl PartitionTxns {
     /// Costs a binary search plus the entries whose marker lies within one
     /// longest-transaction span of the range, not the partition's history.
     pub fn aborted_overlapping(&self, fetch_offset: i64, upper_offset: i64) -> Vec<AbortedTxn> {
-        let start = self.aborted.partition_point(|a| a.last_offset < fetch_offset);
+        let start = self
+            .aborted
+            .partition_point(|a| a.last_offset < fetch_offset);
         let limit = upper_offset.saturating_add(self.aborted_span_max);
         self.aborted[start..]
             .iter()
@@ -106,7 +118,9 @@ impl PartitionTxns {
 
     /// Forgets aborted transactions wholly below the log start (retention).
     pub fn forget_below(&mut self, log_start_offset: i64) {
-        let cut = self.aborted.partition_point(|a| a.last_offset < log_start_offset);
+        let cut = self
+            .aborted
+            .partition_point(|a| a.last_offset < log_start_offset);
         self.aborted.drain(..cut);
     }
 
@@ -135,7 +149,14 @@ mod tests {
         assert_eq!(t.first_unstable_offset(), Some(3));
         t.on_marker(2, true, 7);
         assert_eq!(t.first_unstable_offset(), None);
-        assert_eq!(t.aborted_overlapping(0, 10), vec![AbortedTxn { producer_id: 1, first_offset: 0, last_offset: 6 }]);
+        assert_eq!(
+            t.aborted_overlapping(0, 10),
+            vec![AbortedTxn {
+                producer_id: 1,
+                first_offset: 0,
+                last_offset: 6
+            }]
+        );
         assert_eq!(t.aborted_overlapping(7, 10), vec![]);
         // A fetch of [0, 3) still learns of the abort whose marker is at 6.
         assert_eq!(t.aborted_overlapping(0, 3).len(), 1);

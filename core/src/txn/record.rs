@@ -17,7 +17,11 @@ pub fn key(transactional_id: &str) -> Vec<u8> {
 }
 
 pub fn partition_flag_key(topic_id: &uuid::Uuid, partition: i32) -> Vec<u8> {
-    format!("{PARTITION_FLAG_PREFIX}{}/{partition}", topic_id.hyphenated()).into_bytes()
+    format!(
+        "{PARTITION_FLAG_PREFIX}{}/{partition}",
+        topic_id.hyphenated()
+    )
+    .into_bytes()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,7 +106,10 @@ impl TxnRecord {
     /// The record once the transaction touches something new: Ongoing, a new
     /// start time if none was open (TransactionMetadata.prepareAddPartitions).
     pub fn ongoing(&self, now_ms: i64) -> TxnRecord {
-        let starts = matches!(self.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
+        let starts = matches!(
+            self.state,
+            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+        );
         TxnRecord {
             state: TxnState::Ongoing,
             start_ms: if starts { now_ms } else { self.start_ms },
@@ -116,7 +123,11 @@ impl TxnRecord {
     /// then PrepareAbort): for InitProducerId on an open transaction and for
     /// a timed-out one.
     pub fn fenced_abort(&self, now_ms: i64) -> TxnRecord {
-        assert_eq!(self.state, TxnState::Ongoing, "only an open transaction is fenced and aborted");
+        assert_eq!(
+            self.state,
+            TxnState::Ongoing,
+            "only an open transaction is fenced and aborted"
+        );
         TxnRecord {
             producer_epoch: self.producer_epoch.saturating_add(1),
             last_producer_epoch: -1,
@@ -129,7 +140,10 @@ impl TxnRecord {
     /// Stages an offset, replacing an earlier one of the same partition.
     pub fn stage_offset(&mut self, group: &str, staged: StagedOffset) {
         let list = self.staged_offsets.entry(group.to_string()).or_default();
-        match list.iter_mut().find(|s| s.topic == staged.topic && s.partition == staged.partition) {
+        match list
+            .iter_mut()
+            .find(|s| s.topic == staged.topic && s.partition == staged.partition)
+        {
             Some(s) => *s = staged,
             None => list.push(staged),
         }

@@ -24,20 +24,29 @@ pub(crate) fn tick(b: &mut Broker) {
             .map(|(id, e)| (id.clone(), e.record.clone()))
             .collect();
         for (id, current) in expired {
-            tracing::info!(id, "transaction timed out: aborting and fencing its producer");
+            tracing::info!(
+                id,
+                "transaction timed out: aborting and fencing its producer"
+            );
             let record = current.fenced_abort(now_ms);
             write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: None });
         }
     }
     if now_ms >= b.txns.next_expiry_check_ms {
-        b.txns.next_expiry_check_ms = now_ms + b.config.transactional_id_expiration_check_interval_ms.max(1);
+        b.txns.next_expiry_check_ms = now_ms
+            + b.config
+                .transactional_id_expiration_check_interval_ms
+                .max(1);
         let expiration_ms = b.config.transactional_id_expiration_ms;
         let idle: Vec<String> = b
             .txns
             .iter()
             .filter(|(_, e)| {
                 !e.busy()
-                    && matches!(e.record.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort)
+                    && matches!(
+                        e.record.state,
+                        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                    )
                     && now_ms - e.record.last_update_ms > expiration_ms
             })
             .map(|(id, _)| id.clone())
@@ -50,7 +59,10 @@ pub(crate) fn tick(b: &mut Broker) {
 }
 
 pub(crate) fn next_deadline_ms(b: &Broker) -> i64 {
-    let mut deadline_ms = b.txns.next_timeout_check_ms.min(b.txns.next_expiry_check_ms);
+    let mut deadline_ms = b
+        .txns
+        .next_timeout_check_ms
+        .min(b.txns.next_expiry_check_ms);
     if let Some(retry_ms) = super::complete::next_retry_ms(b) {
         deadline_ms = deadline_ms.min(retry_ms);
     }

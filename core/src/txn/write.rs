@@ -5,8 +5,8 @@
 //! which every client retries (the seed's rule).
 
 use kafka_protocol::messages::{
-    AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, EndTxnResponse, InitProducerIdResponse, ProducerId,
-    ResponseKind, TxnOffsetCommitResponse,
+    AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, EndTxnResponse, InitProducerIdResponse,
+    ProducerId, ResponseKind, TxnOffsetCommitResponse,
 };
 use kafka_protocol::ResponseError;
 
@@ -21,17 +21,33 @@ use crate::meta;
 /// What to do once the record is stored.
 pub enum Then {
     /// InitProducerId: answer with the record's producer id and epoch.
-    Init { ctx: RequestCtx },
+    Init {
+        ctx: RequestCtx,
+    },
     /// A fence-and-abort (InitProducerId on an open transaction, or a
     /// timeout): carry out the abort; answer `ctx`, if any, CONCURRENT_TRANSACTIONS.
-    Fenced { ctx: Option<RequestCtx> },
-    AddPartitions { ctx: RequestCtx, response: AddPartitionsToTxnResponse },
-    AddOffsets { ctx: RequestCtx },
-    TxnOffsetCommit { ctx: RequestCtx, response: TxnOffsetCommitResponse },
+    Fenced {
+        ctx: Option<RequestCtx>,
+    },
+    AddPartitions {
+        ctx: RequestCtx,
+        response: AddPartitionsToTxnResponse,
+    },
+    AddOffsets {
+        ctx: RequestCtx,
+    },
+    TxnOffsetCommit {
+        ctx: RequestCtx,
+        response: TxnOffsetCommitResponse,
+    },
     /// EndTxn's decision is stored: carry it out, then answer `ctx`.
-    Decided { ctx: RequestCtx },
+    Decided {
+        ctx: RequestCtx,
+    },
     /// The Complete record (with a commit's offsets) is stored.
-    Completed { applied: Vec<(String, (String, i32), OffsetRecord)> },
+    Completed {
+        applied: Vec<(String, (String, i32), OffsetRecord)>,
+    },
     /// An idle id was removed (transactional.id.expiration.ms).
     Expired,
 }
@@ -45,23 +61,45 @@ pub struct TxnWrite {
 
 /// Stores `record` for `id` (with `extra` ops in the same batch).
 pub(crate) fn store(b: &mut Broker, id: &str, record: TxnRecord, extra: Vec<MetaOp>, then: Then) {
-    let mut ops = vec![MetaOp::Put { key: record::key(id), value: meta::encode(&record) }];
+    let mut ops = vec![MetaOp::Put {
+        key: record::key(id),
+        value: meta::encode(&record),
+    }];
     ops.extend(extra);
     begin(b, id);
-    b.emit_meta(ops, MetaAction::Txn(TxnWrite { id: id.to_string(), record: Some(record), then }));
+    b.emit_meta(
+        ops,
+        MetaAction::Txn(TxnWrite {
+            id: id.to_string(),
+            record: Some(record),
+            then,
+        }),
+    );
 }
 
 /// Deletes `id` from meta.db.
 pub(crate) fn delete(b: &mut Broker, id: &str) {
     begin(b, id);
-    let ops = vec![MetaOp::Delete { key: record::key(id) }];
-    b.emit_meta(ops, MetaAction::Txn(TxnWrite { id: id.to_string(), record: None, then: Then::Expired }));
+    let ops = vec![MetaOp::Delete {
+        key: record::key(id),
+    }];
+    b.emit_meta(
+        ops,
+        MetaAction::Txn(TxnWrite {
+            id: id.to_string(),
+            record: None,
+            then: Then::Expired,
+        }),
+    );
 }
 
 fn begin(b: &mut Broker, id: &str) {
     match b.txns.get_mut(id) {
         Some(entry) => {
-            assert!(!entry.write_in_flight, "one write per transactional id at a time");
+            assert!(
+                !entry.write_in_flight,
+                "one write per transactional id at a time"
+            );
             entry.write_in_flight = true;
         }
         None => b.txns.mark_creating(id),
@@ -83,9 +121,9 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
     match w.then {
         Then::Init { ctx } => {
             let response = match (&w.record, stored) {
-                (Some(r), true) => {
-                    InitProducerIdResponse::default().with_producer_id(ProducerId(r.producer_id)).with_producer_epoch(r.producer_epoch)
-                }
+                (Some(r), true) => InitProducerIdResponse::default()
+                    .with_producer_id(ProducerId(r.producer_id))
+                    .with_producer_epoch(r.producer_epoch),
                 _ => InitProducerIdResponse::default()
                     .with_error_code(not_coordinator)
                     .with_producer_id(ProducerId(-1))
@@ -95,7 +133,11 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
         }
         Then::Fenced { ctx } => {
             if let Some(ctx) = ctx {
-                let error = if stored { ResponseError::ConcurrentTransactions } else { ResponseError::NotCoordinator };
+                let error = if stored {
+                    ResponseError::ConcurrentTransactions
+                } else {
+                    ResponseError::NotCoordinator
+                };
                 let response = InitProducerIdResponse::default()
                     .with_error_code(error.code())
                     .with_producer_id(ProducerId(-1))

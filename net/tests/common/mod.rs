@@ -22,20 +22,39 @@ pub struct Broker {
 
 impl Broker {
     pub fn start(name: &str) -> Self {
-        let data_dir = std::env::temp_dir().join(format!("doze-net-test-{name}-{}", std::process::id()));
+        let data_dir =
+            std::env::temp_dir().join(format!("doze-net-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
         let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
             .stdout(Stdio::piped())
-            .stderr(if std::env::var_os("DOZE_TEST_STDERR").is_some() { Stdio::inherit() } else { Stdio::null() })
+            .stderr(if std::env::var_os("DOZE_TEST_STDERR").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
             .spawn()
             .expect("spawn doze-kafka");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("listening line");
-        let addr = line.trim().rsplit(' ').next().expect("an address").to_string();
-        assert!(line.contains("listening on"), "unexpected first line: {line:?}");
-        Self { child, addr, data_dir }
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("listening line");
+        let addr = line
+            .trim()
+            .rsplit(' ')
+            .next()
+            .expect("an address")
+            .to_string();
+        assert!(
+            line.contains("listening on"),
+            "unexpected first line: {line:?}"
+        );
+        Self {
+            child,
+            addr,
+            data_dir,
+        }
     }
 
     pub fn connect(&self) -> Client {
@@ -43,7 +62,10 @@ impl Broker {
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { stream, next_correlation: 1 }
+        Client {
+            stream,
+            next_correlation: 1,
+        }
     }
 }
 
@@ -81,7 +103,10 @@ impl Client {
         match self.stream.read(&mut b) {
             Ok(0) => true,
             Ok(_) => false,
-            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
         }
     }
 
@@ -95,7 +120,9 @@ impl Client {
             .with_correlation_id(correlation_id)
             .with_client_id(Some(StrBytes::from_static_str("net-test")));
         let mut buf = BytesMut::new();
-        header.encode(&mut buf, key.request_header_version(version)).unwrap();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
         req.encode(&mut buf, version).unwrap();
         self.send_frame(&buf).expect("send");
         let mut frame = self.read_frame().expect("a response");
