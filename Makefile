@@ -19,7 +19,7 @@ help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
 	@echo "make test    install test deps, then cargo test --workspace and the wire tests"
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
-	@echo "make bench   raw fdatasync bandwidth vs broker acks=all produce throughput"
+	@echo "make bench   produce vs raw fdatasync, txn commits/s + EndTxn latency, read_committed fetch (~4 min)"
 	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make fmt | fmt-check | clippy"
 
@@ -77,8 +77,10 @@ test: deps cargo-test madsim-ci wire
 
 # --- benchmarks (not part of test) ------------------------------------------
 
+# About 4 minutes; `timeout` bounds it at 10. build-release also builds the
+# load generator (target/release/doze-bench, net/src/bin/doze-bench.rs).
 bench: venv build-release
-	timeout --kill-after=30 1200 $(VPY) bench/bench.py --binary $(BIN)
+	timeout --kill-after=30 600 $(VPY) bench/bench.py --binary $(BIN) --loadgen target/release/doze-bench
 
 # --- style ------------------------------------------------------------------
 

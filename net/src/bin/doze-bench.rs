@@ -1,0 +1,567 @@
+//! `doze-bench`: a small load generator for `make bench` (bench/bench.py),
+//! for the figures a Python client cannot drive on a small machine. It speaks
+//! the Kafka protocol with kafka-protocol's real structs, one connection per
+//! producer, one request at a time per connection (as a client that waits for
+//! each step), and prints one JSON line of results.
+//!
+//! - `txn`: N transactional producers, each looping AddPartitionsToTxn,
+//!   Produce (acks=all, one batch of `records` records), EndTxn(commit).
+//!   Reports commits in the measured window and EndTxn request→response
+//!   latency percentiles.
+//! - `produce`: N connections, each writing its own partition with acks=all,
+//!   `inflight` requests pipelined, each one pre-encoded batch of 1 KiB
+//!   records; reports acknowledged bytes in the window (the broker's side of
+//!   the produce path without a client's per-record CPU).
+//! - `fetch`: reads every partition of a topic from offset 0 to its end
+//!   (`--isolation 0` read_uncommitted, `1` read_committed) with Fetch v12,
+//!   one connection, without decoding records; reports log bytes per second.
+//!
+//! Not built for the simulator (`--cfg madsim`): it is a real-network tool.
+
+#[cfg(madsim)]
+fn main() {}
+
+#[cfg(not(madsim))]
+fn main() -> anyhow::Result<()> {
+    real::main()
+}
+
+#[cfg(not(madsim))]
+mod real {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use anyhow::{anyhow, bail, Context};
+    use bytes::{Bytes, BytesMut};
+    use clap::Parser;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, ApiKey, BrokerId, EndTxnRequest, FetchRequest,
+        InitProducerIdRequest, ProduceRequest, ProducerId, RequestHeader, ResponseHeader,
+        ResponseKind, TopicName, TransactionalId,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+    use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+    use tokio::net::TcpStream;
+
+    /// Kafka's retriable answers a transactional client backs off on.
+    const CONCURRENT_TRANSACTIONS: i16 = 51;
+    const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    const NOT_ENOUGH_REPLICAS: i16 = 19;
+    const RETRY_BACKOFF: Duration = Duration::from_millis(5);
+    const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+    #[derive(Parser)]
+    struct Args {
+        /// txn | produce
+        mode: String,
+        #[arg(long)]
+        bootstrap: String,
+        #[arg(long)]
+        topic: String,
+        /// Partitions of the topic; producer k writes partition k mod this.
+        #[arg(long, default_value_t = 1)]
+        partitions: i32,
+        #[arg(long, default_value_t = 1)]
+        producers: usize,
+        #[arg(long, default_value_t = 10)]
+        records: usize,
+        #[arg(long, default_value_t = 1024)]
+        record_bytes: usize,
+        /// produce: records per batch (one batch per request; 1000 x 1 KiB
+        /// stays under the broker's 1 MiB batch limit).
+        #[arg(long, default_value_t = 1000)]
+        batch_records: usize,
+        /// produce: requests in flight per connection.
+        #[arg(long, default_value_t = 4)]
+        inflight: usize,
+        #[arg(long, default_value_t = 2.0)]
+        warmup_s: f64,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        #[arg(long, default_value = "doze-bench")]
+        id_prefix: String,
+        /// fetch: 0 read_uncommitted, 1 read_committed.
+        #[arg(long, default_value_t = 0)]
+        isolation: i8,
+        /// fetch: read the whole topic this many times (the figure covers all).
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+    }
+
+    pub fn main() -> anyhow::Result<()> {
+        let args = Args::parse();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            match args.mode.as_str() {
+                "txn" => txn(args).await,
+                "produce" => produce(args).await,
+                "fetch" => fetch(args).await,
+                other => bail!("unknown mode {other:?} (txn | produce | fetch)"),
+            }
+        })
+    }
+
+    /// One connection, one request at a time on the read side.
+    struct Conn {
+        reader: BufReader<OwnedReadHalf>,
+        writer: OwnedWriteHalf,
+        next_correlation: i32,
+    }
+
+    impl Conn {
+        async fn connect(addr: &str) -> anyhow::Result<Self> {
+            let stream = TcpStream::connect(addr)
+                .await
+                .with_context(|| format!("connect {addr}"))?;
+            stream.set_nodelay(true)?;
+            let (r, w) = stream.into_split();
+            Ok(Self {
+                reader: BufReader::with_capacity(256 * 1024, r),
+                writer: w,
+                next_correlation: 1,
+            })
+        }
+
+        async fn send<R: Request + Encodable>(
+            &mut self,
+            version: i16,
+            req: &R,
+        ) -> anyhow::Result<()> {
+            let frame = encode_request(self.next_correlation, version, req)?;
+            self.next_correlation += 1;
+            self.writer.write_all(&frame).await?;
+            Ok(())
+        }
+
+        async fn recv(&mut self, key: ApiKey, version: i16) -> anyhow::Result<ResponseKind> {
+            let len = self.reader.read_u32().await? as usize;
+            if len > RESPONSE_BYTES_MAX {
+                bail!("response of {len} bytes");
+            }
+            let mut buf = vec![0; len];
+            self.reader.read_exact(&mut buf).await?;
+            let mut frame = Bytes::from(buf);
+            ResponseHeader::decode(&mut frame, key.response_header_version(version))?;
+            ResponseKind::decode(key, &mut frame, version)
+        }
+
+        async fn call<R: Request + Encodable>(
+            &mut self,
+            version: i16,
+            req: &R,
+        ) -> anyhow::Result<ResponseKind> {
+            self.send(version, req).await?;
+            let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown key"))?;
+            self.recv(key, version).await
+        }
+    }
+
+    /// A request frame, size prefix included.
+    fn encode_request<R: Request + Encodable>(
+        correlation_id: i32,
+        version: i16,
+        req: &R,
+    ) -> anyhow::Result<Bytes> {
+        let key = ApiKey::try_from(R::KEY).map_err(|_| anyhow!("unknown key"))?;
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("doze-bench")));
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&[0; 4]);
+        header.encode(&mut buf, key.request_header_version(version))?;
+        req.encode(&mut buf, version)?;
+        let len = (buf.len() - 4) as u32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        Ok(buf.freeze())
+    }
+
+    fn batch(args: &Args, count: usize, pid: i64, epoch: i16, seq: i32, txn: bool) -> Bytes {
+        let value = Bytes::from(vec![b'x'; args.record_bytes]);
+        let records: Vec<Record> = (0..count)
+            .map(|i| Record {
+                transactional: txn,
+                control: false,
+                partition_leader_epoch: -1,
+                producer_id: pid,
+                producer_epoch: epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder keeps one batch while offset - sequence is constant;
+                // a plain producer's base sequence stays -1 in the header.
+                sequence: seq.wrapping_add(i as i32),
+                timestamp: 0,
+                key: None,
+                value: Some(value.clone()),
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).expect("a batch encodes");
+        buf.freeze()
+    }
+
+    fn produce_request(
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        txn_id: Option<&str>,
+    ) -> ProduceRequest {
+        let data = PartitionProduceData::default()
+            .with_index(partition)
+            .with_records(Some(records));
+        let topic = TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![data]);
+        ProduceRequest::default()
+            .with_transactional_id(txn_id.map(|t| TransactionalId(StrBytes::from_string(t.into()))))
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![topic])
+    }
+
+    fn produce_error(r: &ResponseKind) -> i16 {
+        match r {
+            ResponseKind::Produce(p) => p
+                .responses
+                .iter()
+                .flat_map(|t| t.partition_responses.iter())
+                .map(|p| p.error_code)
+                .find(|&c| c != 0)
+                .unwrap_or(0),
+            _ => -1,
+        }
+    }
+
+    #[derive(Default)]
+    struct TxnStats {
+        commits: u64,
+        endtxn_us: Vec<u64>,
+        produce_us: Vec<u64>,
+        cycle_us: Vec<u64>,
+        retries: u64,
+    }
+
+    async fn txn(args: Args) -> anyhow::Result<()> {
+        let args = Arc::new(args);
+        let stats = Arc::new(Mutex::new(TxnStats::default()));
+        // Every producer is set up before the clock starts.
+        let mut conns = Vec::new();
+        for k in 0..args.producers {
+            let id = format!("{}-{k}", args.id_prefix);
+            let mut conn = Conn::connect(&args.bootstrap).await?;
+            let (pid, epoch) = loop {
+                let req = InitProducerIdRequest::default()
+                    .with_transactional_id(Some(TransactionalId(StrBytes::from_string(id.clone()))))
+                    .with_transaction_timeout_ms(60_000)
+                    .with_producer_id(ProducerId(-1))
+                    .with_producer_epoch(-1);
+                match conn.call(4, &req).await? {
+                    ResponseKind::InitProducerId(r) if r.error_code == 0 => {
+                        break (r.producer_id.0, r.producer_epoch)
+                    }
+                    ResponseKind::InitProducerId(r)
+                        if matches!(
+                            r.error_code,
+                            CONCURRENT_TRANSACTIONS | COORDINATOR_LOAD_IN_PROGRESS
+                        ) =>
+                    {
+                        tokio::time::sleep(RETRY_BACKOFF).await
+                    }
+                    other => bail!("InitProducerId: {other:?}"),
+                }
+            };
+            conns.push((k, id, conn, pid, epoch));
+        }
+        let start = Instant::now();
+        let window = (
+            start + Duration::from_secs_f64(args.warmup_s),
+            start + Duration::from_secs_f64(args.warmup_s + args.seconds),
+        );
+        let mut tasks = Vec::new();
+        for (k, id, mut conn, pid, epoch) in conns {
+            let args = Arc::clone(&args);
+            let stats = Arc::clone(&stats);
+            tasks.push(tokio::spawn(async move {
+                let partition = k as i32 % args.partitions;
+                let topic = TopicName(StrBytes::from_string(args.topic.clone()));
+                let tid = TransactionalId(StrBytes::from_string(id.clone()));
+                let mut seq = 0i32;
+                let mut local = TxnStats::default();
+                while Instant::now() < window.1 {
+                    let t0 = Instant::now();
+                    let add = AddPartitionsToTxnRequest::default()
+                        .with_v3_and_below_transactional_id(tid.clone())
+                        .with_v3_and_below_producer_id(ProducerId(pid))
+                        .with_v3_and_below_producer_epoch(epoch)
+                        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                            .with_name(topic.clone())
+                            .with_partitions(vec![partition])]);
+                    loop {
+                        let code = match conn.call(3, &add).await? {
+                            ResponseKind::AddPartitionsToTxn(r) => r
+                                .results_by_topic_v3_and_below
+                                .iter()
+                                .flat_map(|t| t.results_by_partition.iter())
+                                .map(|p| p.partition_error_code)
+                                .find(|&c| c != 0)
+                                .unwrap_or(0),
+                            other => bail!("AddPartitionsToTxn: {other:?}"),
+                        };
+                        match code {
+                            0 => break,
+                            CONCURRENT_TRANSACTIONS => {
+                                local.retries += 1;
+                                tokio::time::sleep(RETRY_BACKOFF).await
+                            }
+                            c => bail!("AddPartitionsToTxn error {c}"),
+                        }
+                    }
+                    let records = batch(&args, args.records, pid, epoch, seq, true);
+                    let req = produce_request(&args.topic, partition, records, Some(&id));
+                    loop {
+                        match produce_error(&conn.call(9, &req).await?) {
+                            0 => break,
+                            NOT_ENOUGH_REPLICAS => {
+                                local.retries += 1;
+                                tokio::time::sleep(RETRY_BACKOFF).await
+                            }
+                            c => bail!("Produce error {c}"),
+                        }
+                    }
+                    seq += args.records as i32;
+                    let t1 = Instant::now();
+                    let end = EndTxnRequest::default()
+                        .with_transactional_id(tid.clone())
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(epoch)
+                        .with_committed(true);
+                    match conn.call(3, &end).await? {
+                        ResponseKind::EndTxn(r) if r.error_code == 0 => {}
+                        other => bail!("EndTxn: {other:?}"),
+                    }
+                    let t2 = Instant::now();
+                    if t2 >= window.0 && t2 <= window.1 {
+                        local.commits += 1;
+                        local.endtxn_us.push((t2 - t1).as_micros() as u64);
+                        local.produce_us.push((t1 - t0).as_micros() as u64);
+                        local.cycle_us.push((t2 - t0).as_micros() as u64);
+                    }
+                }
+                let mut s = stats.lock().unwrap();
+                s.commits += local.commits;
+                s.retries += local.retries;
+                s.endtxn_us.extend(local.endtxn_us);
+                s.produce_us.extend(local.produce_us);
+                s.cycle_us.extend(local.cycle_us);
+                anyhow::Ok(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        let mut s = stats.lock().unwrap();
+        let (p50, p99) = percentiles(&mut s.endtxn_us);
+        let (prod50, _) = percentiles(&mut s.produce_us);
+        let (cyc50, _) = percentiles(&mut s.cycle_us);
+        println!(
+            "{{\"producers\": {}, \"commits\": {}, \"seconds\": {}, \"rate\": {:.1}, \
+             \"endtxn_p50_us\": {p50}, \"endtxn_p99_us\": {p99}, \"add_produce_p50_us\": {prod50}, \
+             \"cycle_p50_us\": {cyc50}, \"retries\": {}}}",
+            args.producers,
+            s.commits,
+            args.seconds,
+            s.commits as f64 / args.seconds,
+            s.retries
+        );
+        Ok(())
+    }
+
+    fn percentiles(v: &mut [u64]) -> (u64, u64) {
+        if v.is_empty() {
+            return (0, 0);
+        }
+        v.sort_unstable();
+        let at = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        (at(0.50), at(0.99))
+    }
+
+    async fn produce(args: Args) -> anyhow::Result<()> {
+        let args = Arc::new(args);
+        let acked = Arc::new(AtomicU64::new(0));
+        let records = batch(&args, args.batch_records, -1, -1, -1, false);
+        let value_bytes = (args.batch_records * args.record_bytes) as u64;
+        let start = Instant::now();
+        let window = (
+            start + Duration::from_secs_f64(args.warmup_s),
+            start + Duration::from_secs_f64(args.warmup_s + args.seconds),
+        );
+        let mut tasks = Vec::new();
+        for k in 0..args.producers {
+            let args = Arc::clone(&args);
+            let acked = Arc::clone(&acked);
+            let req = produce_request(
+                &args.topic,
+                k as i32 % args.partitions,
+                records.clone(),
+                None,
+            );
+            tasks.push(tokio::spawn(async move {
+                let Conn {
+                    mut reader,
+                    mut writer,
+                    ..
+                } = Conn::connect(&args.bootstrap).await?;
+                // One frame, encoded once: the client spends next to no CPU.
+                let frame = encode_request(1, 9, &req)?;
+                // Pipelined: `inflight` requests outstanding, answers in order.
+                let mut sent = 0usize;
+                let mut answered = 0usize;
+                while Instant::now() < window.1 || answered < sent {
+                    while sent - answered < args.inflight && Instant::now() < window.1 {
+                        writer.write_all(&frame).await?;
+                        sent += 1;
+                    }
+                    let len = reader.read_u32().await? as usize;
+                    let mut buf = vec![0; len];
+                    reader.read_exact(&mut buf).await?;
+                    let mut frame = Bytes::from(buf);
+                    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9))?;
+                    let r = ResponseKind::decode(ApiKey::Produce, &mut frame, 9)?;
+                    let code = produce_error(&r);
+                    if code != 0 {
+                        bail!("Produce error {code}: {r:?}");
+                    }
+                    answered += 1;
+                    let now = Instant::now();
+                    if now >= window.0 && now <= window.1 {
+                        acked.fetch_add(value_bytes, Ordering::Relaxed);
+                    }
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        let bytes = acked.load(Ordering::Relaxed);
+        println!(
+            "{{\"producers\": {}, \"acked_bytes\": {bytes}, \"seconds\": {}, \"mbps\": {:.1}}}",
+            args.producers,
+            args.seconds,
+            bytes as f64 / args.seconds / 1e6
+        );
+        Ok(())
+    }
+
+    /// The offset after the last whole batch in `records` (RecordBatch v2:
+    /// base offset at 0, length at 8, last offset delta at 23), if any.
+    fn next_offset(records: &[u8]) -> Option<i64> {
+        let mut pos = 0;
+        let mut next = None;
+        while pos + 27 <= records.len() {
+            let base = i64::from_be_bytes(records[pos..pos + 8].try_into().unwrap());
+            let len = i32::from_be_bytes(records[pos + 8..pos + 12].try_into().unwrap()) as usize;
+            if pos + 12 + len > records.len() {
+                break;
+            }
+            let delta = i32::from_be_bytes(records[pos + 23..pos + 27].try_into().unwrap());
+            next = Some(base + delta as i64 + 1);
+            pos += 12 + len;
+        }
+        next
+    }
+
+    async fn fetch(args: Args) -> anyhow::Result<()> {
+        let mut conn = Conn::connect(&args.bootstrap).await?;
+        let topic = TopicName(StrBytes::from_string(args.topic.clone()));
+        let mut bytes = 0u64;
+        let mut fetches = 0u64;
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs_f64(args.seconds);
+        for _ in 0..args.repeat {
+            let mut offsets = vec![0i64; args.partitions as usize];
+            let mut done = vec![false; args.partitions as usize];
+            while done.iter().any(|d| !d) {
+                if Instant::now() > deadline {
+                    bail!("fetch did not reach the end within {} s", args.seconds);
+                }
+                let partitions = (0..args.partitions)
+                    .filter(|&p| !done[p as usize])
+                    .map(|p| {
+                        FetchPartition::default()
+                            .with_partition(p)
+                            .with_current_leader_epoch(-1)
+                            .with_fetch_offset(offsets[p as usize])
+                            .with_log_start_offset(-1)
+                            .with_partition_max_bytes(16 * 1024 * 1024)
+                    })
+                    .collect();
+                let req = FetchRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_max_wait_ms(0)
+                    .with_min_bytes(1)
+                    .with_max_bytes(64 * 1024 * 1024)
+                    .with_isolation_level(args.isolation)
+                    .with_session_id(0)
+                    .with_session_epoch(-1)
+                    .with_topics(vec![FetchTopic::default()
+                        .with_topic(topic.clone())
+                        .with_partitions(partitions)]);
+                let ResponseKind::Fetch(r) = conn.call(12, &req).await? else {
+                    bail!("not a Fetch answer");
+                };
+                fetches += 1;
+                for t in &r.responses {
+                    for p in &t.partitions {
+                        if p.error_code != 0 {
+                            bail!(
+                                "Fetch error {} on partition {}",
+                                p.error_code,
+                                p.partition_index
+                            );
+                        }
+                        let i = p.partition_index as usize;
+                        let end = if args.isolation == 1 {
+                            p.last_stable_offset
+                        } else {
+                            p.high_watermark
+                        };
+                        if let Some(records) = &p.records {
+                            bytes += records.len() as u64;
+                            if let Some(next) = next_offset(records) {
+                                offsets[i] = next;
+                            }
+                        }
+                        if offsets[i] >= end {
+                            done[i] = true;
+                        }
+                    }
+                }
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        println!(
+            "{{\"isolation\": {}, \"bytes\": {bytes}, \"fetches\": {fetches}, \"seconds\": {elapsed:.3}, \"mbps\": {:.1}}}",
+            args.isolation,
+            bytes as f64 / elapsed / 1e6
+        );
+        Ok(())
+    }
+}
