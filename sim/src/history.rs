@@ -59,6 +59,15 @@ pub struct EndTxnAnswer {
     pub code: i16,
 }
 
+/// An EndTxn commit a group copier was answered: the group's committed
+/// offset of `partition` is at least `offset` from then on.
+#[derive(Clone, Debug)]
+pub struct GroupCommit {
+    pub at_ms: i64,
+    pub partition: i32,
+    pub offset: i64,
+}
+
 /// A batch of the final log, as the verifier read it back.
 pub type FinalBatch = crate::client::batches::BatchView;
 
@@ -106,6 +115,13 @@ pub struct History {
     /// finished copying (the exactly-once check needs all of the input).
     pub copier_output: Option<String>,
     pub copier_finished: bool,
+    /// The group copiers' output topic, when they ran; whether one of them
+    /// saw the group's committed offsets reach the input's end, and those
+    /// offsets (partition, offset).
+    pub group_output: Option<String>,
+    pub group_copy_finished: bool,
+    pub group_final_offsets: Vec<(i32, i64)>,
+    pub group_commits: Vec<GroupCommit>,
 }
 
 impl History {

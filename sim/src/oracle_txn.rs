@@ -12,6 +12,8 @@
 //!    it is fenced is in the log.
 //! 4. Exactly-once copy: the copier's output, read committed, holds each
 //!    committed input value exactly as often as the input does.
+//! 5. The group copiers (`oracle_group`): exactly-once too, no input copied
+//!    by two members, the group's offsets at the input's end.
 
 use std::collections::BTreeMap;
 
@@ -28,7 +30,7 @@ pub enum Fate {
 }
 
 /// (topic, partition, offset) -> (value, fate), from the final batches.
-type View = BTreeMap<(String, i32, i64), (Bytes, Fate)>;
+pub(crate) type View = BTreeMap<(String, i32, i64), (Bytes, Fate)>;
 
 pub fn check(h: &History, main_topic: &str, out: &mut Vec<String>) {
     let view = committed_view(h, out);
@@ -36,6 +38,7 @@ pub fn check(h: &History, main_topic: &str, out: &mut Vec<String>) {
     check_atomic(h, main_topic, &view, out);
     check_zombies(h, &view, out);
     check_copy(h, main_topic, &view, out);
+    crate::oracle_group::check(h, main_topic, &view, out);
 }
 
 fn committed_view(h: &History, out: &mut Vec<String>) -> View {
@@ -174,6 +177,17 @@ fn check_copy(h: &History, main: &str, view: &View, out: &mut Vec<String>) {
         out.push("the copier did not finish copying its input".into());
         return;
     }
+    check_exactly_once(main, output, "the copier's", view, out);
+}
+
+/// Each committed input value is committed in `output` exactly as often.
+pub(crate) fn check_exactly_once(
+    main: &str,
+    output: &str,
+    whose: &str,
+    view: &View,
+    out: &mut Vec<String>,
+) {
     let mut count: BTreeMap<Bytes, (i64, i64)> = BTreeMap::new();
     for ((topic, _, _), (value, fate)) in view {
         if *fate != Fate::Committed {
@@ -191,7 +205,7 @@ fn check_copy(h: &History, main: &str, view: &View, out: &mut Vec<String>) {
             wrong += 1;
             if wrong <= 10 {
                 out.push(format!(
-                    "NOT EXACTLY ONCE: {:?} is committed {input} times in the input and {copied} times in the copier's output",
+                    "NOT EXACTLY ONCE: {:?} is committed {input} times in the input and {copied} times in {whose} output",
                     String::from_utf8_lossy(value).split('|').next().unwrap_or("")
                 ));
             }

@@ -95,6 +95,20 @@ pub struct Scenario {
     pub copiers: Count,
     /// Percent chance that the copier process crashes after any answer.
     pub copier_crash_percent: u64,
+    /// Group copiers: members of one consumer group copying the main topic
+    /// to their own output topic, those started with the workload and
+    /// those that join later (at `group_join_at`), each with its own
+    /// transactional id. `group_percent`: chance that they run at all.
+    pub group_copiers: Count,
+    pub group_joiners: Count,
+    pub group_join_at: MsRange,
+    pub group_percent: u64,
+    /// Percent chance that a member process crashes after an answer inside
+    /// a transaction (at most `group_crashes_max` times per member).
+    pub group_crash_percent: u64,
+    pub group_crashes_max: u64,
+    /// session.timeout.ms of the members (the broker's minimum is 6000).
+    pub group_session_ms: MsRange,
 }
 
 impl Scenario {
@@ -128,6 +142,19 @@ impl Scenario {
             rc_consumers: Count::one(0),
             copiers: Count::one(0),
             copier_crash_percent: 2,
+            group_copiers: Count::one(0),
+            group_joiners: Count::one(0),
+            group_join_at: MsRange {
+                min_ms: 500,
+                max_ms: 5000,
+            },
+            group_percent: 100,
+            group_crash_percent: 2,
+            group_crashes_max: 2,
+            group_session_ms: MsRange {
+                min_ms: 6000,
+                max_ms: 10_000,
+            },
         };
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
@@ -177,6 +204,13 @@ impl Scenario {
                 "rc_consumers" => s.rc_consumers = Count::parse(value).map_err(err)?,
                 "copiers" => s.copiers = Count::parse(value).map_err(err)?,
                 "copier_crash_percent" => s.copier_crash_percent = percent(value).map_err(err)?,
+                "group_copiers" => s.group_copiers = Count::parse(value).map_err(err)?,
+                "group_joiners" => s.group_joiners = Count::parse(value).map_err(err)?,
+                "group_join_at" => s.group_join_at = MsRange::parse(value).map_err(err)?,
+                "group_percent" => s.group_percent = percent(value).map_err(err)?,
+                "group_crash_percent" => s.group_crash_percent = percent(value).map_err(err)?,
+                "group_crashes_max" => s.group_crashes_max = Count::parse(value).map_err(err)?.max,
+                "group_session_ms" => s.group_session_ms = MsRange::parse(value).map_err(err)?,
                 _ => return Err(err(format!("unknown key {key:?}"))),
             }
         }
@@ -195,6 +229,12 @@ impl Scenario {
         if s.txn_timeout_ms.min_ms < 1 || s.copiers.max > 1 {
             return Err(format!(
                 "{}: needs txn_timeout_ms >= 1 and at most one copier",
+                s.name
+            ));
+        }
+        if s.group_session_ms.min_ms < 6000 {
+            return Err(format!(
+                "{}: group_session_ms below the broker's group.min.session.timeout.ms (6000)",
                 s.name
             ));
         }

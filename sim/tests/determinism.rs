@@ -12,6 +12,7 @@ fn same_seed_twice_gives_the_same_trace() {
         ("full-disk", 2),
         ("copier-restarts", 1),
         ("zombie-producer", 4),
+        ("group-rebalance-during-transaction", 2),
     ] {
         let a = run_one(Scenario::builtin(name).unwrap(), seed, true, None);
         let b = run_one(Scenario::builtin(name).unwrap(), seed, false, None);

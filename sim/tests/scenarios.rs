@@ -76,6 +76,7 @@ fn the_faults_each_scenario_names_really_happen() {
         ),
         ("copier-restarts", "copier process crashes"),
         ("power-cut-after-end-txn", "EndTxn success was read"),
+        ("group-rebalance-during-transaction", "abort and rejoin"),
     ];
     for (name, needle) in cases {
         let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), 0, true, None);

@@ -11,12 +11,18 @@
 //! - `consumer`: read_uncommitted and read_committed readers, and the
 //!   verifier that reads the final log back;
 //! - `copier`: a read-process-write job (read_committed input, output and
-//!   input offsets in one transaction) that crashes and resumes.
+//!   input offsets in one transaction) that crashes and resumes;
+//! - `group_copier`: the same job as members of one consumer group, which
+//!   rebalance in the middle of transactions.
 
 pub mod admin;
 pub mod batches;
 pub mod consumer;
 pub mod copier;
+pub mod group_copier;
+mod group_copy;
+mod group_member;
+pub mod group_requests;
 pub mod producer;
 pub mod txn_producer;
 pub mod txn_requests;
@@ -41,6 +47,7 @@ pub struct Cx<'a> {
     pub(crate) notes: Vec<String>,
     pub(crate) wake_at_ms: Option<i64>,
     pub(crate) want_connect: bool,
+    pub(crate) want_disconnect: bool,
 }
 
 impl<'a> Cx<'a> {
@@ -60,6 +67,7 @@ impl<'a> Cx<'a> {
             notes: Vec::new(),
             wake_at_ms: None,
             want_connect: false,
+            want_disconnect: false,
         }
     }
 
@@ -73,6 +81,13 @@ impl<'a> Cx<'a> {
     /// Open a connection; `on_connected` or `on_disconnect` follows.
     pub fn connect(&mut self) {
         self.want_connect = true;
+    }
+
+    /// Close the connection now, as a process that dies does: requests on
+    /// it go unanswered and no `on_disconnect` follows.
+    pub fn disconnect(&mut self) {
+        self.want_disconnect = true;
+        self.want_connect = false;
     }
 
     /// A line for the trace, about what the client concluded.

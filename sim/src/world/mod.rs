@@ -49,6 +49,8 @@ const TOPIC: &str = "sim-topic";
 pub const MAIN_TOPIC: &str = TOPIC;
 /// The copier's output topic (created in every run, used when one runs).
 const OUTPUT_TOPIC: &str = "sim-out";
+/// The group copiers' output topic (created in every run, like the above).
+const GROUP_OUTPUT_TOPIC: &str = "sim-group-out";
 /// transaction.abort.timed.out.transaction.cleanup.interval.ms: small, so
 /// that timeouts of a few seconds are found quickly.
 const TXN_CHECK_INTERVAL_MS: i64 = 200;
@@ -232,6 +234,7 @@ impl World {
         let topics = vec![
             (TOPIC.to_string(), self.topic_partitions),
             (OUTPUT_TOPIC.to_string(), self.topic_partitions),
+            (GROUP_OUTPUT_TOPIC.to_string(), self.topic_partitions),
         ];
         let admin = Admin::new(topics);
         self.add_client(Box::new(admin), Role::Admin, 0);
@@ -472,13 +475,18 @@ impl World {
             &mut self.history,
         );
         f(slot.client.as_mut(), &mut cx);
-        let (notes, wake_at_ms, want_connect) = (
+        let (notes, wake_at_ms, want_connect, want_disconnect) = (
             std::mem::take(&mut cx.notes),
             cx.wake_at_ms,
             cx.want_connect,
+            cx.want_disconnect,
         );
         for line in notes {
             self.note(format!("c{client}: {line}"));
+        }
+        if want_disconnect {
+            // Before the outbox: a dying process sends nothing more.
+            self.hang_up(client);
         }
         let outbox = std::mem::take(&mut self.slots[client].wire.outbox);
         for (conn, frame) in outbox {

@@ -120,6 +120,19 @@ impl World {
         self.drive(client, |c, cx| c.on_disconnect(cx));
     }
 
+    /// A client closes its connection (its process died): the broker sees
+    /// the socket close; answers on the way are lost.
+    pub(super) fn hang_up(&mut self, client: usize) {
+        let Some(conn) = self.slots[client].conn.take() else {
+            return;
+        };
+        self.slots[client].wire.reset();
+        if self.conns.remove(&conn).is_some() && self.broker.is_some() {
+            self.broker_input(Input::Disconnected { conn });
+        }
+        self.note(format!("c{client}#{conn} hung up"));
+    }
+
     /// Drops every connection. `tell_broker`: the broker is alive and sees
     /// the sockets close.
     pub(super) fn drop_connections(&mut self, tell_broker: bool) {

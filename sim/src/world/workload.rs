@@ -3,9 +3,10 @@
 
 use rand::RngExt;
 
-use super::{Role, World, OUTPUT_TOPIC, TOPIC, TXN_CHECK_INTERVAL_MS};
+use super::{Role, World, GROUP_OUTPUT_TOPIC, OUTPUT_TOPIC, TOPIC, TXN_CHECK_INTERVAL_MS};
 use crate::client::consumer::{Consumer, Isolation, Mode};
 use crate::client::copier::{Copier, CopierConfig};
+use crate::client::group_copier::{GroupCopier, GroupCopierConfig};
 use crate::client::txn_producer::{TxnProducer, TxnProducerConfig};
 
 /// After its timeout and the check interval, a silent producer waits this
@@ -57,6 +58,45 @@ impl World {
             let client = self.slots.len() as u32;
             self.add_client(Box::new(Copier::new(client, cfg)), Role::Copier, 5);
         }
+        self.start_group_copiers();
+    }
+
+    /// Members of one consumer group copying the main topic: some start
+    /// now, some join later (each join is a rebalance, often in the middle
+    /// of the others' transactions).
+    fn start_group_copiers(&mut self) {
+        let s = self.cfg.scenario.clone();
+        if self.rng.random_range(0..100) >= s.group_percent {
+            return;
+        }
+        let first = self.draw_count(s.group_copiers);
+        let joiners = self.draw_count(s.group_joiners);
+        if first == 0 {
+            return;
+        }
+        self.history.group_output = Some(GROUP_OUTPUT_TOPIC.into());
+        for i in 0..first + joiners {
+            let cfg = GroupCopierConfig {
+                input: TOPIC.into(),
+                output: GROUP_OUTPUT_TOPIC.into(),
+                partitions: self.topic_partitions,
+                transactional_id: format!("sim-group-copier-{i}"),
+                group: "sim-group".into(),
+                txn_timeout_ms: s.txn_timeout_ms.draw(&mut self.rng) as i32,
+                session_timeout_ms: s.group_session_ms.draw(&mut self.rng) as i32,
+                crash_p: s.group_crash_percent as f64 / 100.0,
+                crashes_max: s.group_crashes_max as u32,
+                abort_p: s.abort_percent as f64 / 200.0,
+            };
+            let delay_ms = if i < first {
+                self.rng.random_range(0..=50)
+            } else {
+                s.group_join_at.draw(&mut self.rng)
+            };
+            let client = self.slots.len() as u32;
+            let member = GroupCopier::new(client, cfg);
+            self.add_client(Box::new(member), Role::Copier, delay_ms);
+        }
     }
 
     fn txn_config(&mut self, transactional_id: String, zombie: bool) -> TxnProducerConfig {
@@ -91,6 +131,9 @@ impl World {
         let mut topics = vec![TOPIC];
         if self.history.copier_output.is_some() {
             topics.push(OUTPUT_TOPIC);
+        }
+        if self.history.group_output.is_some() {
+            topics.push(GROUP_OUTPUT_TOPIC);
         }
         self.history.final_reads_pending = topics.len() as u32;
         for topic in topics {
