@@ -11,7 +11,7 @@
 //! 3. The group's committed offsets, as the last member saw them, are the
 //!    input's end (its final high watermark) on every partition.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -35,11 +35,14 @@ pub fn check(h: &History, main: &str, view: &View, out: &mut Vec<String>) {
 }
 
 fn check_owners(h: &History, main: &str, output: &str, view: &View, out: &mut Vec<String>) {
-    // Committed input values -> their (partition, offset).
-    let mut input: BTreeMap<&Bytes, (i32, i64)> = BTreeMap::new();
+    // Committed input values -> their (partition, offset)s: a value is in
+    // the input more than once when a plain producer's resend landed twice,
+    // and then its k-th copy in an output partition stands for its k-th
+    // place in that input partition.
+    let mut input: BTreeMap<&Bytes, VecDeque<(i32, i64)>> = BTreeMap::new();
     for ((topic, p, offset), (value, fate)) in view {
         if topic == main && *fate == Fate::Committed {
-            input.entry(value).or_insert((*p, *offset));
+            input.entry(value).or_default().push_back((*p, *offset));
         }
     }
     let mut owners: BTreeMap<(i32, i64), BTreeSet<i64>> = BTreeMap::new();
@@ -55,13 +58,17 @@ fn check_owners(h: &History, main: &str, output: &str, view: &View, out: &mut Ve
                 if view.get(&key).map(|v| v.1) != Some(Fate::Committed) {
                     continue;
                 }
-                let Some(&from) = input.get(value) else {
+                let places = input.get_mut(value);
+                let Some(from) = places.and_then(|v| {
+                    let i = v.iter().position(|f| f.0 == *q)?;
+                    v.remove(i)
+                }) else {
                     continue; // counted by the exactly-once check
                 };
                 owners.entry(from).or_default().insert(b.producer_id);
                 if from.0 != *q || last.is_some_and(|l| from <= l) {
                     problems.push(format!(
-                        "OUT OF ORDER: {output} p{q}@{offset} is a committed copy of input p{}@{}, after a copy of p{:?}",
+                        "OUT OF ORDER: {output} p{q}@{offset} is a committed copy of input p{}@{}, after a copy of {:?}",
                         from.0, from.1, last
                     ));
                 }
