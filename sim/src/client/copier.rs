@@ -28,6 +28,9 @@ use super::batches::{self, AbortedFilter};
 use super::txn_requests::{self as req, is_fenced, is_retry};
 use super::{backoff_ms, Client, Cx};
 
+/// Kafka's OFFSET_OUT_OF_RANGE: the fetch position is below the log start.
+pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
+
 #[derive(Clone, Debug)]
 pub struct CopierConfig {
     pub input: String,
@@ -177,6 +180,20 @@ impl Copier {
         let mut out: Vec<(i32, Vec<Bytes>)> = Vec::new();
         for part in r.responses.iter().flat_map(|t| t.partitions.iter()) {
             let slot = part.partition_index as usize;
+            if part.error_code == OFFSET_OUT_OF_RANGE && slot < next.len() {
+                // auto.offset.reset=earliest: what is below the log start
+                // is gone (a power cut took a whole unsynced segment).
+                let start = part.log_start_offset;
+                if next[slot] < start {
+                    cx.note(format!(
+                        "copier p{slot}: {} out of range; from the log start {start}",
+                        next[slot]
+                    ));
+                    next[slot] = start;
+                }
+                at_end = false;
+                continue;
+            }
             if part.error_code != 0 || slot >= next.len() {
                 at_end = false;
                 continue;
@@ -220,7 +237,16 @@ impl Copier {
                 at_end = false;
             }
         }
-        if next != self.p.positions && !out.is_empty() {
+        if next != self.p.positions
+            && out.is_empty()
+            && r.responses
+                .iter()
+                .flat_map(|t| t.partitions.iter())
+                .any(|p| p.error_code == OFFSET_OUT_OF_RANGE)
+        {
+            // A reset is not a copy: read from the new position first.
+            self.p.positions = next;
+        } else if next != self.p.positions && !out.is_empty() {
             self.p.out = out;
             self.p.next_positions = next;
             self.p.step = Step::AddPartitions;

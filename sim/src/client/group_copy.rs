@@ -156,6 +156,19 @@ impl GroupCopier {
             let Some(position) = next.get_mut(&p) else {
                 continue;
             };
+            if part.error_code == super::copier::OFFSET_OUT_OF_RANGE
+                && *position < part.log_start_offset
+            {
+                // auto.offset.reset=earliest: what is below the log start
+                // is gone (a power cut took a whole unsynced segment). The
+                // new position is committed by the next transaction.
+                cx.note(format!(
+                    "p{p}: {position} out of range; from the log start {}",
+                    part.log_start_offset
+                ));
+                *position = part.log_start_offset;
+                continue;
+            }
             if part.error_code != 0 {
                 continue;
             }

@@ -77,7 +77,12 @@ impl GroupCopier {
                 self.p.member.member_id.clear();
             }
             c if is_retry(c) || c == greq::REBALANCE_IN_PROGRESS => self.retry(cx, "JoinGroup", c),
-            c => cx.violation(format!("JoinGroup: unexpected error {c}")),
+            c => {
+                // Reported, then asked again after a backoff: the run goes
+                // on, and a stuck group shows as a liveness failure too.
+                cx.violation(format!("JoinGroup: unexpected error {c}"));
+                self.retry(cx, "JoinGroup", c);
+            }
         }
     }
 
