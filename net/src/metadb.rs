@@ -157,7 +157,15 @@ mod tests {
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
 
-        let db = sled::open(&path).unwrap();
+        // sled releases its file lock from a background thread after the
+        // last handle drops; reopening may race it, so wait for the lock.
+        let reopened = (0..100).find_map(|_| {
+            sled::open(&path).ok().or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                None
+            })
+        });
+        let db = reopened.expect("meta.db reopens within 5 s");
         assert!(db.get(b"a").unwrap().is_none());
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
         drop(db);
