@@ -173,7 +173,16 @@ mod tests {
             db.flush().unwrap();
         }
 
-        let boot = load(&data).unwrap();
+        // sled releases its lock from a background thread after the handle
+        // above drops; wait for it rather than race it.
+        let boot = (0..100)
+            .find_map(|_| {
+                load(&data).ok().or_else(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    None
+                })
+            })
+            .expect("meta.db opens within 5 s");
         assert_eq!(boot.state.meta, vec![(b"k".to_vec(), b"v".to_vec())]);
         assert_eq!(boot.state.partitions.len(), 1);
         let p = &boot.state.partitions[0];
