@@ -1006,3 +1006,25 @@ fn old_join_versions_get_a_member_id_at_once() {
     let r = join_answer(&mut w, 2).expect("v0 join answered");
     assert_eq!((r.error_code, r.generation_id), (0, 1));
 }
+
+/// ClassicGroup.validateOffsetCommit skips two checks for transactional
+/// commits: one from outside the membership of a non-empty group is taken
+/// (a plain OffsetCommit gets UNKNOWN_MEMBER_ID), as is one while the group
+/// completes a rebalance.
+#[test]
+fn a_transactional_commit_is_taken_from_outside_a_non_empty_group() {
+    use support::txn::{add_offsets, init_txn, txn_offset_commit};
+    let mut w = world(0);
+    support::requests::create_topic(&mut w, "t", 1);
+    let member = join_new(&mut w, 1, "g");
+    let joined = join_answer(&mut w, 1).expect("a lone member's join completes");
+    assert_eq!(joined.error_code, 0);
+    assert_eq!(joined.member_id.as_str(), member);
+    // The group is CompletingRebalance (no SyncGroup yet) and non-empty.
+    let (_, pid, epoch) = init_txn(&mut w, 2, "tx", 60_000);
+    assert_eq!(add_offsets(&mut w, 2, "tx", pid, epoch, "g"), 0);
+    assert_eq!(
+        txn_offset_commit(&mut w, 2, "tx", pid, epoch, "g", "t", 0, 4),
+        0
+    );
+}

@@ -42,6 +42,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
         req.member_id.as_str(),
         instance_id,
         ctx.version,
+        false,
     );
     let mut response = OffsetCommitResponse::default();
     let mut records = Vec::new();

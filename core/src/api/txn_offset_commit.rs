@@ -64,6 +64,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
                 &member,
                 instance.as_deref(),
                 GROUP_CHECK_VERSION,
+                true,
             )
             .map(|_| record)
     });

@@ -12,8 +12,12 @@ use super::Coordinator;
 use crate::limits;
 
 impl Coordinator {
-    /// Whether an OffsetCommit may write. A commit from outside group
-    /// management (generation -1) creates an Empty "simple" group.
+    /// Whether an OffsetCommit (or, with `transactional`, a TxnOffsetCommit)
+    /// may write, as ClassicGroup.validateOffsetCommit: a commit from outside
+    /// group management (generation -1) creates an Empty "simple" group; a
+    /// transactional one is also taken from outside a non-empty group and
+    /// while it completes a rebalance (Kafka skips those two checks for it).
+    #[allow(clippy::too_many_arguments)] // the request's group fields
     pub fn check_commit(
         &mut self,
         now_ms: i64,
@@ -22,6 +26,7 @@ impl Coordinator {
         member_id: &str,
         instance_id: Option<&str>,
         version: i16,
+        transactional: bool,
     ) -> Result<(), ResponseError> {
         if gid.is_empty() {
             return Err(ResponseError::InvalidGroupId);
@@ -52,14 +57,18 @@ impl Coordinator {
             if generation_id != g.generation_id {
                 return Err(ResponseError::IllegalGeneration);
             }
-        } else if g.state != State::Empty {
+        } else if g.state != State::Empty && !transactional {
             // No member id and no generation: only an Empty group takes it.
             return Err(ResponseError::UnknownMemberId);
+        } else {
+            // A transactional commit from outside the membership: no member
+            // whose session to extend.
+            return Ok(());
         }
         match g.state {
-            State::CompletingRebalance => Err(ResponseError::RebalanceInProgress),
+            State::CompletingRebalance if !transactional => Err(ResponseError::RebalanceInProgress),
             // A commit keeps the session alive, as a heartbeat does.
-            State::Stable | State::PreparingRebalance => {
+            State::Stable | State::PreparingRebalance | State::CompletingRebalance => {
                 let deadline_ms = now_ms + g.members[member_id].session_timeout_ms as i64;
                 let key = TimerKey::Heartbeat {
                     group: gid.to_string(),

@@ -220,6 +220,13 @@ impl Group {
         if self.protocol_type.as_deref() != Some(protocol_type) {
             return false;
         }
+        // ClassicGroup.supportsProtocols: some protocol of the joiner is
+        // supported by every member; with no members left (a group waiting
+        // for pending joiners) that holds for any protocol. Found by the
+        // simulator (group-rebalance-during-transaction seed 100430).
+        if self.members.is_empty() {
+            return !protocols.is_empty();
+        }
         let candidates = self.candidate_protocols();
         protocols
             .iter()
