@@ -58,6 +58,14 @@ impl Completion {
     }
 }
 
+/// The completion of `id`, which must be under way.
+fn completion_mut<'a>(b: &'a mut Broker, id: &str) -> &'a mut Completion {
+    b.txns
+        .get_mut(id)
+        .and_then(|e| e.completion.as_mut())
+        .unwrap_or_else(|| panic!("transaction {id} is not being completed"))
+}
+
 /// Starts carrying out the decision stored in `id`'s record.
 pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
     let entry = b.txns.get(id).expect("a decided transaction");
@@ -105,32 +113,13 @@ fn write_markers(b: &mut Broker, id: &str) {
         let Some(offset) = crate::api::produce::append_marker(b, &key, pid, epoch, commit, now_ms)
         else {
             // The partition is gone: nothing to mark.
-            b.txns
-                .get_mut(id)
-                .expect("exists")
-                .completion
-                .as_mut()
-                .expect("completing")
-                .markers
-                .remove(&key);
+            completion_mut(b, id).markers.remove(&key);
             continue;
         };
-        let c = b
-            .txns
-            .get_mut(id)
-            .expect("exists")
-            .completion
-            .as_mut()
-            .expect("completing");
+        let c = completion_mut(b, id);
         c.markers.insert(key, Some(offset));
     }
-    b.txns
-        .get_mut(id)
-        .expect("exists")
-        .completion
-        .as_mut()
-        .expect("completing")
-        .phase = Phase::Markers;
+    completion_mut(b, id).phase = Phase::Markers;
     b.request_sync();
     progress(b, id);
 }
@@ -159,23 +148,20 @@ fn progress(b: &mut Broker, id: &str) {
     }
     if lost {
         // A failed sync cut the marker away: the decision stands; retry.
-        let keys: Vec<PartitionKey> = completion.markers.keys().cloned().collect();
-        let c = b
-            .txns
-            .get_mut(id)
-            .expect("exists")
-            .completion
-            .as_mut()
-            .expect("completing");
-        for key in keys {
-            let gone = c.markers[&key].is_some_and(|o| {
+        let gone: Vec<PartitionKey> = completion
+            .markers
+            .iter()
+            .filter(|(key, offset)| {
+                let offset = offset.expect("appended");
                 b.topics
-                    .partition_by_key(&key)
-                    .is_some_and(|l| l.log_end_offset() <= o)
-            });
-            if gone {
-                c.markers.insert(key, None);
-            }
+                    .partition_by_key(key)
+                    .is_some_and(|l| l.log_end_offset() <= offset)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let c = completion_mut(b, id);
+        for key in gone {
+            c.markers.insert(key, None);
         }
         return retry_later(b, id);
     }
@@ -263,13 +249,7 @@ pub(crate) fn completed(
 
 fn retry_later(b: &mut Broker, id: &str) {
     let at_ms = b.now_ms + TXN_RETRY_BACKOFF_MS;
-    let c = b
-        .txns
-        .get_mut(id)
-        .expect("exists")
-        .completion
-        .as_mut()
-        .expect("completing");
+    let c = completion_mut(b, id);
     c.phase = Phase::RetryAt(at_ms);
     let responders = std::mem::take(&mut c.responders);
     for ctx in responders {
@@ -313,13 +293,7 @@ pub(crate) fn on_tick(b: &mut Broker) {
         .collect();
     for (id, markers_done) in due {
         if markers_done {
-            let c = b
-                .txns
-                .get_mut(&id)
-                .expect("exists")
-                .completion
-                .as_mut()
-                .expect("completing");
+            let c = completion_mut(b, &id);
             c.phase = Phase::Markers;
             progress(b, &id);
         } else {

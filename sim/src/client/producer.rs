@@ -18,15 +18,12 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     InitProducerIdRequest, ProduceRequest, ProducerId, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
 use rand::RngExt;
 
 use super::values::{self, RecordId};
@@ -161,37 +158,22 @@ impl Producer {
         } else {
             (-1, -1)
         };
-        let records: Vec<Record> = (0..batch.count)
-            .map(|i| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: -1,
-                producer_id,
-                producer_epoch,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // The encoder keeps records in one batch while offset -
-                // sequence is constant: record i carries base_seq + i (a
-                // plain producer's base sequence is -1, and stays so in the
-                // batch header).
-                sequence: batch.base_seq.wrapping_add(i as i32),
-                timestamp: batch.created_ms,
-                key: None,
-                value: Some(values::encode(RecordId {
+        let values: Vec<Bytes> = (0..batch.count)
+            .map(|i| {
+                values::encode(RecordId {
                     client: self.client,
                     n: batch.first_n + i,
-                })),
-                headers: Default::default(),
-                delete_horizon: false,
+                })
             })
             .collect();
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        };
-        RecordBatchEncoder::encode(&mut buf, &records, &options).expect("a batch encodes");
-        buf.freeze()
+        super::batches::encode(
+            &values,
+            producer_id,
+            producer_epoch,
+            batch.base_seq,
+            false,
+            batch.created_ms,
+        )
     }
 
     /// Sends every batch that may go: per partition the oldest unsent one,
