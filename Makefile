@@ -21,6 +21,8 @@ help:
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
 	@echo "make bench   produce vs raw fdatasync, txn commits/s + EndTxn latency, read_committed fetch (~4 min)"
 	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
+	@echo "make sim     sweep SEEDS random seeds of the simulator;  make replay SCENARIO=name SEED=n"
+	@echo "make madsim  the real server under madsim (simulated network, clock, disk)"
 	@echo "make fmt | fmt-check | clippy"
 
 build-release:
