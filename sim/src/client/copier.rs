@@ -149,28 +149,13 @@ impl Copier {
     }
 
     fn fetch_request(&self, cx: &mut Cx) -> FetchRequest {
-        let partitions = self
+        let at = self
             .p
             .positions
             .iter()
             .enumerate()
-            .map(|(p, &offset)| {
-                FetchPartition::default()
-                    .with_partition(p as i32)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(2048)
-            })
-            .collect();
-        FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(cx.rng.random_range(50..=300))
-            .with_min_bytes(1)
-            .with_max_bytes(64 * 1024)
-            .with_isolation_level(1)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(self.cfg.input.clone())))
-                .with_partitions(partitions)])
+            .map(|(p, &offset)| (p as i32, offset));
+        read_committed_fetch(cx, &self.cfg.input, at)
     }
 
     /// Takes what a fetch returned; starts a transaction if there is any.
@@ -463,4 +448,32 @@ impl Client for Copier {
             self.crashes
         )
     }
+}
+
+/// A copier's read_committed fetch of `topic` at the given (partition,
+/// offset) positions; shared by the standalone and the group copier.
+pub(super) fn read_committed_fetch(
+    cx: &mut Cx,
+    topic: &str,
+    at: impl IntoIterator<Item = (i32, i64)>,
+) -> FetchRequest {
+    let partitions = at
+        .into_iter()
+        .map(|(p, offset)| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(2048)
+        })
+        .collect();
+    FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(cx.rng.random_range(50..=300))
+        .with_min_bytes(1)
+        .with_max_bytes(64 * 1024)
+        .with_isolation_level(1)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partitions(partitions)])
 }

@@ -12,11 +12,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, OffsetFetchResponse, ProduceRequest, TopicName,
-};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::{FetchRequest, FetchResponse, OffsetFetchResponse, ProduceRequest};
 use rand::RngExt;
 
 use super::batches::{self, AbortedFilter};
@@ -38,25 +34,8 @@ type Ends = BTreeMap<i32, (i64, i64, i16)>;
 
 impl GroupCopier {
     pub(super) fn fetch_request(&self, cx: &mut Cx, at: &BTreeMap<i32, i64>) -> FetchRequest {
-        let partitions = at
-            .iter()
-            .map(|(&p, &offset)| {
-                FetchPartition::default()
-                    .with_partition(p)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(2048)
-            })
-            .collect();
-        FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(cx.rng.random_range(50..=300))
-            .with_min_bytes(1)
-            .with_max_bytes(64 * 1024)
-            .with_isolation_level(1)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(self.cfg.input.clone())))
-                .with_partitions(partitions)])
+        let at = at.iter().map(|(&p, &offset)| (p, offset));
+        super::copier::read_committed_fetch(cx, &self.cfg.input, at)
     }
 
     pub(super) fn produce_request(&self) -> ProduceRequest {
