@@ -20,15 +20,32 @@ const NOT_COORDINATOR: i16 = 16;
 const PRODUCER_FENCED: i16 = 90;
 
 fn world() -> World {
-    let mut w = World::new(BrokerConfig::default());
+    world_with(BrokerConfig::default())
+}
+
+/// Topics "a" and "b" (one partition each) on a broker with `config`.
+fn world_with(config: BrokerConfig) -> World {
+    let mut w = World::new(config);
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
     w
 }
 
+/// A broker that looks for timed-out transactions every second.
+fn timeout_world() -> World {
+    world_with(BrokerConfig {
+        transaction_abort_check_interval_ms: 1_000,
+        ..Default::default()
+    })
+}
+
 /// Init, add a0 and b0, write `n` records to each; returns (pid, epoch).
 fn open_txn(w: &mut World, id: &str, n: usize) -> (i64, i16) {
-    let (err, pid, epoch) = init_txn(w, 1, id, 60_000);
+    open_txn_with_timeout(w, id, n, 60_000)
+}
+
+fn open_txn_with_timeout(w: &mut World, id: &str, n: usize, timeout_ms: i32) -> (i64, i16) {
+    let (err, pid, epoch) = init_txn(w, 1, id, timeout_ms);
     assert_eq!(err, NONE);
     assert_eq!(
         add_partitions(w, 1, id, pid, epoch, &[("a", 0), ("b", 0)]),
@@ -440,19 +457,8 @@ fn an_exhausted_epoch_gets_a_new_producer_id() {
 
 #[test]
 fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
-    let config = BrokerConfig {
-        transaction_abort_check_interval_ms: 1_000,
-        ..Default::default()
-    };
-    let mut w = World::new(config);
-    create_topic(&mut w, "a", 1);
-    create_topic(&mut w, "b", 1);
-    let (_, pid, epoch) = init_txn(&mut w, 1, "t", 5_000);
-    assert_eq!(
-        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]),
-        vec![NONE, NONE]
-    );
-    write(&mut w, pid, epoch, 0, 2);
+    let mut w = timeout_world();
+    let (pid, epoch) = open_txn_with_timeout(&mut w, "t", 2, 5_000);
     assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 0);
     for _ in 0..5 {
         w.advance(1_000);
@@ -482,19 +488,8 @@ fn a_timed_out_transaction_is_aborted_and_its_producer_fenced() {
 
 #[test]
 fn an_open_transaction_survives_a_restart_and_its_timeout_restarts() {
-    let config = BrokerConfig {
-        transaction_abort_check_interval_ms: 1_000,
-        ..Default::default()
-    };
-    let mut w = World::new(config);
-    create_topic(&mut w, "a", 1);
-    create_topic(&mut w, "b", 1);
-    let (_, pid, epoch) = init_txn(&mut w, 1, "t", 10_000);
-    assert_eq!(
-        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]),
-        vec![NONE, NONE]
-    );
-    write(&mut w, pid, epoch, 0, 2);
+    let mut w = timeout_world();
+    let (pid, epoch) = open_txn_with_timeout(&mut w, "t", 2, 10_000);
     for _ in 0..8 {
         w.advance(1_000);
     }
@@ -768,9 +763,7 @@ fn planted_bugs_do_break_the_guarantees() {
         planted_bug: Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable),
         ..Default::default()
     };
-    let mut w = World::new(config);
-    create_topic(&mut w, "a", 1);
-    create_topic(&mut w, "b", 1);
+    let mut w = world_with(config);
     let (pid, epoch) = open_txn(&mut w, "t", 1);
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
@@ -782,9 +775,7 @@ fn planted_bugs_do_break_the_guarantees() {
         planted_bug: Some(doze_core::PlantedBug::ServeAboveLso),
         ..Default::default()
     };
-    let mut w = World::new(config);
-    create_topic(&mut w, "a", 1);
-    create_topic(&mut w, "b", 1);
+    let mut w = world_with(config);
     open_txn(&mut w, "t", 2);
     let rc = fetch_part(&mut w, "a", true);
     assert_eq!(
