@@ -74,7 +74,6 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
         record.state.is_prepare(),
         "only a stored decision is carried out"
     );
-    assert!(entry.completion.is_none(), "one completion at a time");
     let commit = record.state == TxnState::PrepareCommit;
     let mut markers = BTreeMap::new();
     for (topic, partition) in &record.partitions {
@@ -92,7 +91,7 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
         markers,
         phase: Phase::Markers,
     };
-    b.txns.get_mut(id).expect("exists").completion = Some(completion);
+    b.txns.begin_completion(id, completion);
     write_markers(b, id);
 }
 
@@ -236,9 +235,9 @@ pub(crate) fn completed(
         // Markers are durable; only the record failed: retry storing it.
         return retry_later(b, id);
     }
-    let entry = b.txns.get_mut(id).expect("exists");
-    let completion = entry.completion.take().expect("completing");
-    let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
+    let record = &b.txns.get(id).expect("exists").record;
+    let (pid, epoch) = (record.producer_id, record.producer_epoch);
+    let completion = b.txns.end_completion(id);
     for ctx in completion.responders {
         let response = EndTxnResponse::default()
             .with_producer_id(ProducerId(pid))
@@ -265,12 +264,8 @@ fn retry_later(b: &mut Broker, id: &str) {
 pub(crate) fn on_sync(b: &mut Broker) {
     let ids: Vec<String> = b
         .txns
-        .iter()
-        .filter(|(_, e)| {
-            e.completion
-                .as_ref()
-                .is_some_and(|c| c.phase == Phase::Markers)
-        })
+        .completing()
+        .filter(|(_, c)| c.phase == Phase::Markers)
         .map(|(id, _)| id.clone())
         .collect();
     for id in ids {
@@ -283,9 +278,8 @@ pub(crate) fn on_tick(b: &mut Broker) {
     let now_ms = b.now_ms;
     let due: Vec<(String, bool)> = b
         .txns
-        .iter()
-        .filter_map(|(id, e)| {
-            let c = e.completion.as_ref()?;
+        .completing()
+        .filter_map(|(id, c)| {
             let at = c.retry_at_ms()?;
             let markers_done = c.markers.values().all(|o| o.is_some());
             (at <= now_ms).then(|| (id.clone(), markers_done))
@@ -305,7 +299,7 @@ pub(crate) fn on_tick(b: &mut Broker) {
 /// The earliest retry time of any completion.
 pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
     b.txns
-        .iter()
-        .filter_map(|(_, e)| e.completion.as_ref()?.retry_at_ms())
+        .completing()
+        .filter_map(|(_, c)| c.retry_at_ms())
         .min()
 }

@@ -34,6 +34,11 @@ pub struct Txns {
     map: BTreeMap<String, TxnEntry>,
     /// producer id -> transactional id, for produce checks.
     by_producer: BTreeMap<i64, String>,
+    /// Ids with a decision being carried out (`completion` is Some): the
+    /// only ones sync completions and timers need to look at, so a sync or
+    /// a `poll_timeout` costs the transactions in flight, not every id ever
+    /// seen.
+    completing: std::collections::BTreeSet<String>,
     /// Ids whose first record is being stored (not yet in `map`).
     creating: std::collections::BTreeSet<String>,
     pub next_timeout_check_ms: i64,
@@ -41,6 +46,30 @@ pub struct Txns {
 }
 
 impl Txns {
+    /// Starts carrying out `id`'s decision.
+    pub fn begin_completion(&mut self, id: &str, completion: Completion) {
+        let entry = self.map.get_mut(id).expect("a decided transaction");
+        assert!(entry.completion.is_none(), "one completion at a time");
+        entry.completion = Some(completion);
+        self.completing.insert(id.to_string());
+    }
+
+    /// The decision of `id` is carried out; its completion is handed back.
+    pub fn end_completion(&mut self, id: &str) -> Completion {
+        let was = self.completing.remove(id);
+        assert!(was, "transaction {id} was not being completed");
+        let entry = self.map.get_mut(id).expect("a transaction being completed");
+        entry.completion.take().expect("being completed")
+    }
+
+    /// Ids with a decision being carried out, and their completions.
+    pub fn completing(&self) -> impl Iterator<Item = (&String, &Completion)> {
+        self.completing.iter().map(|id| {
+            let c = self.map[id].completion.as_ref();
+            (id, c.expect("listed ids are being completed"))
+        })
+    }
+
     pub fn mark_creating(&mut self, id: &str) {
         let fresh = self.creating.insert(id.to_string());
         assert!(fresh, "transactional id {id} created twice at once");
@@ -100,6 +129,10 @@ impl Txns {
     }
 
     pub fn remove(&mut self, id: &str) {
+        assert!(
+            !self.completing.contains(id),
+            "transaction {id} removed while being completed"
+        );
         if let Some(entry) = self.map.remove(id) {
             self.by_producer.remove(&entry.record.producer_id);
         }
