@@ -11,12 +11,15 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::api::{self, RequestCtx};
+use crate::checkpoint::{self, Checkpoints};
 use crate::config::BrokerConfig;
-use crate::conn::Conn;
-use crate::io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output};
+use crate::conn::{Conn, Frame};
+use crate::io::{
+    BootState, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, Output,
+};
 use crate::log::{PartitionLog, SyncPoint};
-use crate::meta::{self, MetaEntry};
 use crate::producer::{ProducerIds, ProducerStates};
+use crate::recovery;
 use crate::topics::{PartitionKey, Topics};
 use crate::versions;
 
@@ -64,6 +67,17 @@ pub struct Broker {
     /// log's tail on first use (after a restart or a cut log).
     pub(crate) producer_states: BTreeMap<PartitionKey, ProducerStates>,
     next_producer_expiry_ms: i64,
+    /// The start-up until the broker serves (`crate::recovery`).
+    pub(crate) booting: Option<recovery::Boot>,
+    /// Partitions whose files failed a read: KAFKA_STORAGE_ERROR until a restart.
+    pub(crate) offline: BTreeSet<PartitionKey>,
+    /// Recovery checkpoints (`crate::checkpoint`).
+    pub(crate) checkpoints: Checkpoints,
+    /// Requests waiting for reads of the log (`api::reads`).
+    pub(crate) reading: api::reads::ReadingRequests,
+    /// `Input::Shutdown` came; `Output::Stopped` once all is durable.
+    shutting_down: bool,
+    stopped: bool,
 }
 
 impl Broker {
@@ -91,6 +105,12 @@ impl Broker {
             txns: crate::txn::Txns::default(),
             partition_txns: BTreeMap::new(),
             txn_flagged: BTreeSet::new(),
+            booting: None,
+            offline: BTreeSet::new(),
+            checkpoints: Checkpoints::default(),
+            reading: Default::default(),
+            shutting_down: false,
+            stopped: false,
         }
     }
 
@@ -116,41 +136,42 @@ impl Broker {
             Input::Boot(state) => self.handle_boot(state),
             Input::Frame { conn, frame } => {
                 assert!(self.booted, "a request arrived before Input::Boot");
-                self.handle_frame(conn, frame)
+                match self.booting.as_mut() {
+                    Some(boot) => boot.park(conn, frame),
+                    None => self.handle_frame_now(conn, frame),
+                }
             }
             Input::Disconnected { conn } => self.handle_disconnected(conn),
             Input::SyncDone { io, result } => self.handle_sync_done(io, result),
             Input::MetaDone { io, result } => self.handle_meta_done(io, result),
+            Input::ReadDone { io, result } => self.handle_read_done(io, result),
+            Input::ResponseReadFailed { conn, range, error } => {
+                tracing::error!(conn, dir = %range.dir.dir_name(), "response read failed: {}", error.0);
+                self.take_offline(&range);
+                self.handle_disconnected(conn);
+            }
+            Input::Shutdown => {
+                self.shutting_down = true;
+                self.request_sync();
+            }
             Input::Tick => {}
         }
         self.handle_timers();
+        self.check_stopped();
     }
 
     fn handle_boot(&mut self, state: BootState) {
         assert!(!self.booted, "Input::Boot sent twice");
         self.booted = true;
-        for (key, value) in &state.meta {
-            if let Ok(MetaEntry::ProducerIds(record)) = meta::decode_entry(key, value) {
-                self.producer_ids.boot(&record);
-            }
-        }
-        self.groups.boot(self.now_ms, &state.meta);
-        let meta_entries = state.meta.clone();
-        let ops = self.topics.boot(&self.config, state);
-        for (key, op) in ops {
-            self.emit_disk(key, op);
-        }
-        // Repairs (torn tails) must be durable before anything is appended on top.
-        if !self.dirty.is_empty() {
-            self.request_sync();
-        }
         self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
         self.next_producer_expiry_ms =
             self.now_ms + self.config.producer_id_expiration_check_interval_ms;
-        crate::txn::boot::boot(self, &meta_entries);
+        recovery::start(self, state);
     }
 
-    fn handle_frame(&mut self, conn: ConnId, frame: Bytes) {
+    /// Handles one request frame (after start-up: frames that came during it
+    /// were parked and come here in order).
+    pub(crate) fn handle_frame_now(&mut self, conn: ConnId, frame: Bytes) {
         let state = self.conns.entry(conn).or_default();
         if state.in_flight() >= crate::limits::CONN_REQUESTS_IN_FLIGHT_MAX as u64 {
             tracing::warn!(conn, "too many requests in flight; closing");
@@ -221,6 +242,10 @@ impl Broker {
 
     fn handle_disconnected(&mut self, conn: ConnId) {
         self.conns.remove(&conn);
+        if let Some(boot) = self.booting.as_mut() {
+            boot.forget_conn(conn);
+        }
+        self.reading.forget_conn(conn);
         self.waiting_fetches.retain(|f| f.ctx.conn != conn);
         self.deferred_admin.retain(|(ctx, _)| ctx.conn != conn);
     }
@@ -232,13 +257,22 @@ impl Broker {
             inflight.io, io,
             "SyncDone for a sync that is not the one in flight"
         );
+        let ok = result.is_ok();
         match result {
             Ok(()) => {
+                let mut moved = Vec::with_capacity(inflight.points.len());
                 for (key, point) in inflight.points {
-                    if let Some(log) = self.topics.partition_mut_by_key(&key) {
-                        log.mark_durable(point);
+                    let Some(log) = self.topics.partition_mut_by_key(&key) else {
+                        continue;
+                    };
+                    log.mark_durable(point);
+                    let hw = log.high_watermark();
+                    if let Some(txns) = self.partition_txns.get_mut(&key) {
+                        txns.mark_durable(hw);
                     }
+                    moved.push(key);
                 }
+                checkpoint::write_due(self, moved, checkpoint::Due::Bytes);
             }
             Err(e) => {
                 // After a failed fsync the page cache cannot be trusted
@@ -249,24 +283,13 @@ impl Broker {
                     inflight.points.into_iter().map(|(k, _)| k).collect();
                 keys.extend(self.dirty.iter().cloned());
                 for key in keys {
-                    // Producer state may name batches that were cut: rebuild it.
-                    self.producer_states.remove(&key);
-                    let ops = match self.topics.partition_mut_by_key(&key) {
-                        Some(log) => log.truncate_to_durable(),
-                        None => continue,
-                    };
-                    for op in ops {
-                        self.emit_disk(key.clone(), op);
-                    }
-                    // So may the open/aborted transactions: rebuild from what is left.
-                    if self.partition_txns.contains_key(&key) {
-                        let log = self.topics.partition_by_key(&key).expect("present above");
-                        self.partition_txns
-                            .insert(key.clone(), crate::txn::PartitionTxns::rebuild(log));
-                    }
+                    crate::partition::truncate_to_durable(self, &key);
                 }
                 api::produce::fail_undurable(self);
             }
+        }
+        if self.booting.as_ref().is_some_and(|b| b.is_boot_sync(io)) {
+            recovery::sync_done(self, ok);
         }
         api::produce::complete_durable(self);
         crate::txn::complete::on_sync(self);
@@ -274,6 +297,17 @@ impl Broker {
         if !self.dirty.is_empty() {
             self.start_sync();
         }
+    }
+
+    fn handle_read_done(&mut self, io: IoId, result: Result<Bytes, IoError>) {
+        if self.booting.as_ref().is_some_and(|b| b.is_boot_read(io)) {
+            return recovery::read_done(self, io, result);
+        }
+        assert!(
+            self.reading.is_request_read(io),
+            "ReadDone for a read nobody issued"
+        );
+        api::reads::done(self, io, result);
     }
 
     fn handle_meta_done(&mut self, io: IoId, result: Result<(), IoError>) {
@@ -288,7 +322,10 @@ impl Broker {
     }
 
     fn handle_timers(&mut self) {
-        if self.booted && self.now_ms >= self.next_retention_check_ms {
+        if !self.booted || self.booting.is_some() {
+            return; // nothing runs on a log still being recovered
+        }
+        if self.now_ms >= self.next_retention_check_ms {
             self.next_retention_check_ms =
                 self.now_ms + self.config.retention_check_interval_ms.max(1);
             let ops = self.topics.apply_retention(&self.config, self.now_ms);
@@ -302,7 +339,7 @@ impl Broker {
                 }
             }
         }
-        if self.booted && self.now_ms >= self.next_producer_expiry_ms {
+        if self.now_ms >= self.next_producer_expiry_ms {
             let interval_ms = self.config.producer_id_expiration_check_interval_ms.max(1);
             self.next_producer_expiry_ms = self.now_ms + interval_ms;
             let expiration_ms = self.config.producer_id_expiration_ms;
@@ -312,10 +349,48 @@ impl Broker {
         }
         self.groups.tick(self.now_ms);
         crate::group::flush(self);
-        if self.booted {
-            crate::txn::timers::tick(self);
-        }
+        crate::txn::timers::tick(self);
+        checkpoint::tick(self);
         api::fetch::wake(self, false);
+    }
+
+    /// After `Input::Shutdown`: once nothing waits for a sync, every
+    /// partition is checkpointed; once those are stored, `Output::Stopped`.
+    fn check_stopped(&mut self) {
+        if !self.shutting_down || self.stopped || self.booting.is_some() {
+            return;
+        }
+        if self.sync_in_flight.is_some() || !self.dirty.is_empty() {
+            return;
+        }
+        if !self.checkpoints.in_flight() {
+            let keys = self.topics.keys();
+            checkpoint::write_due(self, keys, checkpoint::Due::Now);
+        }
+        if !self.checkpoints.in_flight() {
+            self.stopped = true;
+            self.outputs.push_back(Output::Stopped);
+        }
+    }
+
+    /// A partition whose files failed a read answers KAFKA_STORAGE_ERROR
+    /// until a restart (Kafka takes the failed log dir offline). A read of a
+    /// segment the log no longer holds (retention or a topic deletion got
+    /// there first) is a race, not a failed disk: the reader was answered
+    /// with an error or a closed connection, and nothing goes offline.
+    pub(crate) fn take_offline(&mut self, range: &FileRange) {
+        let dir = &range.dir;
+        let Some(topic) = self.topics.get(&dir.topic) else {
+            return;
+        };
+        let key = topic.key(&dir.topic, dir.partition);
+        let held = self
+            .topics
+            .partition_by_key(&key)
+            .is_some_and(|log| log.holds(range));
+        if held && self.offline.insert(key) {
+            tracing::error!(dir = %dir.dir_name(), "partition offline until restart");
+        }
     }
 
     // ---- helpers for API handlers ------------------------------------------
@@ -351,16 +426,39 @@ impl Broker {
         self.release(ctx, Some(buf.freeze()));
     }
 
+    /// Sends a response made of parts (a Fetch whose records are file ranges).
+    pub(crate) fn respond_parts(&mut self, ctx: &RequestCtx, parts: Vec<FramePart>) {
+        self.release_frame(ctx, Some(Frame::Parts(parts)));
+    }
+
     fn release(&mut self, ctx: &RequestCtx, frame: Option<Bytes>) {
+        self.release_frame(ctx, frame.map(Frame::Bytes));
+    }
+
+    fn release_frame(&mut self, ctx: &RequestCtx, frame: Option<Frame>) {
         let Some(conn) = self.conns.get_mut(&ctx.conn) else {
             return; // the connection is gone; nobody to answer
         };
         for frame in conn.finish(ctx.seq, frame) {
-            self.outputs.push_back(Output::Response {
-                conn: ctx.conn,
-                frame,
+            let conn = ctx.conn;
+            self.outputs.push_back(match frame {
+                Frame::Bytes(frame) => Output::Response { conn, frame },
+                Frame::Parts(parts) => Output::ResponseParts { conn, parts },
             });
         }
+    }
+
+    /// Asks the driver for a range of a segment file; `Input::ReadDone` answers.
+    pub(crate) fn emit_read(&mut self, range: FileRange) -> IoId {
+        let io = self.take_io();
+        self.outputs
+            .push_back(Output::Disk(DiskOp::Read { io, range }));
+        io
+    }
+
+    /// The sync in flight, if any.
+    pub(crate) fn sync_in_flight_io(&self) -> Option<IoId> {
+        self.sync_in_flight.as_ref().map(|s| s.io)
     }
 
     pub(crate) fn close(&mut self, conn: ConnId) {
@@ -374,8 +472,8 @@ impl Broker {
     /// next sync.
     pub(crate) fn emit_disk(&mut self, key: PartitionKey, op: DiskOp) {
         assert!(
-            !matches!(op, DiskOp::Sync { .. }),
-            "syncs are started by request_sync"
+            !matches!(op, DiskOp::Sync { .. } | DiskOp::Read { .. }),
+            "syncs are started by request_sync, reads by emit_read"
         );
         self.dirty.insert(key);
         self.outputs.push_back(Output::Disk(op));
@@ -428,7 +526,7 @@ impl Broker {
     /// The absolute time (ms since the UNIX epoch) at which the driver must
     /// send `Input::Tick`; `None` before boot.
     pub fn poll_timeout(&self) -> Option<i64> {
-        if !self.booted {
+        if !self.booted || self.booting.is_some() {
             return None;
         }
         let fetch = self.waiting_fetches.iter().map(|f| f.deadline_ms).min();
@@ -442,6 +540,7 @@ impl Broker {
             deadline_ms = deadline_ms.min(group_ms);
         }
         deadline_ms = deadline_ms.min(crate::txn::timers::next_deadline_ms(self));
+        deadline_ms = deadline_ms.min(self.checkpoints.next_deadline_ms());
         Some(deadline_ms)
     }
 }

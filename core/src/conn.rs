@@ -8,6 +8,15 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::io::FramePart;
+
+/// A response ready to go: bytes, or parts with file ranges (Fetch).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Frame {
+    Bytes(Bytes),
+    Parts(Vec<FramePart>),
+}
+
 #[derive(Default)]
 pub(crate) struct Conn {
     /// Sequence number the next request will take.
@@ -15,7 +24,7 @@ pub(crate) struct Conn {
     /// Sequence number of the next response to release.
     next_release: u64,
     /// Finished requests not yet released; `None` means "no response" (acks=0).
-    finished: BTreeMap<u64, Option<Bytes>>,
+    finished: BTreeMap<u64, Option<Frame>>,
 }
 
 impl Conn {
@@ -32,7 +41,7 @@ impl Conn {
 
     /// Records request `seq`'s response and returns every frame that may now go
     /// out, in order.
-    pub(crate) fn finish(&mut self, seq: u64, frame: Option<Bytes>) -> Vec<Bytes> {
+    pub(crate) fn finish(&mut self, seq: u64, frame: Option<Frame>) -> Vec<Frame> {
         assert!(
             seq >= self.next_release,
             "request {seq} finished twice (released)"
@@ -59,13 +68,11 @@ mod tests {
         let a = c.take_seq();
         let b = c.take_seq();
         let d = c.take_seq();
-        assert!(c.finish(b, Some(Bytes::from_static(b"b"))).is_empty());
+        let frame = |s: &'static [u8]| Frame::Bytes(Bytes::from_static(s));
+        assert!(c.finish(b, Some(frame(b"b"))).is_empty());
         assert!(c.finish(d, None).is_empty());
-        let out = c.finish(a, Some(Bytes::from_static(b"a")));
-        assert_eq!(
-            out,
-            vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]
-        );
+        let out = c.finish(a, Some(frame(b"a")));
+        assert_eq!(out, vec![frame(b"a"), frame(b"b")]);
         assert_eq!(c.in_flight(), 0);
     }
 }

@@ -41,9 +41,77 @@ impl PartitionDir {
     }
 }
 
+/// The files of one segment, named as Kafka names them:
+/// `{base_offset:020}.log` holds the batches; `.index` (8-byte entries: the
+/// offset of a batch's last record relative to the segment base, u32 BE, and
+/// the batch's position in the `.log`, u32 BE), `.timeindex` (12-byte entries:
+/// a max timestamp so far, i64 BE, and the relative last offset of the batch
+/// that reached it, u32 BE) and `.txnindex` (34-byte entries of aborted
+/// transactions: version i16 = 0, producer id, first offset, last offset, last
+/// stable offset, all i64 BE) are the caches Kafka keeps beside it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SegmentFile {
+    Log,
+    OffsetIndex,
+    TimeIndex,
+    TxnIndex,
+}
+
+impl SegmentFile {
+    pub const ALL: [SegmentFile; 4] = [
+        SegmentFile::Log,
+        SegmentFile::OffsetIndex,
+        SegmentFile::TimeIndex,
+        SegmentFile::TxnIndex,
+    ];
+
+    pub fn extension(self) -> &'static str {
+        match self {
+            SegmentFile::Log => "log",
+            SegmentFile::OffsetIndex => "index",
+            SegmentFile::TimeIndex => "timeindex",
+            SegmentFile::TxnIndex => "txnindex",
+        }
+    }
+
+    /// The file's name for a segment's base offset.
+    pub fn file_name(self, base_offset: i64) -> String {
+        format!("{base_offset:020}.{}", self.extension())
+    }
+
+    /// The inverse of `file_name`: (base offset, kind).
+    pub fn parse_file_name(name: &str) -> Option<(i64, SegmentFile)> {
+        let (digits, extension) = name.split_once('.')?;
+        let kind = Self::ALL.into_iter().find(|k| k.extension() == extension)?;
+        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some((digits.parse().ok()?, kind))
+    }
+}
+
 /// The segment file name for a base offset, as Kafka names them.
 pub fn segment_file_name(base_offset: i64) -> String {
-    format!("{base_offset:020}.log")
+    SegmentFile::Log.file_name(base_offset)
+}
+
+/// A byte range of one segment file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileRange {
+    pub dir: PartitionDir,
+    pub segment_base: i64,
+    pub file: SegmentFile,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// One piece of a response frame: bytes the core built, or a range of a
+/// segment file that the driver copies to the socket itself (sendfile or
+/// pread), so record data never passes through the core.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FramePart {
+    Bytes(Bytes),
+    File(FileRange),
 }
 
 /// Why a disk or meta.db operation failed. The core only needs to know that it
@@ -53,30 +121,38 @@ pub struct IoError(pub String);
 
 /// What the driver found on disk at start-up, handed to the core once, first.
 ///
-/// Contract: everything in it must be durable. After a process crash the
-/// page cache still holds bytes that were never fsynced and reads return
-/// them; the driver fsyncs every segment file, partition directory and
-/// meta.db before `Input::Boot` (the core serves recovered data as durable,
-/// and a power cut after the restart must not take it back).
+/// The driver lists the data dir and reads meta.db and the small index files;
+/// it reads no segment data and fsyncs nothing. The core decides what it must
+/// scan (what lies above each partition's recovery point, and any segment
+/// whose indexes are missing or inconsistent), reads it through
+/// `DiskOp::Read`, and makes what it adopts durable with `DiskOp::Adopt` and a
+/// `Sync` before serving it: after a process crash the page cache still holds
+/// bytes that were never fsynced, and reads return them.
 #[derive(Clone, Debug, Default)]
 pub struct BootState {
     /// Every key/value pair of meta.db.
     pub meta: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Every partition directory found, with its segments' bytes.
+    /// Every partition directory found, with its segments.
     pub partitions: Vec<RecoveredPartition>,
 }
 
 #[derive(Clone, Debug)]
 pub struct RecoveredPartition {
     pub dir: PartitionDir,
-    /// Segments in any order; the core sorts them by base offset.
+    /// Segments in any order; the core sorts them by base offset. A segment
+    /// is listed when any of its files is present.
     pub segments: Vec<RecoveredSegment>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RecoveredSegment {
     pub base_offset: i64,
-    pub bytes: Bytes,
+    /// Length of the `.log` file; `None` when it is absent.
+    pub log_bytes: Option<u64>,
+    /// Contents of the index files, whole; `None` when a file is absent.
+    pub offset_index: Option<Bytes>,
+    pub time_index: Option<Bytes>,
+    pub txn_index: Option<Bytes>,
 }
 
 pub enum Input {
@@ -99,6 +175,25 @@ pub enum Input {
         io: IoId,
         result: Result<(), IoError>,
     },
+    /// A `DiskOp::Read` finished: `Ok` holds exactly the bytes asked for.
+    ReadDone {
+        io: IoId,
+        result: Result<Bytes, IoError>,
+    },
+    /// The driver could not copy a `FramePart::File` of a response to
+    /// `conn` (EIO, a file gone): it closed the connection without sending
+    /// the response. The partition answers KAFKA_STORAGE_ERROR from then on,
+    /// until a restart, as Kafka takes a failed log dir offline.
+    ResponseReadFailed {
+        conn: ConnId,
+        range: FileRange,
+        error: IoError,
+    },
+    /// The driver is stopping cleanly (SIGTERM): the core makes what it
+    /// holds durable and checkpoints every partition, so the next start reads
+    /// only indexes, then answers `Output::Stopped`. The driver sends no more
+    /// frames after this one.
+    Shutdown,
     /// Time passed; the driver sends this when `poll_timeout` is reached.
     Tick,
 }
@@ -106,30 +201,45 @@ pub enum Input {
 /// Disk work, carried out by the driver strictly in the order emitted.
 #[derive(Clone, Debug, PartialEq)]
 pub enum DiskOp {
-    /// Append bytes at the end of a segment file, creating the directory and
-    /// file when absent. No completion: a failure is reported by the next Sync.
+    /// Append bytes at the end of one of a segment's files, creating the
+    /// directory and file when absent. No completion: a failure is reported
+    /// by the next Sync.
     Append {
         dir: PartitionDir,
         segment_base: i64,
+        file: SegmentFile,
         bytes: Bytes,
     },
     /// Make every earlier operation durable (fdatasync of every file and
-    /// directory touched since the last sync). Completion: `Input::SyncDone`.
+    /// directory touched or adopted since the last sync). Completion:
+    /// `Input::SyncDone`.
     Sync { io: IoId },
-    /// Cut a segment file to `len` bytes (a torn tail, or unsynced bytes after
-    /// a failed sync).
+    /// Cut one of a segment's files to `len` bytes (a torn tail, unsynced
+    /// bytes after a failed sync, an index entry past its log).
     Truncate {
         dir: PartitionDir,
         segment_base: i64,
+        file: SegmentFile,
         len: u64,
     },
-    /// Remove one segment file (retention, or a segment past a truncation).
+    /// Remove a segment: its `.log` and its index files, those present.
     DeleteSegment {
         dir: PartitionDir,
         segment_base: i64,
     },
     /// Remove a partition directory and everything in it (topic deletion).
     DeletePartition { dir: PartitionDir },
+    /// Read a byte range of a segment file. Completion: `Input::ReadDone`
+    /// with exactly `range.len` bytes, or an error (EIO, a file gone or
+    /// shorter than the range). It sees every earlier operation.
+    Read { io: IoId, range: FileRange },
+    /// The core takes a segment's files as they are on disk (found at
+    /// start-up, maybe left unsynced in the page cache by a crashed process):
+    /// the next Sync makes them durable as if they had just been written.
+    Adopt {
+        dir: PartitionDir,
+        segment_base: i64,
+    },
 }
 
 /// One change to meta.db; a batch of them is applied atomically.
@@ -146,6 +256,15 @@ pub enum Output {
         conn: ConnId,
         frame: Bytes,
     },
+    /// A response frame made of parts (a Fetch response whose record sets
+    /// are segment file ranges), in request order with the `Response`s. Its
+    /// size prefix is the sum of the parts' lengths. A part the driver cannot
+    /// read: close the connection, send nothing of the frame, and report
+    /// `Input::ResponseReadFailed`.
+    ResponseParts {
+        conn: ConnId,
+        parts: Vec<FramePart>,
+    },
     /// Close this connection (bad input Kafka answers by closing).
     Close {
         conn: ConnId,
@@ -156,4 +275,7 @@ pub enum Output {
         io: IoId,
         ops: Vec<MetaOp>,
     },
+    /// After `Input::Shutdown`: everything is durable and checkpointed; the
+    /// driver may exit.
+    Stopped,
 }

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod batch;
 mod broker;
+pub mod checkpoint;
 pub mod config;
 mod conn;
 pub mod group;
@@ -16,7 +17,9 @@ pub mod io;
 pub mod limits;
 pub mod log;
 pub mod meta;
+mod partition;
 pub mod producer;
+mod recovery;
 pub mod topic_config;
 mod topics;
 pub mod txn;
@@ -24,5 +27,8 @@ pub mod versions;
 
 pub use broker::Broker;
 pub use config::{BrokerConfig, PlantedBug};
-pub use io::{BootState, ConnId, DiskOp, Input, IoError, IoId, MetaOp, Output, PartitionDir};
+pub use io::{
+    BootState, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, Output,
+    PartitionDir, SegmentFile,
+};
 pub use topics::PartitionKey;

@@ -46,13 +46,27 @@ pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 /// Batches remembered per producer and partition for duplicate detection
 /// (Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN).
 pub const PRODUCER_BATCHES_RETAINED: usize = 5;
-/// How much of a partition's tail is read to rebuild producer state after a
-/// restart: a producer idle for longer than this window loses duplicate
-/// protection for its first batch after the restart.
-pub const PRODUCER_STATE_REBUILD_BYTES: u64 = 16 * 1024 * 1024;
 /// Producer ids are taken from meta.db in blocks of this many, so only one
 /// InitProducerId in this many waits for a meta.db write.
 pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 /// How long the coordinator waits before trying again to carry out a
 /// decision whose marker or Complete record could not be stored.
 pub const TXN_RETRY_BACKOFF_MS: i64 = 100;
+/// Batch positions a partition log remembers (the most recent ones), so that
+/// a consumer at the tail is served without reading batch headers from disk.
+pub const KNOWN_BATCHES_MAX: usize = 256;
+/// Bytes of one read of batch headers when a fetch or a timestamp search
+/// looks for a batch (a little more than the index interval, 4 KiB).
+pub const LOCATE_READ_BYTES: usize = 16 * 1024;
+/// Header reads one search makes before it gives up on a segment whose bytes
+/// disagree with its index (a bound on a loop, not a tuning knob).
+pub const LOCATE_STEPS_MAX: usize = 4096;
+/// Bytes of one read of the start-up scan (bounds the memory it holds).
+pub const RECOVERY_READ_BYTES: usize = 8 * 1024 * 1024;
+/// Reads the start-up scan keeps in flight at once, over all partitions.
+pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 4;
+/// Log bytes made durable since a partition's last recovery checkpoint after
+/// which a new one is written: bounds what a start after a crash must read.
+pub const CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
+/// At most this long between a partition's change and its next checkpoint.
+pub const CHECKPOINT_INTERVAL_MS: i64 = 30_000;

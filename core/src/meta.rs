@@ -55,6 +55,12 @@ pub enum MetaEntry {
         topic_id: String,
         partition: i32,
     },
+    /// A partition's recovery checkpoint: `ckpt/<topic id>/<partition>`.
+    Checkpoint {
+        topic_id: String,
+        partition: i32,
+        record: crate::checkpoint::CheckpointRecord,
+    },
 }
 
 /// Decodes one meta.db entry; `Err` names what was wrong (boot refuses to
@@ -89,6 +95,16 @@ pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
         return Ok(MetaEntry::TxnPartitionFlag {
             topic_id,
             partition,
+        });
+    }
+    if let Some(rest) = key.strip_prefix(crate::checkpoint::KEY_PREFIX) {
+        let (topic_id, partition) = crate::checkpoint::parse_key(rest)
+            .ok_or_else(|| format!("meta.db: bad key {key:?}"))?;
+        let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
+        return Ok(MetaEntry::Checkpoint {
+            topic_id,
+            partition,
+            record,
         });
     }
     if let Some((group, topic, partition)) = crate::group::parse_offset_key(key) {

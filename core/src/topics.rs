@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::config::BrokerConfig;
-use crate::io::{BootState, DiskOp, PartitionDir};
+use crate::io::{DiskOp, PartitionDir};
 use crate::log::PartitionLog;
 use crate::meta::{self, MetaEntry, TopicRecord};
 use crate::topic_config;
@@ -172,45 +172,46 @@ impl Topics {
             .collect()
     }
 
-    /// Rebuilds the topics from meta.db and their logs from the segments
-    /// found on disk. Returns the repairs (torn tails, leftovers of deleted
-    /// topics) to carry out before anything else.
-    pub fn boot(&mut self, config: &BrokerConfig, state: BootState) -> Vec<(PartitionKey, DiskOp)> {
-        for (key, value) in &state.meta {
+    /// Loads the topics stored in meta.db, each partition with an empty log
+    /// until its recovery installs the real one (`install`).
+    pub fn load(&mut self, config: &BrokerConfig, meta: &[(Vec<u8>, Vec<u8>)]) {
+        for (key, value) in meta {
             match meta::decode_entry(key, value) {
                 Ok(MetaEntry::Topic { name, record }) => self.insert(config, &name, record),
                 Ok(_) => {} // other records are the other modules' to rebuild
                 Err(e) => tracing::error!("skipping unreadable meta.db entry: {e}"),
             }
         }
-        let mut ops = Vec::new();
-        for recovered in state.partitions {
-            let dir = recovered.dir.clone();
-            let Some(topic) = self.map.get_mut(&dir.topic) else {
-                // A directory without a topic: left by a deletion that a crash
-                // interrupted after meta.db forgot the topic.
-                let key = PartitionKey {
-                    topic: dir.topic.clone(),
-                    id: Uuid::nil(),
-                    partition: dir.partition,
-                };
-                ops.push((key, DiskOp::DeletePartition { dir }));
-                continue;
-            };
-            let key = topic.key(&dir.topic, dir.partition);
-            let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
-            let Some(slot) = usize::try_from(dir.partition)
-                .ok()
-                .and_then(|p| topic.partitions.get_mut(p))
-            else {
-                ops.push((key, DiskOp::DeletePartition { dir }));
-                continue;
-            };
-            let (log, repairs) = PartitionLog::recover(dir, segment_bytes, recovered.segments);
-            *slot = log;
-            ops.extend(repairs.into_iter().map(|op| (key.clone(), op)));
-        }
-        ops
+    }
+
+    /// The partition a directory found at start-up belongs to, with its
+    /// segment.bytes; `None` for a directory no topic owns.
+    pub fn recovering(
+        &self,
+        config: &BrokerConfig,
+        dir: &PartitionDir,
+    ) -> Option<(PartitionKey, u64)> {
+        let topic = self.map.get(&dir.topic)?;
+        let p = usize::try_from(dir.partition).ok()?;
+        topic.partitions.get(p)?;
+        let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
+        Some((topic.key(&dir.topic, dir.partition), segment_bytes))
+    }
+
+    /// Puts a recovered log in its partition's place.
+    pub fn install(&mut self, key: &PartitionKey, log: PartitionLog) {
+        let slot = self
+            .partition_mut_by_key(key)
+            .expect("a recovering partition exists");
+        *slot = log;
+    }
+
+    /// Every partition's key.
+    pub fn keys(&self) -> Vec<PartitionKey> {
+        self.map
+            .iter()
+            .flat_map(|(name, t)| (0..t.partitions.len() as i32).map(|p| t.key(name, p)))
+            .collect()
     }
 
     /// Deletes segments past retention in every partition.

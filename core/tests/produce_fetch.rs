@@ -3,7 +3,7 @@
 mod support;
 
 use bytes::Bytes;
-use doze_core::{BrokerConfig, PartitionDir};
+use doze_core::{BrokerConfig, PartitionDir, SegmentFile};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -219,7 +219,7 @@ fn failed_sync_fails_the_produce_and_cuts_the_log() {
     let on_disk: usize = w
         .files
         .iter()
-        .filter(|((d, _), _)| *d == dir)
+        .filter(|((d, _, _), _)| *d == dir)
         .map(|(_, f)| f.data.len())
         .sum();
     assert_eq!(
@@ -264,7 +264,10 @@ fn torn_tail_is_truncated_at_boot_and_never_served() {
         produce_answer(&mut w, 1).unwrap();
     }
     let dir = PartitionDir::new("t", 0);
-    let file = w.files.get_mut(&(dir.clone(), 0)).unwrap();
+    let file = w
+        .files
+        .get_mut(&(dir.clone(), 0, SegmentFile::Log))
+        .unwrap();
     let full = file.data.len();
     // A torn last write: half a batch of garbage-free but incomplete bytes.
     let half = batch(&[&[9u8; 100]], T0_MS);
@@ -272,7 +275,7 @@ fn torn_tail_is_truncated_at_boot_and_never_served() {
     file.synced_len = file.data.len();
     w.restart(false);
     assert_eq!(
-        w.files[&(dir.clone(), 0)].data.len(),
+        w.files[&(dir.clone(), 0, SegmentFile::Log)].data.len(),
         full,
         "the torn tail is cut off the file"
     );
@@ -283,7 +286,10 @@ fn torn_tail_is_truncated_at_boot_and_never_served() {
     w.send(1, 9, &produce_req("t", 0, batch(&[b"next"], T0_MS), -1));
     assert_eq!(produce_answer(&mut w, 1), Some((0, 3)));
     // A flipped byte inside the last batch: CRC catches it.
-    let file = w.files.get_mut(&(dir.clone(), 0)).unwrap();
+    let file = w
+        .files
+        .get_mut(&(dir.clone(), 0, SegmentFile::Log))
+        .unwrap();
     let n = file.data.len();
     file.data[n - 2] ^= 0x55;
     w.restart(false);
@@ -349,7 +355,19 @@ fn retention_deletes_old_segments_by_size_and_time() {
         1,
         "below the log start is out of range"
     );
-    let files = w.files.keys().filter(|(d, _)| d.topic == "r").count();
+    let files = w
+        .files
+        .keys()
+        .filter(|(d, _, kind)| d.topic == "r" && *kind == SegmentFile::Log)
+        .count();
     assert!(files <= 4, "deleted segments left the disk ({files} files)");
+    let orphans = w
+        .files
+        .keys()
+        .filter(|(d, base, _)| {
+            d.topic == "r" && !w.files.contains_key(&(d.clone(), *base, SegmentFile::Log))
+        })
+        .count();
+    assert_eq!(orphans, 0, "a segment's index files go with its .log");
     assert!(start <= 20);
 }

@@ -79,6 +79,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
             key: meta::topic_key(n),
         })
         .collect();
+    // Its partitions' recovery checkpoints go with it.
+    for (n, id) in &topics {
+        let partitions = b.topics.get(n).map_or(0, |t| t.partitions.len() as i32);
+        ops.extend(crate::checkpoint::delete_ops(id, partitions));
+    }
     // The transaction flags of the topic's partitions go with it.
     for flagged in b
         .txn_flagged
@@ -107,6 +112,8 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
             b.producer_states.retain(|key, _| key.id != *id);
             b.partition_txns.retain(|key, _| key.id != *id);
             b.txn_flagged.retain(|key| key.id != *id);
+            b.offline.retain(|key| key.id != *id);
+            b.checkpoints.forget_topic(id);
             for (key, op) in b.topics.remove(name) {
                 b.emit_disk(key, op);
             }

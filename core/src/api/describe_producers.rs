@@ -33,7 +33,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
                 partitions.push(pr);
                 continue;
             };
-            let states = super::produce::producer_states(b, &key).describe();
+            let states = crate::partition::producer_states(b, &key).describe();
             let txns = b.partition_txns.get(&key);
             pr.active_producers = states
                 .into_iter()

@@ -19,16 +19,20 @@
 //! sent (`PartitionTxns::aborted_overlapping`); read_uncommitted readers get
 //! no list (null), as Kafka (a list there was Redpanda #18852).
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use super::reads::{self, Gathered, Parked};
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::io::FileRange;
 use crate::limits;
-use crate::log::ReadError;
+use crate::log::{Locate, LogPosition, ReadError};
 
 const READ_COMMITTED: i8 = 1;
 
@@ -37,6 +41,7 @@ pub struct WaitingFetch {
     pub ctx: RequestCtx,
     pub deadline_ms: i64,
     req: FetchRequest,
+    gathered: Gathered,
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
@@ -52,17 +57,49 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
             .with_session_id(0);
         return b.respond(&ctx, ResponseKind::Fetch(response));
     }
-    let built = build(b, &req);
     let wait_ms = (req.max_wait_ms as i64).clamp(0, limits::FETCH_WAIT_MS_MAX);
-    if built.satisfies(&req) || wait_ms == 0 {
-        return b.respond(&ctx, ResponseKind::Fetch(built.response));
-    }
     let deadline_ms = b.now_ms + wait_ms;
-    b.waiting_fetches.push(WaitingFetch {
-        ctx,
-        deadline_ms,
-        req,
-    });
+    resume(b, ctx, req, deadline_ms, Gathered::default());
+}
+
+/// Builds the response with what the request has read so far: answers it,
+/// parks it for more reads, or lets it wait for data.
+pub(crate) fn resume(
+    b: &mut Broker,
+    ctx: RequestCtx,
+    req: FetchRequest,
+    deadline_ms: i64,
+    gathered: Gathered,
+) {
+    match build(b, &req, &gathered) {
+        Err(needs) => reads::park(b, ctx, Parked::Fetch { req, deadline_ms }, gathered, needs),
+        Ok(built) if built.satisfies(&req) || b.now_ms >= deadline_ms => respond(b, &ctx, built),
+        Ok(_) => b.waiting_fetches.push(WaitingFetch {
+            ctx,
+            deadline_ms,
+            req,
+            gathered,
+        }),
+    }
+}
+
+fn respond(b: &mut Broker, ctx: &RequestCtx, built: Built) {
+    if built.files.is_empty() {
+        return b.respond(ctx, ResponseKind::Fetch(built.response));
+    }
+    match super::fetch_frame::encode(
+        ctx.correlation_id,
+        ctx.version,
+        &built.response,
+        &built.files,
+    ) {
+        Ok(parts) => b.respond_parts(ctx, parts),
+        Err(e) => {
+            // Our bug, but the client must not hang: close and say why.
+            tracing::error!(version = ctx.version, "cannot encode fetch response: {e:#}");
+            b.close(ctx.conn);
+        }
+    }
 }
 
 /// Answers waiting fetches that now have enough data (`data_changed`) or
@@ -75,12 +112,21 @@ pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
             i += 1;
             continue;
         }
-        let built = build(b, &b.waiting_fetches[i].req);
-        if expired || built.satisfies(&b.waiting_fetches[i].req) {
-            let waiting = b.waiting_fetches.swap_remove(i);
-            b.respond(&waiting.ctx, ResponseKind::Fetch(built.response));
-        } else {
-            i += 1;
+        let waiting = &b.waiting_fetches[i];
+        match build(b, &waiting.req, &waiting.gathered) {
+            Ok(built) if expired || built.satisfies(&waiting.req) => {
+                let waiting = b.waiting_fetches.swap_remove(i);
+                respond(b, &waiting.ctx, built);
+            }
+            Ok(_) => i += 1,
+            Err(needs) => {
+                let w = b.waiting_fetches.swap_remove(i);
+                let parked = Parked::Fetch {
+                    req: w.req,
+                    deadline_ms: w.deadline_ms,
+                };
+                reads::park(b, w.ctx, parked, w.gathered, needs);
+            }
         }
     }
     // swap_remove reorders; keep deadlines found by poll_timeout's min().
@@ -94,6 +140,8 @@ pub(crate) fn last_stable_offset(txns: Option<&crate::txn::PartitionTxns>, hw: i
 
 struct Built {
     response: FetchResponse,
+    /// The record sets sent as file ranges, by (topic, partition) index.
+    files: BTreeMap<(usize, usize), FileRange>,
     bytes: usize,
     /// A partition error ends the wait at once, as in Kafka.
     has_error: bool,
@@ -105,34 +153,48 @@ impl Built {
     }
 }
 
-fn build(b: &Broker, req: &FetchRequest) -> Built {
+/// What one partition sends.
+enum Records {
+    Empty,
+    File(FileRange),
+    Error(ResponseError),
+}
+
+/// The response, or the ranges to read before it can be built.
+fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, Vec<FileRange>> {
     let read_committed = req.isolation_level == READ_COMMITTED;
     let max_bytes = (req.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
     let mut total = 0usize;
     let mut has_error = false;
+    let mut needs = Vec::new();
+    let mut files = BTreeMap::new();
     let mut responses = Vec::with_capacity(req.topics.len());
-    for topic in &req.topics {
+    for (ti, topic) in req.topics.iter().enumerate() {
         let name = topic.topic.0.as_str();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
-        for p in &topic.partitions {
+        for (pi, p) in topic.partitions.iter().enumerate() {
             let mut pd = PartitionData::default()
                 .with_partition_index(p.partition)
                 .with_high_watermark(-1)
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1)
                 .with_preferred_read_replica(BrokerId(-1));
-            let Some(log) = b.topics.partition(name, p.partition) else {
+            let (Some(log), Some(topic_state)) =
+                (b.topics.partition(name, p.partition), b.topics.get(name))
+            else {
                 pd.error_code = ResponseError::UnknownTopicOrPartition.code();
                 has_error = true;
                 partitions.push(pd);
                 continue;
             };
+            let key = topic_state.key(name, p.partition);
+            if b.offline.contains(&key) {
+                pd.error_code = ResponseError::KafkaStorageError.code();
+                has_error = true;
+                partitions.push(pd);
+                continue;
+            }
             let hw = log.high_watermark();
-            let key = b
-                .topics
-                .get(name)
-                .expect("partition found above")
-                .key(name, p.partition);
             let txns = b.partition_txns.get(&key);
             let lso = last_stable_offset(txns, hw);
             pd.high_watermark = hw;
@@ -165,19 +227,63 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
                 .saturating_sub(total)
                 .min(p.partition_max_bytes.max(0) as usize);
             let first = total == 0;
-            if p.fetch_offset >= upper && p.fetch_offset <= log.log_end_offset() {
+            let records = if p.fetch_offset >= upper && p.fetch_offset <= log.log_end_offset() {
                 // Between the stable/durable end and the log end: nothing yet.
-                pd.records = Some(bytes::Bytes::new());
+                Records::Empty
+            } else if p.fetch_offset < log.log_start_offset()
+                || p.fetch_offset > log.log_end_offset()
+            {
+                Records::Error(ResponseError::OffsetOutOfRange)
             } else {
-                match log.read(p.fetch_offset, room, upper, first) {
-                    Ok(records) => {
-                        total += records.len();
-                        pd.records = Some(records);
+                let located = log
+                    .locate(p.fetch_offset, &gathered.reads)
+                    .and_then(|first_batch| {
+                        let upper_position = if upper == hw {
+                            Locate::Found(log.high_watermark_position())
+                        } else {
+                            log.locate(upper, &gathered.reads)
+                                .map_found(|pos| LogPosition {
+                                    segment_base: pos.segment_base,
+                                    position: pos.position,
+                                })
+                        };
+                        upper_position.map_found(|end| (first_batch, end))
+                    });
+                match located {
+                    Locate::Found((first_batch, end)) => {
+                        let range = log.fetch_range(&first_batch, end, room, first);
+                        if range.len == 0 {
+                            Records::Empty
+                        } else {
+                            Records::File(range)
+                        }
                     }
-                    Err(ReadError::OffsetOutOfRange) => {
-                        pd.error_code = ResponseError::OffsetOutOfRange.code();
-                        has_error = true;
+                    Locate::Need(range) if gathered.has_failed(&range) => {
+                        Records::Error(ResponseError::KafkaStorageError)
                     }
+                    Locate::Need(range) => {
+                        needs.push(range);
+                        Records::Empty
+                    }
+                    Locate::Failed(ReadError::OffsetOutOfRange) => {
+                        Records::Error(ResponseError::OffsetOutOfRange)
+                    }
+                    Locate::Failed(ReadError::Corrupt) => {
+                        Records::Error(ResponseError::KafkaStorageError)
+                    }
+                }
+            };
+            match records {
+                Records::Empty => pd.records = Some(bytes::Bytes::new()),
+                Records::File(range) => {
+                    total += range.len as usize;
+                    pd.records = None;
+                    files.insert((ti, pi), range);
+                }
+                Records::Error(e) => {
+                    pd.error_code = e.code();
+                    pd.records = Some(bytes::Bytes::new());
+                    has_error = true;
                 }
             }
             partitions.push(pd);
@@ -188,12 +294,16 @@ fn build(b: &Broker, req: &FetchRequest) -> Built {
                 .with_partitions(partitions),
         );
     }
+    if !needs.is_empty() {
+        return Err(needs);
+    }
     let response = FetchResponse::default()
         .with_session_id(0)
         .with_responses(responses);
-    Built {
+    Ok(Built {
         response,
+        files,
         bytes: total,
         has_error,
-    }
+    })
 }

@@ -8,7 +8,9 @@
 //! - t >= 0: the first offset whose timestamp is >= t, or offset -1 and
 //!   timestamp -1 when there is none (Kafka's answer).
 //!
-//! Only durable data (below the high watermark) is ever reported.
+//! Only durable data (below the high watermark) is ever reported. A search
+//! by timestamp reads batch headers from disk (`log::read`): the request is
+//! parked until the reads are in (`reads`).
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -16,8 +18,11 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use super::reads::{self, Gathered, Parked};
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::io::FileRange;
+use crate::log::{ReadError, TimeSearch};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -25,7 +30,13 @@ const MAX_TIMESTAMP: i64 = -3;
 const READ_COMMITTED: i8 = 1;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
+    resume(b, ctx, req, Gathered::default());
+}
+
+/// Answers with what the request has read so far, or parks it for more.
+pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, gathered: Gathered) {
     let read_committed = req.isolation_level == READ_COMMITTED;
+    let mut needs: Vec<FileRange> = Vec::new();
     let mut topics = Vec::with_capacity(req.topics.len());
     for topic in &req.topics {
         let name = topic.name.0.as_str();
@@ -38,31 +49,40 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
                     .with_timestamp(-1)
                     .with_offset(-1)
                     .with_leader_epoch(-1);
-                let Some(log) = b.topics.partition(name, p.partition_index) else {
+                let (Some(log), Some(topic_state)) = (
+                    b.topics.partition(name, p.partition_index),
+                    b.topics.get(name),
+                ) else {
                     return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
                 };
+                let key = topic_state.key(name, p.partition_index);
+                if b.offline.contains(&key) {
+                    return base.with_error_code(ResponseError::KafkaStorageError.code());
+                }
                 let hw = log.high_watermark();
-                let key = b
-                    .topics
-                    .get(name)
-                    .expect("partition found above")
-                    .key(name, p.partition_index);
                 let lso = super::fetch::last_stable_offset(b.partition_txns.get(&key), hw);
                 let upper = if read_committed { lso } else { hw };
-                match p.timestamp {
-                    LATEST => base.with_offset(upper),
-                    EARLIEST => base.with_offset(log.log_start_offset()),
-                    MAX_TIMESTAMP => match log.max_timestamp(upper) {
-                        Some((offset, ts)) => base.with_offset(offset).with_timestamp(ts),
-                        None => base,
-                    },
-                    ts if ts >= 0 => match log.offset_for_timestamp(ts, upper) {
-                        Some((offset, found_ts)) => {
-                            base.with_offset(offset).with_timestamp(found_ts)
-                        }
-                        None => base,
-                    },
-                    _ => base.with_error_code(ResponseError::InvalidRequest.code()),
+                let search = match p.timestamp {
+                    LATEST => return base.with_offset(upper),
+                    EARLIEST => return base.with_offset(log.log_start_offset()),
+                    MAX_TIMESTAMP => log.max_timestamp(upper, &gathered.reads),
+                    ts if ts >= 0 => log.offset_for_timestamp(ts, upper, &gathered.reads),
+                    _ => return base.with_error_code(ResponseError::InvalidRequest.code()),
+                };
+                match search {
+                    TimeSearch::Found(offset, ts) => base.with_offset(offset).with_timestamp(ts),
+                    TimeSearch::NotFound => base,
+                    TimeSearch::Need(range) if gathered.has_failed(&range) => {
+                        base.with_error_code(ResponseError::KafkaStorageError.code())
+                    }
+                    TimeSearch::Need(range) => {
+                        needs.push(range);
+                        base
+                    }
+                    TimeSearch::Failed(ReadError::OffsetOutOfRange) => base,
+                    TimeSearch::Failed(ReadError::Corrupt) => {
+                        base.with_error_code(ResponseError::KafkaStorageError.code())
+                    }
                 }
             })
             .collect();
@@ -71,6 +91,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
                 .with_name(topic.name.clone())
                 .with_partitions(partitions),
         );
+    }
+    if !needs.is_empty() {
+        return reads::park(b, ctx, Parked::ListOffsets(req), gathered, needs);
     }
     b.respond(
         &ctx,

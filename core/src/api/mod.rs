@@ -21,6 +21,7 @@ pub mod describe_producers;
 pub mod describe_transactions;
 pub mod end_txn;
 pub mod fetch;
+pub mod fetch_frame;
 pub mod find_coordinator;
 pub mod heartbeat;
 pub mod init_producer_id;
@@ -34,6 +35,7 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
+pub(crate) mod reads;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
@@ -60,6 +62,7 @@ pub enum MetaAction {
     OffsetDelete(offset_delete::PendingOffsetDelete),
     DeleteGroups(delete_groups::PendingDeleteGroups),
     Txn(crate::txn::write::TxnWrite),
+    Checkpoint(crate::checkpoint::PendingCheckpoint),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -142,6 +145,7 @@ pub(crate) fn apply_meta(b: &mut Broker, action: MetaAction, stored: bool) {
         MetaAction::OffsetDelete(p) => offset_delete::apply(b, p, stored),
         MetaAction::DeleteGroups(p) => delete_groups::apply(b, p, stored),
         MetaAction::Txn(w) => crate::txn::write::done(b, w, stored),
+        MetaAction::Checkpoint(p) => crate::checkpoint::written(b, p, stored),
     }
     // Admin requests that waited for this change run again, in arrival order.
     for (ctx, request) in std::mem::take(&mut b.deferred_admin) {

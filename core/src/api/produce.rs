@@ -26,7 +26,8 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
-use crate::producer::{AppendCheck, ProducerError, ProducerStates};
+use crate::partition::producer_states;
+use crate::producer::{AppendCheck, ProducerError};
 use crate::topics::PartitionKey;
 
 /// A produce request waiting for its data to be durable.
@@ -115,6 +116,9 @@ fn append_partition(
     };
     if partition < 0 || partition as usize >= topic.partitions.len() {
         return Err((ResponseError::UnknownTopicOrPartition, None));
+    }
+    if b.offline.contains(&topic.key(topic_name, partition)) {
+        return Err((ResponseError::KafkaStorageError, None));
     }
     let Some(records) = records else {
         return Err((
@@ -264,45 +268,6 @@ fn check_transaction(
         ));
     }
     Ok(())
-}
-
-/// Appends a transaction marker of `producer_id` to a partition; returns its
-/// offset, or None if the partition is gone.
-pub(crate) fn append_marker(
-    b: &mut Broker,
-    key: &PartitionKey,
-    producer_id: i64,
-    epoch: i16,
-    commit: bool,
-    now_ms: i64,
-) -> Option<i64> {
-    let log = b.topics.partition_mut_by_key(key)?;
-    let info = log.append(
-        crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms),
-        now_ms,
-        false,
-    );
-    b.partition_txns.entry(key.clone()).or_default().on_marker(
-        producer_id,
-        commit,
-        info.base_offset,
-    );
-    producer_states(b, key).record_marker(producer_id, epoch, now_ms);
-    for op in info.ops {
-        b.emit_disk(key.clone(), op);
-    }
-    Some(info.base_offset)
-}
-
-/// The partition's producer state, rebuilt from the log's tail if missing.
-pub(crate) fn producer_states<'a>(b: &'a mut Broker, key: &PartitionKey) -> &'a mut ProducerStates {
-    let log = b
-        .topics
-        .partition_by_key(key)
-        .expect("the partition exists");
-    b.producer_states
-        .entry(key.clone())
-        .or_insert_with(|| ProducerStates::rebuild(log))
 }
 
 fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse {

@@ -1,6 +1,15 @@
-//! One partition's log: every retained batch held in memory as `Bytes`, and
-//! mirrored on disk as Kafka-style segment files through `DiskOp`s that the
-//! caller pushes to its output queue, in the order returned.
+//! One partition's log. The batches live in segment files on disk; the core
+//! holds what it decides with: the segment list with each segment's sparse
+//! offset and time indexes (`segment.rs`, `index.rs`), the log start, high
+//! watermark and end offsets, and a bounded cache of the positions of the
+//! most recently appended batches (`known`), which lets a consumer at the
+//! tail be served without a read. Memory does not grow with retained bytes
+//! beyond the sparse indexes (20 bytes per 4 KiB of log).
+//!
+//! Writes are `DiskOp`s that the caller pushes to its output queue, in the
+//! order returned. Reads are `DiskOp::Read`s planned here (`read.rs`: where a
+//! fetch starts, which range it sends, where a timestamp lies) and carried out
+//! by the driver; a Fetch response carries file ranges, not bytes.
 //!
 //! Offsets: `log_start_offset <= high_watermark <= log_end_offset`. The log end
 //! offset is the next offset to assign. The high watermark is the end of the
@@ -8,59 +17,63 @@
 //! also what consumers may see). It moves only when a sync completes
 //! (`mark_durable`), and after a failed sync everything above it is cut off
 //! (`truncate_to_durable`).
-//!
-//! The index is a `VecDeque` of one entry per batch, sorted by offset, so that
-//! lookups are binary searches. It lives in memory and is rebuilt by the
-//! start-up scan (`recover`) instead of being kept in `.index`/`.timeindex`
-//! files: the scan reads every byte anyway to check the CRCs, and one less file
-//! kind is one less thing to tear at a power cut.
 
+pub mod index;
 mod read;
-mod recovery;
+pub mod recovery;
 mod retention;
 mod segment;
 
 #[cfg(test)]
 mod tests;
 
-pub use read::ReadError;
+pub use index::AbortedTxn;
+pub use read::{Locate, ReadError, Reads, TimeSearch};
 pub use segment::Segment;
 
 use crate::batch::{self, BatchHeader};
-use crate::io::{DiskOp, PartitionDir};
+use crate::io::{DiskOp, PartitionDir, SegmentFile};
+use crate::limits;
 use bytes::Bytes;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
-/// Where one batch lives and what its header says (after the broker set its
-/// base offset). One per retained batch.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BatchIndexEntry {
-    /// The header as stored (base offset assigned, LogAppendTime applied).
-    pub header: BatchHeader,
-    /// Base offset of the segment file holding the batch.
+/// Kafka's index.interval.bytes default: an offset index entry per 4 KiB.
+pub const INDEX_INTERVAL_BYTES: u64 = 4096;
+
+/// Where one batch lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchPos {
+    pub base_offset: i64,
+    pub last_offset: i64,
     pub segment_base: i64,
-    /// Byte position of the batch in its segment file.
-    pub position_bytes: u64,
-    /// Broker time when the batch was appended; -1 for batches found at start-up.
-    pub append_time_ms: i64,
+    pub position: u64,
+    pub size_bytes: u64,
+    pub max_timestamp_ms: i64,
 }
 
-impl BatchIndexEntry {
-    /// The batch's first offset.
-    pub fn base_offset(&self) -> i64 {
-        self.header.base_offset
+impl BatchPos {
+    pub fn of(header: &BatchHeader, segment_base: i64, position: u64) -> Self {
+        Self {
+            base_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            segment_base,
+            position,
+            size_bytes: header.total_bytes() as u64,
+            max_timestamp_ms: header.max_timestamp,
+        }
     }
 
-    /// The batch's last offset (inclusive).
-    pub fn last_offset(&self) -> i64 {
-        self.header.last_offset()
+    pub fn end_position(&self) -> u64 {
+        self.position + self.size_bytes
     }
+}
 
-    /// Bytes of the batch in its segment file.
-    pub fn size_bytes(&self) -> u64 {
-        self.header.total_bytes() as u64
-    }
+/// A place in the log: a segment and a byte position in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct LogPosition {
+    pub segment_base: i64,
+    pub position: u64,
 }
 
 /// What `append` did.
@@ -71,6 +84,8 @@ pub struct AppendInfo {
     /// The broker time stamped on the batch with LogAppendTime; -1 otherwise
     /// (what ProduceResponse's log_append_time_ms wants).
     pub log_append_time_ms: i64,
+    /// Where the batch went.
+    pub pos: BatchPos,
     /// Disk work to emit, in order.
     pub ops: Vec<DiskOp>,
 }
@@ -80,18 +95,11 @@ pub struct AppendInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncPoint {
     log_end_offset: i64,
+    end: LogPosition,
+    appended_bytes: u64,
     /// Points captured before a `truncate_to_durable` are void: after a failed
     /// sync, a later sync's success says nothing about the pages lost earlier.
     generation: u64,
-}
-
-struct StoredBatch {
-    entry: BatchIndexEntry,
-    bytes: Bytes,
-    /// Largest max_timestamp of this batch and every batch before it (including
-    /// batches since deleted): monotonic, so a binary search finds where
-    /// timestamps first reach a target, as Kafka's time index does.
-    max_timestamp_so_far: i64,
 }
 
 /// One partition's log. See the module comment.
@@ -101,24 +109,30 @@ pub struct PartitionLog {
     /// Oldest first; the last is the active segment, the only one appended to.
     /// Empty only for a new log before its first append.
     segments: VecDeque<Segment>,
-    /// Every retained batch, sorted by offset.
-    batches: VecDeque<StoredBatch>,
     log_start_offset: i64,
     log_end_offset: i64,
     high_watermark: i64,
+    /// Where the high watermark lies (a batch boundary).
+    high_watermark_position: LogPosition,
     sync_generation: u64,
+    /// Bytes appended (or found by the start-up scan) since start-up, and how
+    /// many of them are durable: what checkpoints are paced by.
+    appended_bytes: u64,
+    durable_bytes: u64,
+    /// Positions of recent batches by base offset, at most
+    /// `limits::KNOWN_BATCHES_MAX`: a consumer at the tail, the LSO and a
+    /// duplicate's answer are found without a read.
+    known: BTreeMap<i64, BatchPos>,
 }
 
 impl fmt::Debug for PartitionLog {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The batches' bytes would drown everything else.
         f.debug_struct("PartitionLog")
             .field("dir", &self.dir)
             .field("log_start_offset", &self.log_start_offset)
             .field("high_watermark", &self.high_watermark)
             .field("log_end_offset", &self.log_end_offset)
-            .field("segments", &self.segments)
-            .field("batch_count", &self.batches.len())
+            .field("segments", &self.segments.len())
             .finish()
     }
 }
@@ -127,15 +141,25 @@ impl PartitionLog {
     /// An empty log starting at offset 0. Its first segment (base 0) is
     /// created by the first append.
     pub fn new(dir: PartitionDir, segment_bytes: u64) -> Self {
+        Self::starting_at(dir, segment_bytes, 0)
+    }
+
+    fn starting_at(dir: PartitionDir, segment_bytes: u64, offset: i64) -> Self {
         Self {
             dir,
             segment_bytes,
             segments: VecDeque::new(),
-            batches: VecDeque::new(),
-            log_start_offset: 0,
-            log_end_offset: 0,
-            high_watermark: 0,
+            log_start_offset: offset,
+            log_end_offset: offset,
+            high_watermark: offset,
+            high_watermark_position: LogPosition {
+                segment_base: offset,
+                position: 0,
+            },
             sync_generation: 0,
+            appended_bytes: 0,
+            durable_bytes: 0,
+            known: BTreeMap::new(),
         }
     }
 
@@ -161,9 +185,19 @@ impl PartitionLog {
         self.high_watermark
     }
 
+    /// Where the high watermark lies.
+    pub fn high_watermark_position(&self) -> LogPosition {
+        self.high_watermark_position
+    }
+
     /// Bytes of all retained segments.
     pub fn size_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.size_bytes).sum()
+    }
+
+    /// Bytes made durable since start-up (a counter: checkpoints are paced by it).
+    pub fn durable_bytes(&self) -> u64 {
+        self.durable_bytes
     }
 
     /// Segments, oldest first; the last is the active one.
@@ -171,40 +205,65 @@ impl PartitionLog {
         self.segments.iter()
     }
 
-    /// Number of retained batches.
-    pub fn batch_count(&self) -> usize {
-        self.batches.len()
+    /// Entries held in memory for this log (index entries and known batch
+    /// positions): what its memory grows with.
+    pub fn memory_entries(&self) -> usize {
+        self.segments
+            .iter()
+            .map(Segment::index_entries)
+            .sum::<usize>()
+            + self.known.len()
     }
 
-    /// Batches whose last offset is at or after `offset`, in offset order
-    /// (the batch holding `offset` first). For rebuilding producer and
-    /// transaction state from the log's tail.
-    pub fn batches_from(&self, offset: i64) -> impl Iterator<Item = (&BatchIndexEntry, &Bytes)> {
-        let first = self.index_of_offset(offset);
-        self.batches.range(first..).map(|b| (&b.entry, &b.bytes))
-    }
-
-    /// The base offset of the oldest batch within the last `window_bytes` of
-    /// the log (the log end if it is empty): where a rebuild of producer
-    /// state from the log's tail starts. Walks back from the end, so it costs
-    /// the batches in the window, not the whole log.
-    pub fn tail_start_offset(&self, window_bytes: u64) -> i64 {
-        let mut total_bytes: u64 = 0;
-        let mut start = self.log_end_offset;
-        for stored in self.batches.iter().rev() {
-            total_bytes += stored.bytes.len() as u64;
-            if total_bytes > window_bytes {
-                break;
-            }
-            start = stored.entry.base_offset();
+    /// The position of the end of the log.
+    pub fn end_position(&self) -> LogPosition {
+        match self.segments.back() {
+            Some(s) => LogPosition {
+                segment_base: s.base_offset,
+                position: s.size_bytes,
+            },
+            None => LogPosition {
+                segment_base: self.log_end_offset,
+                position: 0,
+            },
         }
-        start
     }
 
-    /// Index of the first batch whose last offset is >= `offset`.
-    fn index_of_offset(&self, offset: i64) -> usize {
-        self.batches
-            .partition_point(|b| b.entry.last_offset() < offset)
+    /// Index of the segment holding `offset` (the last one based at or below it).
+    fn segment_index(&self, offset: i64) -> Option<usize> {
+        let after = self.segments.partition_point(|s| s.base_offset <= offset);
+        after.checked_sub(1)
+    }
+
+    fn segment(&self, base_offset: i64) -> Option<&Segment> {
+        let i = self.segment_index(base_offset)?;
+        let s = &self.segments[i];
+        (s.base_offset == base_offset).then_some(s)
+    }
+
+    fn remember(&mut self, pos: BatchPos) {
+        self.known.insert(pos.base_offset, pos);
+        while self.known.len() > limits::KNOWN_BATCHES_MAX {
+            self.known.pop_first();
+        }
+    }
+
+    /// Whether the log holds the bytes of `range` (its segment is retained
+    /// and long enough).
+    pub fn holds(&self, range: &crate::io::FileRange) -> bool {
+        let end = range.position.saturating_add(range.len);
+        match range.file {
+            SegmentFile::Log => self
+                .segment(range.segment_base)
+                .is_some_and(|s| end <= s.size_bytes),
+            _ => self.segment(range.segment_base).is_some(),
+        }
+    }
+
+    /// The known batch holding `offset`, if its position is remembered.
+    pub fn known_batch(&self, offset: i64) -> Option<BatchPos> {
+        let (_, pos) = self.known.range(..=offset).next_back()?;
+        (pos.last_offset >= offset).then_some(*pos)
     }
 
     // ---- mutators ----
@@ -218,7 +277,8 @@ impl PartitionLog {
     /// or built by the broker (a marker), at the log end offset. Rolls to a new
     /// segment when the active one is non-empty and the batch would take it
     /// past segment.bytes (a batch larger than segment.bytes gets a segment of
-    /// its own). With `log_append_time` the batch is stamped with `now_ms`.
+    /// its own), or when its offsets would not fit the index's relative
+    /// offsets. With `log_append_time` the batch is stamped with `now_ms`.
     pub fn append(&mut self, batch: Bytes, now_ms: i64, log_append_time: bool) -> AppendInfo {
         let base_offset = self.log_end_offset;
         let log_append_time_ms = if log_append_time {
@@ -233,15 +293,20 @@ impl PartitionLog {
             "a validated batch has a non-negative offset delta"
         );
         let size_bytes = bytes.len() as u64;
+        let mut ops = Vec::new();
         let roll = match self.segments.back() {
             None => true,
             Some(active) => {
-                active.size_bytes > 0 && active.size_bytes + size_bytes > self.segment_bytes
+                let full = active.size_bytes + size_bytes > self.segment_bytes;
+                let relative_overflow =
+                    header.last_offset() - active.base_offset > i64::from(i32::MAX);
+                active.size_bytes > 0 && (full || relative_overflow)
             }
         };
         if roll {
-            self.segments.push_back(Segment::new(base_offset));
+            ops.extend(self.roll(base_offset));
         }
+        let dir = self.dir.clone();
         let active = self
             .segments
             .back_mut()
@@ -250,36 +315,55 @@ impl PartitionLog {
             active.base_offset <= base_offset,
             "a segment's base is at or before its batches"
         );
-        let position_bytes = active.size_bytes;
-        active.size_bytes += size_bytes;
-        active.max_timestamp_ms = active.max_timestamp_ms.max(header.max_timestamp);
-        active.last_append_ms = now_ms;
-        let segment_base = active.base_offset;
-        let max_timestamp_so_far = self.batches.back().map_or(header.max_timestamp, |b| {
-            b.max_timestamp_so_far.max(header.max_timestamp)
-        });
-        let last_offset = header.last_offset();
-        self.batches.push_back(StoredBatch {
-            entry: BatchIndexEntry {
-                header,
-                segment_base,
-                position_bytes,
-                append_time_ms: now_ms,
-            },
-            bytes: bytes.clone(),
-            max_timestamp_so_far,
-        });
-        self.log_end_offset = last_offset + 1;
-        let ops = vec![DiskOp::Append {
-            dir: self.dir.clone(),
-            segment_base,
+        let position = active.size_bytes;
+        ops.push(DiskOp::Append {
+            dir: dir.clone(),
+            segment_base: active.base_offset,
+            file: SegmentFile::Log,
             bytes,
-        }];
+        });
+        ops.extend(active.on_batch(&dir, &header, position, INDEX_INTERVAL_BYTES));
+        active.last_append_ms = now_ms;
+        let pos = BatchPos::of(&header, active.base_offset, position);
+        self.remember(pos);
+        self.appended_bytes += size_bytes;
+        self.log_end_offset = pos.last_offset + 1;
         AppendInfo {
             base_offset,
-            last_offset,
+            last_offset: pos.last_offset,
             log_append_time_ms,
+            pos,
             ops,
+        }
+    }
+
+    /// Starts a new active segment at `base_offset`: the old one gets its
+    /// final time index entry, the new one its four files.
+    fn roll(&mut self, base_offset: i64) -> Vec<DiskOp> {
+        let mut ops = Vec::new();
+        let dir = self.dir.clone();
+        if let Some(active) = self.segments.back_mut() {
+            ops.extend(active.maybe_time_entry(&dir));
+        }
+        let segment = Segment::new(base_offset);
+        ops.extend(segment.create_ops(&dir));
+        self.segments.push_back(segment);
+        ops
+    }
+
+    /// Books an aborted transaction whose marker was just appended (or
+    /// found): the entry goes to the `.txnindex` of the marker's segment.
+    pub fn append_aborted(&mut self, aborted: &AbortedTxn) -> DiskOp {
+        let i = self
+            .segment_index(aborted.last_offset)
+            .expect("the marker's segment is retained");
+        let segment = &mut self.segments[i];
+        segment.txn_entries += 1;
+        DiskOp::Append {
+            dir: self.dir.clone(),
+            segment_base: segment.base_offset,
+            file: SegmentFile::TxnIndex,
+            bytes: aborted.encode(),
         }
     }
 
@@ -288,6 +372,8 @@ impl PartitionLog {
     pub fn sync_point(&self) -> SyncPoint {
         SyncPoint {
             log_end_offset: self.log_end_offset,
+            end: self.end_position(),
+            appended_bytes: self.appended_bytes,
             generation: self.sync_generation,
         }
     }
@@ -303,87 +389,64 @@ impl PartitionLog {
             point.log_end_offset <= self.log_end_offset,
             "without a truncation the log end offset never moves back"
         );
-        self.high_watermark = self.high_watermark.max(point.log_end_offset);
+        if point.log_end_offset > self.high_watermark {
+            self.high_watermark = point.log_end_offset;
+            self.high_watermark_position = point.end;
+        }
+        self.durable_bytes = self.durable_bytes.max(point.appended_bytes);
     }
 
-    /// After a failed sync: drops everything above the high watermark from
-    /// memory and returns the ops that cut the files to match (a Truncate of
-    /// the segment holding the first lost batch, or its DeleteSegment if it
-    /// would be left empty and is not the first segment, then DeleteSegment for
-    /// every later segment). Afterwards `log_end_offset() == high_watermark()`.
-    pub fn truncate_to_durable(&mut self) -> Vec<DiskOp> {
+    /// After a failed sync: drops everything above the high watermark and
+    /// returns the ops that cut the files to match (the segment holding the
+    /// high watermark is cut there, with its index files; every later segment
+    /// is deleted). Afterwards `log_end_offset() == high_watermark()`.
+    /// `aborted_cut` are the aborted transactions whose markers were cut
+    /// (`PartitionTxns::truncate_above`): their `.txnindex` entries go too.
+    pub fn truncate_to_durable(&mut self, aborted_cut: &[AbortedTxn]) -> Vec<DiskOp> {
         self.sync_generation += 1;
+        self.appended_bytes = self.durable_bytes;
         let hw = self.high_watermark;
-        let first_lost = self.batches.partition_point(|b| b.entry.base_offset() < hw);
-        if let Some(kept) = first_lost.checked_sub(1).map(|i| &self.batches[i]) {
-            assert!(
-                kept.entry.last_offset() < hw,
-                "the high watermark lies on a batch boundary"
-            );
+        if self.log_end_offset == hw {
+            return Vec::new();
         }
+        let cut = self.high_watermark_position;
         let mut ops = Vec::new();
-        if first_lost == self.batches.len() {
-            assert!(
-                self.log_end_offset == hw,
-                "no batch above the high watermark, so nothing to cut"
-            );
-            return ops;
-        }
-        let cut_segment = self.batches[first_lost].entry.segment_base;
-        let cut_position = self.batches[first_lost].entry.position_bytes;
-        self.batches.truncate(first_lost);
-        let mut deleted = Vec::new();
+        let mut next_base = i64::MAX;
         while self
             .segments
             .back()
-            .is_some_and(|s| s.base_offset > cut_segment)
+            .is_some_and(|s| s.base_offset > cut.segment_base)
         {
-            deleted.push(self.segments.pop_back().expect("checked").base_offset);
-        }
-        // Deleting the cut segment is safe only when the data left before it
-        // ends exactly at the high watermark: a restart then finds the same
-        // log end in the earlier segment.
-        let kept_end = self.batches.back().map(|b| b.entry.last_offset() + 1);
-        let deletable = self.segments.len() > 1 && kept_end == Some(hw);
-        let segment = self
-            .segments
-            .back_mut()
-            .expect("the cut segment is retained");
-        assert!(
-            segment.base_offset == cut_segment,
-            "the cut batch's segment is retained"
-        );
-        if cut_position == 0 && deletable {
-            self.segments.pop_back();
+            let gone = self.segments.pop_back().expect("checked");
+            next_base = gone.base_offset;
             ops.push(DiskOp::DeleteSegment {
                 dir: self.dir.clone(),
-                segment_base: cut_segment,
-            });
-        } else {
-            // Otherwise the segment stays, even empty: its file name is what
-            // carries the log start (or end) offset across a restart.
-            segment.size_bytes = cut_position;
-            segment.max_timestamp_ms = self
-                .batches
-                .iter()
-                .rev()
-                .take_while(|b| b.entry.segment_base == cut_segment)
-                .map(|b| b.entry.header.max_timestamp)
-                .max()
-                .unwrap_or(batch::NO_TIMESTAMP);
-            let dir = self.dir.clone();
-            ops.push(DiskOp::Truncate {
-                dir,
-                segment_base: cut_segment,
-                len: cut_position,
+                segment_base: gone.base_offset,
             });
         }
-        for segment_base in deleted.into_iter().rev() {
-            ops.push(DiskOp::DeleteSegment {
-                dir: self.dir.clone(),
-                segment_base,
-            });
+        // Deletions were pushed newest first; the files go in that order too,
+        // so a crash midway leaves a prefix of segments, never a hole.
+        let dir = self.dir.clone();
+        match self.segments.back_mut() {
+            Some(segment) => {
+                assert_eq!(
+                    segment.base_offset, cut.segment_base,
+                    "the high watermark's segment is retained"
+                );
+                // Aborts whose marker sat in a later segment left with it.
+                let cut_here = aborted_cut
+                    .iter()
+                    .filter(|a| a.last_offset >= segment.base_offset && a.last_offset < next_base)
+                    .count() as u64;
+                let kept = segment.txn_entries.saturating_sub(cut_here);
+                ops.extend(segment.truncate(&dir, cut.position, hw, kept));
+            }
+            None => {
+                // Nothing was durable in any segment: the log is empty at hw.
+                assert_eq!(cut.position, 0, "an empty log's end is at position 0");
+            }
         }
+        self.known.retain(|_, pos| pos.last_offset < hw);
         self.log_end_offset = hw;
         assert!(
             self.log_start_offset <= self.log_end_offset,

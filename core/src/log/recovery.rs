@@ -1,157 +1,540 @@
-//! The start-up scan: rebuild the in-memory log and index from the segment
-//! files, and cut off a torn tail so that it is never served.
+//! Start-up of one partition's log, from what the driver listed (segment
+//! sizes and index files) and the partition's recovery checkpoint.
+//!
+//! - Below the recovery point everything is synced and indexed: the segments
+//!   there are taken from their index files alone, without reading a byte of
+//!   their batches.
+//! - From the recovery point on, the batches are read (`DiskOp::Read`, in
+//!   chunks) and checked one by one (header, length, CRC, offsets that
+//!   increase); their index entries are written again, and the segments are
+//!   adopted (made durable by the boot sync: a crashed process may have left
+//!   them in the page cache only). The first batch that fails is a torn tail:
+//!   it and everything after it is cut off, never served.
+//! - Without a usable checkpoint (none yet, or an index file below the
+//!   recovery point missing or inconsistent) every segment is read: the
+//!   indexes are a cache of the batch headers, rebuilt from them.
+//!
+//! The batches read are handed to the caller as they come, so that producer
+//! and transaction state continue from the checkpoint's snapshot.
 
-use super::{BatchIndexEntry, PartitionLog, Segment, StoredBatch};
-use crate::batch;
-use crate::io::{DiskOp, PartitionDir, RecoveredSegment};
-use std::fmt;
+use std::collections::VecDeque;
 
-/// Why a batch in a segment ends the valid prefix of the log.
-enum Torn {
-    Batch(batch::BatchError),
-    /// A base offset below the previous batch's end, or below the segment's base.
-    OffsetGoesBack {
-        base_offset: i64,
-        expected_min: i64,
-    },
+use serde::{Deserialize, Serialize};
+
+use super::index::{self, AbortedTxn};
+use super::{BatchPos, LogPosition, PartitionLog, Segment, INDEX_INTERVAL_BYTES};
+use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES};
+use crate::io::{DiskOp, FileRange, PartitionDir, RecoveredSegment, SegmentFile};
+use crate::limits;
+
+/// The log's part of a partition's recovery checkpoint: everything below
+/// `offset` (at `segment_base`/`position`) is synced, and so are the index
+/// entries of the batches there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogCheckpoint {
+    pub offset: i64,
+    pub segment_base: i64,
+    pub position: u64,
+    /// The largest timestamp below `offset` in that segment, and the last
+    /// offset of the batch holding it (-1: none).
+    pub max_timestamp_ms: i64,
+    pub offset_of_max_timestamp: i64,
 }
 
-impl fmt::Display for Torn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Torn::Batch(e) => write!(f, "{e}"),
-            Torn::OffsetGoesBack {
-                base_offset,
-                expected_min,
-            } => {
-                write!(f, "batch base offset {base_offset} below {expected_min}")
-            }
-        }
-    }
+/// A batch found by the scan, for the caller's producer and transaction state.
+#[derive(Clone, Debug)]
+pub struct ScannedBatch {
+    pub header: BatchHeader,
+    pub pos: BatchPos,
+    /// For a control batch: Some(true) commit, Some(false) abort.
+    pub marker_commit: Option<bool>,
 }
 
-impl PartitionLog {
-    /// Rebuilds a log from the segment files found at start-up (in any order).
-    ///
-    /// Each segment is scanned batch by batch (header, length, record count,
-    /// CRC) and offsets must increase. The first batch that fails is a torn
-    /// tail: it and everything after it, in its segment and in every later
-    /// segment, is dropped, and the returned ops make the files match (a
-    /// Truncate of that segment to its valid prefix, or its DeleteSegment when
-    /// the prefix is empty and it is not the first segment; a DeleteSegment for
-    /// every later segment). Linear in the bytes found.
-    ///
-    /// Everything kept is durable (high watermark = log end offset). The log
-    /// start is the first batch's base offset; with no batch at all, it is the
-    /// log end, which is the last segment's base offset.
-    pub fn recover(
+/// One segment to read: from `position` to `end` (its file length).
+#[derive(Clone, Debug)]
+struct ScanJob {
+    segment_base: i64,
+    position: u64,
+    end: u64,
+}
+
+/// A partition log being recovered. See the module comment.
+pub struct LogRecovery {
+    log: PartitionLog,
+    jobs: VecDeque<ScanJob>,
+    /// The next offset a scanned batch may have.
+    expected_min: i64,
+    /// Aborted transactions from the `.txnindex` files kept.
+    aborted: Vec<AbortedTxn>,
+    /// Whether the checkpoint was used (else the caller starts producer and
+    /// transaction state from nothing).
+    from_checkpoint: bool,
+    ops: Vec<DiskOp>,
+}
+
+impl LogRecovery {
+    /// Plans the recovery. The returned value has the repairs to emit first
+    /// (`take_ops`) and then asks for reads (`next_read`).
+    pub fn start(
         dir: PartitionDir,
         segment_bytes: u64,
-        mut segments: Vec<RecoveredSegment>,
-    ) -> (Self, Vec<DiskOp>) {
-        segments.sort_by_key(|s| s.base_offset);
-        for pair in segments.windows(2) {
-            // Deleting a "later" duplicate would delete the file that was kept.
+        mut found: Vec<RecoveredSegment>,
+        checkpoint: Option<&LogCheckpoint>,
+    ) -> Self {
+        found.sort_by_key(|s| s.base_offset);
+        for pair in found.windows(2) {
             assert!(
                 pair[0].base_offset != pair[1].base_offset,
-                "two segment files with one base offset"
+                "two segments listed with one base offset"
             );
         }
-        let mut log = Self::new(dir, segment_bytes);
         let mut ops = Vec::new();
-        let mut torn_at: Option<i64> = None;
-        for (i, found) in segments.iter().enumerate() {
-            if torn_at.is_some() {
+        // Index files whose .log is gone before the first real segment: what a
+        // crash left of a retention deletion.
+        while found.first().is_some_and(|s| s.log_bytes.is_none()) {
+            let orphan = found.remove(0);
+            ops.push(DiskOp::DeleteSegment {
+                dir: dir.clone(),
+                segment_base: orphan.base_offset,
+            });
+        }
+        // A .log missing further on is a hole nobody of ours makes: the log
+        // ends before it.
+        if let Some(hole) = found.iter().position(|s| s.log_bytes.is_none()) {
+            tracing::warn!(dir = %dir.dir_name(), "segment file missing; the log ends before it");
+            for gone in found.drain(hole..) {
                 ops.push(DiskOp::DeleteSegment {
-                    dir: log.dir.clone(),
-                    segment_base: found.base_offset,
+                    dir: dir.clone(),
+                    segment_base: gone.base_offset,
                 });
-                continue;
-            }
-            let (segment, torn) = log.scan_segment(found);
-            let Some(torn) = torn else {
-                log.segments.push_back(segment);
-                continue;
-            };
-            tracing::warn!(
-                dir = %log.dir.dir_name(),
-                segment_base = found.base_offset,
-                valid_bytes = segment.size_bytes,
-                found_bytes = found.bytes.len(),
-                "torn segment tail cut off: {torn}"
-            );
-            torn_at = Some(found.base_offset);
-            if segment.size_bytes == 0 && i > 0 {
-                ops.push(DiskOp::DeleteSegment {
-                    dir: log.dir.clone(),
-                    segment_base: found.base_offset,
-                });
-            } else {
-                let len = segment.size_bytes;
-                ops.push(DiskOp::Truncate {
-                    dir: log.dir.clone(),
-                    segment_base: found.base_offset,
-                    len,
-                });
-                log.segments.push_back(segment);
             }
         }
-        let data_end = log.batches.back().map(|b| b.entry.last_offset() + 1);
-        let last_segment_base = log.segments.back().map(|s| s.base_offset);
-        log.log_end_offset = data_end.max(last_segment_base).unwrap_or(0);
+        let start = found.first().map_or(0, |s| s.base_offset);
+        let mut recovery = Self {
+            log: PartitionLog::starting_at(dir, segment_bytes, start),
+            jobs: VecDeque::new(),
+            expected_min: start,
+            aborted: Vec::new(),
+            from_checkpoint: false,
+            ops,
+        };
+        let usable = checkpoint.filter(|c| recovery.try_checkpoint(&found, c));
+        if usable.is_none() {
+            recovery.plan_full(&found);
+        }
+        recovery
+    }
+
+    /// Sets the log up from the checkpoint and the index files below it;
+    /// false (and nothing changed) when they do not agree with what is on disk.
+    fn try_checkpoint(&mut self, found: &[RecoveredSegment], c: &LogCheckpoint) -> bool {
+        let below: Vec<&RecoveredSegment> = found
+            .iter()
+            .filter(|s| s.base_offset < c.segment_base)
+            .collect();
+        let at = found.iter().find(|s| s.base_offset == c.segment_base);
+        let above: Vec<&RecoveredSegment> = found
+            .iter()
+            .filter(|s| s.base_offset > c.segment_base)
+            .collect();
+        if at.is_none() && !below.is_empty() {
+            return false; // the checkpoint's segment is gone but older ones are not
+        }
+        if let Some(at) = at {
+            if at.log_bytes.unwrap_or(0) < c.position {
+                return false; // synced bytes are missing
+            }
+        }
+        let mut segments = VecDeque::new();
+        let mut aborted = Vec::new();
+        for (i, s) in below.iter().enumerate() {
+            let next_base = below.get(i + 1).map_or(c.segment_base, |n| n.base_offset);
+            let Some(segment) = closed_segment(s, next_base, &mut aborted) else {
+                tracing::warn!(
+                    segment = s.base_offset,
+                    "index files missing or inconsistent; rebuilding every index from the log"
+                );
+                return false;
+            };
+            segments.push_back(segment);
+        }
+        let mut ops = Vec::new();
+        let mut jobs = VecDeque::new();
+        if let Some(at) = at {
+            let Some(segment) = checkpoint_segment(at, c, &mut aborted) else {
+                tracing::warn!(
+                    segment = at.base_offset,
+                    "index files inconsistent; rebuilding every index from the log"
+                );
+                return false;
+            };
+            ops.extend(segment.index_cut_ops(&self.log.dir));
+            let end = at.log_bytes.expect("checked");
+            if end > c.position {
+                ops.push(self.adopt(segment.base_offset));
+                jobs.push_back(ScanJob {
+                    segment_base: at.base_offset,
+                    position: c.position,
+                    end,
+                });
+            }
+            segments.push_back(segment);
+        }
+        for s in above {
+            let segment = Segment::new(s.base_offset);
+            ops.extend(segment.index_cut_ops(&self.log.dir));
+            ops.push(self.adopt(s.base_offset));
+            jobs.push_back(ScanJob {
+                segment_base: s.base_offset,
+                position: 0,
+                end: s.log_bytes.expect("holes were cut above"),
+            });
+            segments.push_back(segment);
+        }
+        self.log.segments = segments;
+        self.jobs = jobs;
+        self.aborted = aborted;
+        self.expected_min = c.offset;
+        self.from_checkpoint = true;
+        self.ops.extend(ops);
+        true
+    }
+
+    /// Every segment is read from its start; every index file is written again.
+    fn plan_full(&mut self, found: &[RecoveredSegment]) {
+        let mut segments = VecDeque::new();
+        for s in found {
+            let segment = Segment::new(s.base_offset);
+            self.ops.extend(segment.index_cut_ops(&self.log.dir));
+            self.ops.push(self.adopt(s.base_offset));
+            self.jobs.push_back(ScanJob {
+                segment_base: s.base_offset,
+                position: 0,
+                end: s.log_bytes.expect("holes were cut above"),
+            });
+            segments.push_back(segment);
+        }
+        self.log.segments = segments;
+    }
+
+    fn adopt(&self, segment_base: i64) -> DiskOp {
+        DiskOp::Adopt {
+            dir: self.log.dir.clone(),
+            segment_base,
+        }
+    }
+
+    /// Whether the producer and transaction state continue from the
+    /// checkpoint's snapshot (else they start from nothing).
+    pub fn from_checkpoint(&self) -> bool {
+        self.from_checkpoint
+    }
+
+    /// Aborted transactions of the `.txnindex` files kept, in marker order.
+    pub fn take_aborted(&mut self) -> Vec<AbortedTxn> {
+        std::mem::take(&mut self.aborted)
+    }
+
+    /// Disk work to emit now, in order.
+    pub fn take_ops(&mut self) -> Vec<DiskOp> {
+        std::mem::take(&mut self.ops)
+    }
+
+    /// The log as recovered so far (to book aborted transactions found).
+    pub fn log_mut(&mut self) -> &mut PartitionLog {
+        &mut self.log
+    }
+
+    /// The next range to read, or `None` when the scan is over.
+    pub fn next_read(&self) -> Option<FileRange> {
+        let job = self.jobs.front()?;
+        let len = (job.end - job.position).min(limits::RECOVERY_READ_BYTES as u64);
+        Some(FileRange {
+            dir: self.log.dir.clone(),
+            segment_base: job.segment_base,
+            file: SegmentFile::Log,
+            position: job.position,
+            len,
+        })
+    }
+
+    /// Takes the bytes of the range `next_read` named: books every whole
+    /// valid batch, and returns them. Stops the scan at a torn batch.
+    pub fn on_read(&mut self, range: &FileRange, bytes: &[u8]) -> Vec<ScannedBatch> {
+        let job = self.jobs.front().cloned().expect("a read was asked for");
+        assert_eq!(
+            (range.segment_base, range.position),
+            (job.segment_base, job.position),
+            "reads come back for the range asked"
+        );
+        assert_eq!(
+            bytes.len() as u64,
+            range.len,
+            "a read returns what was asked"
+        );
+        let mut scanned = Vec::new();
+        let mut at: usize = 0;
+        let chunk_end_is_file_end = range.position + range.len == job.end;
+        loop {
+            let rest = &bytes[at..];
+            if rest.is_empty() && chunk_end_is_file_end {
+                self.jobs.pop_front();
+                self.segment_read(job.segment_base);
+                break;
+            }
+            let position = job.position + at as u64;
+            // A header or batch that runs past the chunk: read again from it,
+            // unless the chunk ends the file (then it is torn).
+            let needed = match batch::parse_header(rest) {
+                Ok(h) => h.total_bytes(),
+                Err(batch::BatchError::Truncated) => BATCH_HEADER_BYTES,
+                Err(e) => {
+                    self.torn(&job, position, &e.to_string());
+                    break;
+                }
+            };
+            if rest.len() < needed {
+                if chunk_end_is_file_end || position + needed as u64 > job.end {
+                    self.torn(&job, position, "batch runs past the end of the file");
+                } else {
+                    self.jobs.front_mut().expect("current job").position = position;
+                }
+                break;
+            }
+            let header = match batch::check_batch(rest) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.torn(&job, position, &e.to_string());
+                    break;
+                }
+            };
+            let expected_min = self.expected_min.max(job.segment_base);
+            if header.base_offset < expected_min || position + needed as u64 > u64::from(u32::MAX) {
+                let why = format!(
+                    "batch base offset {} below {expected_min}",
+                    header.base_offset
+                );
+                self.torn(&job, position, &why);
+                break;
+            }
+            let marker_commit = header
+                .is_control()
+                .then(|| crate::txn::marker::is_commit(&header, rest))
+                .flatten();
+            let pos = self.book(job.segment_base, &header, position);
+            scanned.push(ScannedBatch {
+                header,
+                pos,
+                marker_commit,
+            });
+            at += needed;
+            if at == bytes.len() && !chunk_end_is_file_end {
+                self.jobs.front_mut().expect("current job").position = position + needed as u64;
+                break;
+            }
+        }
+        scanned
+    }
+
+    /// A segment was read to its end: if a later one follows, it was rolled,
+    /// and gets the final time index entry a roll writes.
+    fn segment_read(&mut self, segment_base: i64) {
+        let dir = self.log.dir.clone();
+        let last = self.log.segments.back().map(|s| s.base_offset);
+        if last == Some(segment_base) {
+            return;
+        }
+        let segment = self
+            .log
+            .segments
+            .iter_mut()
+            .find(|s| s.base_offset == segment_base)
+            .expect("the scanned segment is listed");
+        self.ops.extend(segment.maybe_time_entry(&dir));
+    }
+
+    fn book(&mut self, segment_base: i64, header: &BatchHeader, position: u64) -> BatchPos {
+        let dir = self.log.dir.clone();
+        let segment = self
+            .log
+            .segments
+            .iter_mut()
+            .find(|s| s.base_offset == segment_base)
+            .expect("the scanned segment is listed");
+        let ops = segment.on_batch(&dir, header, position, INDEX_INTERVAL_BYTES);
+        let pos = BatchPos::of(header, segment.base_offset, position);
+        self.ops.extend(ops);
+        self.log.remember(pos);
+        self.log.appended_bytes += pos.size_bytes;
+        self.expected_min = pos.last_offset + 1;
+        pos
+    }
+
+    /// Cuts the log at `position` of the current job's segment, and drops
+    /// every later segment.
+    fn torn(&mut self, job: &ScanJob, position: u64, why: &str) {
+        tracing::warn!(
+            dir = %self.log.dir.dir_name(),
+            segment_base = job.segment_base,
+            valid_bytes = position,
+            file_bytes = job.end,
+            "torn segment tail cut off: {why}"
+        );
+        self.ops.push(DiskOp::Truncate {
+            dir: self.log.dir.clone(),
+            segment_base: job.segment_base,
+            file: SegmentFile::Log,
+            len: position,
+        });
+        while self
+            .log
+            .segments
+            .back()
+            .is_some_and(|s| s.base_offset > job.segment_base)
+        {
+            let gone = self.log.segments.pop_back().expect("checked");
+            self.ops.push(DiskOp::DeleteSegment {
+                dir: self.log.dir.clone(),
+                segment_base: gone.base_offset,
+            });
+        }
+        self.jobs.clear();
+    }
+
+    /// The recovered log, once `next_read` is `None`. Everything in it is
+    /// treated as durable: the caller makes it so with the boot sync before
+    /// serving anything.
+    pub fn finish(mut self) -> PartitionLog {
+        assert!(self.jobs.is_empty(), "the scan is over");
+        let log = &mut self.log;
+        // Offsets run on from segment to segment.
+        let bases: Vec<i64> = log.segments.iter().map(|s| s.base_offset).collect();
+        for (i, segment) in log.segments.iter_mut().enumerate() {
+            if let Some(next) = bases.get(i + 1) {
+                segment.next_offset = segment.next_offset.max(*next);
+            }
+        }
+        log.log_end_offset = log
+            .segments
+            .back()
+            .map_or(log.log_start_offset, |s| s.next_offset.max(s.base_offset));
         log.log_start_offset = log
-            .batches
+            .segments
             .front()
-            .map_or(log.log_end_offset, |b| b.entry.base_offset());
+            .map_or(log.log_end_offset, |s| s.base_offset);
         log.high_watermark = log.log_end_offset;
+        log.high_watermark_position = log.end_position();
+        log.durable_bytes = log.appended_bytes;
         assert!(
             log.log_start_offset <= log.log_end_offset,
             "recovered offsets are ordered"
         );
-        (log, ops)
+        assert!(self.ops.is_empty(), "every op was taken before finishing");
+        self.log
+    }
+}
+
+/// A segment wholly below the recovery point, from its index files; `None`
+/// when one is absent or disagrees with the `.log`.
+fn closed_segment(
+    found: &RecoveredSegment,
+    next_base: i64,
+    aborted: &mut Vec<AbortedTxn>,
+) -> Option<Segment> {
+    let log_bytes = found.log_bytes?;
+    let offsets = index::decode_offset_index(found.offset_index.as_deref()?)?;
+    let times = index::decode_time_index(found.time_index.as_deref()?)?;
+    let txns = index::decode_txn_index(found.txn_index.as_deref()?)?;
+    let span = next_base - found.base_offset;
+    let fits_offsets = offsets
+        .last()
+        .is_none_or(|e| u64::from(e.position) < log_bytes && i64::from(e.relative_offset) < span);
+    let fits_times = times
+        .last()
+        .is_none_or(|e| i64::from(e.relative_offset) < span);
+    let fits_txns = txns
+        .iter()
+        .all(|t| t.last_offset >= found.base_offset && t.last_offset < next_base);
+    if !(fits_offsets && fits_times && fits_txns) {
+        return None;
+    }
+    let mut segment = Segment::new(found.base_offset);
+    segment.size_bytes = log_bytes;
+    segment.next_offset = next_base;
+    if let Some(last) = times.last() {
+        segment.max_timestamp_ms = last.timestamp_ms;
+        segment.offset_of_max_timestamp = found.base_offset + i64::from(last.relative_offset);
+    }
+    segment.offset_index = offsets;
+    segment.time_index = times;
+    segment.txn_entries = txns.len() as u64;
+    aborted.extend(txns);
+    Some(segment)
+}
+
+/// The checkpoint's segment, cut back to the recovery point: index entries
+/// at or past it are dropped (they are written again by the scan).
+fn checkpoint_segment(
+    found: &RecoveredSegment,
+    c: &LogCheckpoint,
+    aborted: &mut Vec<AbortedTxn>,
+) -> Option<Segment> {
+    // Every segment is created with its index files, so an absent one was lost.
+    let mut offsets = index::decode_offset_index(found.offset_index.as_deref()?)?;
+    let mut times = index::decode_time_index(found.time_index.as_deref()?)?;
+    let mut txns = index::decode_txn_index(found.txn_index.as_deref()?)?;
+    let relative_end = c.offset - c.segment_base;
+    offsets.retain(|e| u64::from(e.position) < c.position);
+    times.retain(|e| i64::from(e.relative_offset) < relative_end);
+    txns.retain(|t| t.last_offset < c.offset);
+    if txns.iter().any(|t| t.last_offset < c.segment_base) {
+        return None;
+    }
+    let mut segment = Segment::new(c.segment_base);
+    segment.size_bytes = c.position;
+    segment.next_offset = c.offset;
+    if c.offset_of_max_timestamp >= 0 && c.offset_of_max_timestamp < c.offset {
+        segment.max_timestamp_ms = c.max_timestamp_ms;
+        segment.offset_of_max_timestamp = c.offset_of_max_timestamp;
+    } else if let Some(last) = times.last() {
+        segment.max_timestamp_ms = last.timestamp_ms;
+        segment.offset_of_max_timestamp = c.segment_base + i64::from(last.relative_offset);
+    }
+    segment.bytes_since_index_entry = match offsets.last() {
+        Some(e) => c.position - u64::from(e.position),
+        None => c.position,
+    };
+    segment.offset_index = offsets;
+    segment.time_index = times;
+    segment.txn_entries = txns.len() as u64;
+    aborted.extend(txns);
+    Some(segment)
+}
+
+impl PartitionLog {
+    /// The log's part of a recovery checkpoint at the high watermark.
+    pub fn checkpoint(&self) -> LogCheckpoint {
+        let hw = self.high_watermark_position;
+        let (max_timestamp_ms, offset_of_max_timestamp) = self
+            .segment(hw.segment_base)
+            .filter(|s| s.offset_of_max_timestamp < self.high_watermark)
+            .map_or((batch::NO_TIMESTAMP, -1), |s| {
+                (s.max_timestamp_ms, s.offset_of_max_timestamp)
+            });
+        LogCheckpoint {
+            offset: self.high_watermark,
+            segment_base: hw.segment_base,
+            position: hw.position,
+            max_timestamp_ms,
+            offset_of_max_timestamp,
+        }
     }
 
-    /// Scans one segment's bytes, pushing its valid batches to the index.
-    /// Returns the segment (sized to its valid prefix) and why it stopped
-    /// short of the end, if it did.
-    fn scan_segment(&mut self, found: &RecoveredSegment) -> (Segment, Option<Torn>) {
-        let mut segment = Segment::new(found.base_offset);
-        let bytes = &found.bytes;
-        let mut position: usize = 0;
-        while position < bytes.len() {
-            let header = match batch::check_batch(&bytes[position..]) {
-                Ok(header) => header,
-                Err(e) => return (segment, Some(Torn::Batch(e))),
-            };
-            let expected_min = match self.batches.back() {
-                Some(prev) => (prev.entry.last_offset() + 1).max(found.base_offset),
-                None => found.base_offset,
-            };
-            if header.base_offset < expected_min {
-                let torn = Torn::OffsetGoesBack {
-                    base_offset: header.base_offset,
-                    expected_min,
-                };
-                return (segment, Some(torn));
-            }
-            let size_bytes = header.total_bytes();
-            segment.max_timestamp_ms = segment.max_timestamp_ms.max(header.max_timestamp);
-            let max_timestamp_so_far = self.batches.back().map_or(header.max_timestamp, |b| {
-                b.max_timestamp_so_far.max(header.max_timestamp)
-            });
-            self.batches.push_back(StoredBatch {
-                entry: BatchIndexEntry {
-                    header,
-                    segment_base: found.base_offset,
-                    position_bytes: position as u64,
-                    append_time_ms: -1,
-                },
-                bytes: bytes.slice(position..position + size_bytes),
-                max_timestamp_so_far,
-            });
-            position += size_bytes;
-            segment.size_bytes = position as u64;
+    /// Where the checkpoint's recovery point lies, for tests and tools.
+    pub fn recovery_position(c: &LogCheckpoint) -> LogPosition {
+        LogPosition {
+            segment_base: c.segment_base,
+            position: c.position,
         }
-        (segment, None)
     }
 }

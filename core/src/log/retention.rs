@@ -78,13 +78,6 @@ impl PartitionLog {
             .segments
             .pop_front()
             .expect("deletable implies present");
-        while self
-            .batches
-            .front()
-            .is_some_and(|b| b.entry.segment_base == oldest.base_offset)
-        {
-            self.batches.pop_front();
-        }
         let next = self
             .segments
             .front()
@@ -94,12 +87,9 @@ impl PartitionLog {
             self.log_start_offset <= self.high_watermark,
             "retention deletes only durable data"
         );
-        if let Some(first) = self.batches.front() {
-            assert!(
-                first.entry.base_offset() >= self.log_start_offset,
-                "retained batches are not below the log start"
-            );
-        }
+        let start = self.log_start_offset;
+        self.known.retain(|_, pos| pos.base_offset >= start);
+        // The .log and its index files go together.
         DiskOp::DeleteSegment {
             dir: self.dir.clone(),
             segment_base: oldest.base_offset,

@@ -1,19 +1,35 @@
-//! What the log knows about one segment file.
+//! What the log knows about one segment: its size, its offsets, its largest
+//! timestamp and its sparse indexes (`index.rs`). No batch bytes.
 
-use crate::batch::NO_TIMESTAMP;
+use bytes::BytesMut;
 
-/// One segment file, `{base_offset:020}.log` in the partition's directory.
+use super::index::{self, OffsetEntry, TimeEntry};
+use crate::batch::{BatchHeader, NO_TIMESTAMP};
+use crate::io::{DiskOp, PartitionDir, SegmentFile};
+
+/// One segment, `{base_offset:020}.log` and its index files.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Segment {
     /// The file's name: at or below the base offset of its first batch.
     pub base_offset: i64,
-    /// Bytes in the file (as far as the core has asked for them).
+    /// Bytes of valid batches in the `.log`.
     pub size_bytes: u64,
+    /// The offset after its last batch (`base_offset` while empty).
+    pub next_offset: i64,
     /// Largest max timestamp of its batches; NO_TIMESTAMP (-1) when none has one.
     pub max_timestamp_ms: i64,
+    /// Last offset of the first batch that reached `max_timestamp_ms` (-1: none).
+    pub offset_of_max_timestamp: i64,
     /// Broker time of the last append (the file's mtime, as Kafka would see
     /// it); -1 when unknown (a segment found at start-up).
     pub last_append_ms: i64,
+    pub(super) offset_index: Vec<OffsetEntry>,
+    pub(super) time_index: Vec<TimeEntry>,
+    /// Entries in the `.txnindex`.
+    pub(super) txn_entries: u64,
+    /// Bytes appended since the last offset index entry (Kafka's
+    /// bytesSinceLastIndexEntry).
+    pub(super) bytes_since_index_entry: u64,
 }
 
 impl Segment {
@@ -22,8 +38,14 @@ impl Segment {
         Self {
             base_offset,
             size_bytes: 0,
+            next_offset: base_offset,
             max_timestamp_ms: NO_TIMESTAMP,
+            offset_of_max_timestamp: -1,
             last_append_ms: -1,
+            offset_index: Vec::new(),
+            time_index: Vec::new(),
+            txn_entries: 0,
+            bytes_since_index_entry: 0,
         }
     }
 
@@ -36,5 +58,199 @@ impl Segment {
             return Some(self.max_timestamp_ms);
         }
         (self.last_append_ms >= 0).then_some(self.last_append_ms)
+    }
+
+    /// Entries of the offset and time indexes held for this segment.
+    pub fn index_entries(&self) -> usize {
+        self.offset_index.len() + self.time_index.len()
+    }
+
+    pub(super) fn relative(&self, offset: i64) -> u32 {
+        let relative = offset - self.base_offset;
+        assert!(
+            (0..=i64::from(u32::MAX)).contains(&relative),
+            "offset {offset} lies in segment {}",
+            self.base_offset
+        );
+        relative as u32
+    }
+
+    /// The position to start reading at to find the batch holding `offset`.
+    pub(super) fn index_position(&self, offset: i64) -> u64 {
+        let relative = (offset - self.base_offset).clamp(0, i64::from(u32::MAX)) as u32;
+        u64::from(index::lookup_position(&self.offset_index, relative))
+    }
+
+    /// The position to start reading at to find the first timestamp at or
+    /// after `timestamp_ms`.
+    pub(super) fn time_position(&self, timestamp_ms: i64) -> u64 {
+        match index::lookup_time(&self.time_index, timestamp_ms) {
+            Some(relative) => u64::from(index::lookup_position(&self.offset_index, relative)),
+            None => 0,
+        }
+    }
+
+    /// Books a batch appended (or found by a scan) at `position`, and returns
+    /// the index file appends it calls for, as Kafka's LogSegment.append: an
+    /// offset index entry once more than `interval_bytes` were appended since
+    /// the last one, with a time index entry beside it when the largest
+    /// timestamp grew.
+    pub(super) fn on_batch(
+        &mut self,
+        dir: &PartitionDir,
+        header: &BatchHeader,
+        position: u64,
+        interval_bytes: u64,
+    ) -> Vec<DiskOp> {
+        assert_eq!(position, self.size_bytes, "batches are appended at the end");
+        assert!(
+            header.base_offset >= self.next_offset,
+            "offsets increase within a segment"
+        );
+        let size_bytes = header.total_bytes() as u64;
+        let last_offset = header.last_offset();
+        if header.max_timestamp > self.max_timestamp_ms {
+            self.max_timestamp_ms = header.max_timestamp;
+            self.offset_of_max_timestamp = last_offset;
+        }
+        let mut ops = Vec::new();
+        if self.bytes_since_index_entry > interval_bytes {
+            let entry = OffsetEntry {
+                relative_offset: self.relative(last_offset),
+                position: u32::try_from(position).expect("segments stay below 4 GiB"),
+            };
+            let mut buf = BytesMut::with_capacity(index::OFFSET_ENTRY_BYTES);
+            entry.encode(&mut buf);
+            self.offset_index.push(entry);
+            ops.push(self.append_op(dir, SegmentFile::OffsetIndex, buf));
+            ops.extend(self.maybe_time_entry(dir));
+            self.bytes_since_index_entry = 0;
+        }
+        self.bytes_since_index_entry += size_bytes;
+        self.size_bytes += size_bytes;
+        self.next_offset = last_offset + 1;
+        ops
+    }
+
+    /// A time index entry for the largest timestamp so far, if it grew since
+    /// the last entry (also called when the segment is rolled, so that the
+    /// file's last entry always names the segment's largest timestamp).
+    pub(super) fn maybe_time_entry(&mut self, dir: &PartitionDir) -> Option<DiskOp> {
+        if self.offset_of_max_timestamp < 0 {
+            return None;
+        }
+        let grew = self
+            .time_index
+            .last()
+            .is_none_or(|e| e.timestamp_ms < self.max_timestamp_ms);
+        if !grew {
+            return None;
+        }
+        let entry = TimeEntry {
+            timestamp_ms: self.max_timestamp_ms,
+            relative_offset: self.relative(self.offset_of_max_timestamp),
+        };
+        let mut buf = BytesMut::with_capacity(index::TIME_ENTRY_BYTES);
+        entry.encode(&mut buf);
+        self.time_index.push(entry);
+        Some(self.append_op(dir, SegmentFile::TimeIndex, buf))
+    }
+
+    pub(super) fn append_op(&self, dir: &PartitionDir, file: SegmentFile, buf: BytesMut) -> DiskOp {
+        DiskOp::Append {
+            dir: dir.clone(),
+            segment_base: self.base_offset,
+            file,
+            bytes: buf.freeze(),
+        }
+    }
+
+    /// The ops that create the segment's four files, empty: an absent index
+    /// file then means it was lost, not that it was never needed.
+    pub(super) fn create_ops(&self, dir: &PartitionDir) -> Vec<DiskOp> {
+        SegmentFile::ALL
+            .into_iter()
+            .map(|file| self.append_op(dir, file, BytesMut::new()))
+            .collect()
+    }
+
+    /// Cuts the segment to its batches below `position` (which end at
+    /// `next_offset`), with the index entries that point there, and returns
+    /// the ops that cut the files. The largest timestamp is kept unless the
+    /// batch holding it was cut, then it falls back to the time index.
+    pub(super) fn truncate(
+        &mut self,
+        dir: &PartitionDir,
+        position: u64,
+        next_offset: i64,
+        txn_entries: u64,
+    ) -> Vec<DiskOp> {
+        assert!(position <= self.size_bytes, "truncation only shortens");
+        self.size_bytes = position;
+        self.next_offset = next_offset;
+        self.offset_index
+            .retain(|e| u64::from(e.position) < position);
+        let kept_relative = (next_offset - 1 - self.base_offset).max(-1);
+        self.time_index
+            .retain(|e| i64::from(e.relative_offset) <= kept_relative);
+        if self.offset_of_max_timestamp >= next_offset {
+            match self.time_index.last() {
+                Some(e) => {
+                    self.max_timestamp_ms = e.timestamp_ms;
+                    self.offset_of_max_timestamp = self.base_offset + i64::from(e.relative_offset);
+                }
+                None => {
+                    self.max_timestamp_ms = NO_TIMESTAMP;
+                    self.offset_of_max_timestamp = -1;
+                }
+            }
+        }
+        self.bytes_since_index_entry = match self.offset_index.last() {
+            Some(e) => position - u64::from(e.position),
+            None => position,
+        };
+        assert!(txn_entries <= self.txn_entries, "truncation only shortens");
+        self.txn_entries = txn_entries;
+        self.cut_ops(dir)
+    }
+
+    /// Truncates of every file of the segment to what memory holds.
+    pub(super) fn cut_ops(&self, dir: &PartitionDir) -> Vec<DiskOp> {
+        let mut ops = vec![DiskOp::Truncate {
+            dir: dir.clone(),
+            segment_base: self.base_offset,
+            file: SegmentFile::Log,
+            len: self.size_bytes,
+        }];
+        ops.extend(self.index_cut_ops(dir));
+        ops
+    }
+
+    /// Truncates of the index files to the entries memory holds (a start-up
+    /// scan then appends the entries of the batches it reads; the `.log` is
+    /// cut only where the scan finds it torn).
+    pub(super) fn index_cut_ops(&self, dir: &PartitionDir) -> Vec<DiskOp> {
+        let lens = [
+            (
+                SegmentFile::OffsetIndex,
+                (self.offset_index.len() * index::OFFSET_ENTRY_BYTES) as u64,
+            ),
+            (
+                SegmentFile::TimeIndex,
+                (self.time_index.len() * index::TIME_ENTRY_BYTES) as u64,
+            ),
+            (
+                SegmentFile::TxnIndex,
+                self.txn_entries * index::TXN_ENTRY_BYTES as u64,
+            ),
+        ];
+        lens.into_iter()
+            .map(|(file, len)| DiskOp::Truncate {
+                dir: dir.clone(),
+                segment_base: self.base_offset,
+                file,
+                len,
+            })
+            .collect()
     }
 }

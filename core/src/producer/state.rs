@@ -16,21 +16,21 @@
 //!   answers UNKNOWN_PRODUCER_ID from Produce ("If there is no current producer
 //!   epoch ... accept writes with any sequence number").
 //!
-//! The state is not stored: it is rebuilt from the log. After a restart (or a
-//! failed sync that cut the log) the partition's state is rebuilt from the
-//! batch headers of its last `PRODUCER_STATE_REBUILD_BYTES` (16 MiB) on first
-//! use, so a batch resent across a crash is still recognised. A producer whose
-//! last batch lies before that window has no state and so loses duplicate
-//! protection for its first batch after the restart.
+//! The state is kept across a restart as Kafka's producer snapshots are: each
+//! recovery checkpoint holds the state as of its recovery point (`snapshot_at`),
+//! and the batch headers read above the recovery point at start-up continue
+//! it, so a batch resent across a crash is still recognised. After a failed
+//! sync cut the log, the batches cut are forgotten (`truncate_above`).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::batch::{increment_sequence, BatchHeader};
-use crate::limits::{PRODUCER_BATCHES_RETAINED, PRODUCER_STATE_REBUILD_BYTES};
-use crate::log::PartitionLog;
+use serde::{Deserialize, Serialize};
+
+use crate::limits::PRODUCER_BATCHES_RETAINED;
 
 /// One retained batch of a producer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct BatchMeta {
     first_seq: i32,
     last_seq: i32,
@@ -38,7 +38,7 @@ struct BatchMeta {
     last_offset: i64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 struct ProducerEntry {
     epoch: i16,
     /// Oldest first; at most PRODUCER_BATCHES_RETAINED.
@@ -92,30 +92,38 @@ impl std::fmt::Display for ProducerError {
 }
 
 /// All producers' state for one partition.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ProducerStates {
     producers: BTreeMap<i64, ProducerEntry>,
 }
 
 impl ProducerStates {
-    /// Rebuilds the state from the batch headers of the log's last
-    /// PRODUCER_STATE_REBUILD_BYTES.
-    pub fn rebuild(log: &PartitionLog) -> Self {
-        let mut states = Self::default();
-        let end = log.log_end_offset();
-        let start = log.tail_start_offset(PRODUCER_STATE_REBUILD_BYTES);
-        for (entry, _) in log.batches_from(start) {
-            let h = &entry.header;
-            if !h.has_producer_id() || h.last_offset() >= end {
-                continue;
-            }
-            if h.is_control() {
-                states.record_marker(h.producer_id, h.producer_epoch, h.max_timestamp);
-            } else {
-                states.record(h, h.base_offset, h.last_offset(), h.max_timestamp);
-            }
+    /// Books a batch found by the start-up scan (its max timestamp stands for
+    /// the time of the write).
+    pub fn replay(&mut self, h: &BatchHeader) {
+        if !h.has_producer_id() {
+            return;
         }
-        states
+        if h.is_control() {
+            self.record_marker(h.producer_id, h.producer_epoch, h.max_timestamp);
+        } else {
+            self.record(h, h.base_offset, h.last_offset(), h.max_timestamp);
+        }
+    }
+
+    /// The log was cut at `offset`: batches at or past it are forgotten (a
+    /// producer keeps its epoch; with no batch left it accepts any sequence).
+    pub fn truncate_above(&mut self, offset: i64) {
+        for entry in self.producers.values_mut() {
+            entry.batches.retain(|b| b.last_offset < offset);
+        }
+    }
+
+    /// The state as of `offset`: what a recovery checkpoint there keeps.
+    pub fn snapshot_at(&self, offset: i64) -> Self {
+        let mut snapshot = self.clone();
+        snapshot.truncate_above(offset);
+        snapshot
     }
 
     /// Checks a producer's batch (producer id >= 0) before it is appended.

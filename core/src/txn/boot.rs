@@ -4,17 +4,17 @@
 //!   for good);
 //! - a stored decision (PrepareCommit / PrepareAbort) is carried out again:
 //!   markers, fsync, offsets, complete;
-//! - per-partition transaction state is rebuilt from batch headers, only for
-//!   partitions flagged as having held transactional batches.
+//! - per-partition transaction state comes with each partition's log
+//!   recovery (`crate::recovery`).
 
 use std::collections::BTreeMap;
 
-use super::partition::PartitionTxns;
 use super::record::TxnState;
 use crate::broker::Broker;
 use crate::meta::{self, MetaEntry};
 
-pub(crate) fn boot(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
+/// Loads every stored transactional id and the partition flags.
+pub(crate) fn load(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
     let now_ms = b.now_ms;
     let mut flags: Vec<(String, i32)> = Vec::new();
     for (key, value) in meta_entries {
@@ -41,15 +41,19 @@ pub(crate) fn boot(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
         let Some(name) = ids.get(&topic_id) else {
             continue;
         };
-        let topic = b.topics.get(name).expect("listed above");
-        let key = topic.key(name, partition);
-        let Some(log) = b.topics.partition_by_key(&key) else {
-            continue;
-        };
-        b.partition_txns
-            .insert(key.clone(), PartitionTxns::rebuild(log));
+        let key = b
+            .topics
+            .get(name)
+            .expect("listed above")
+            .key(name, partition);
         b.txn_flagged.insert(key);
     }
+}
+
+/// Once the logs are recovered: the timers start, and the decisions stored
+/// before the stop are carried out.
+pub(crate) fn resume(b: &mut Broker) {
+    let now_ms = b.now_ms;
     b.txns.next_timeout_check_ms = now_ms + b.config.transaction_abort_check_interval_ms;
     b.txns.next_expiry_check_ms = now_ms + b.config.transactional_id_expiration_check_interval_ms;
     for id in b.txns.prepared() {

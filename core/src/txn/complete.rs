@@ -109,7 +109,7 @@ fn write_markers(b: &mut Broker, id: &str) {
         .collect();
     let now_ms = b.now_ms;
     for key in missing {
-        let Some(offset) = crate::api::produce::append_marker(b, &key, pid, epoch, commit, now_ms)
+        let Some(offset) = crate::partition::append_marker(b, &key, pid, epoch, commit, now_ms)
         else {
             // The partition is gone: nothing to mark.
             completion_mut(b, id).markers.remove(&key);

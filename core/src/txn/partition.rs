@@ -6,22 +6,24 @@
 //! The last stable offset (LSO) is the first offset of the oldest open
 //! transaction, or the high watermark when none is open.
 //!
-//! Rebuilt from batch headers at start-up, only for partitions that ever held
-//! a transactional batch (meta.db flags them when first added to a
-//! transaction).
+//! At start-up the aborted list comes from the `.txnindex` files below the
+//! recovery point and the open transactions from the recovery checkpoint;
+//! the batch headers read above the recovery point continue both. Markers not
+//! yet durable are remembered (`unsynced`) so that a failed sync that cuts
+//! them off reopens their transactions (`truncate_above`), as rebuilding from
+//! the batch headers left would.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::log::PartitionLog;
-use crate::txn::marker;
+pub use crate::log::AbortedTxn;
 
-/// An aborted transaction in one partition, as Kafka's AbortedTxn: its first
-/// data offset and its marker's offset.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AbortedTxn {
-    pub producer_id: i64,
-    pub first_offset: i64,
-    pub last_offset: i64,
+/// A marker appended and not yet known durable.
+#[derive(Clone, Copy, Debug)]
+struct Completion {
+    producer_id: i64,
+    first_offset: i64,
+    marker_offset: i64,
+    commit: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -35,24 +37,20 @@ pub struct PartitionTxns {
     /// Largest `last_offset - first_offset` among `aborted`: bounds how far
     /// past a fetch's range an overlapping entry can sit.
     aborted_span_max: i64,
+    /// Completions whose marker is at or above the last durable point seen.
+    unsynced: VecDeque<Completion>,
 }
 
 impl PartitionTxns {
-    /// Rebuilds from every retained batch of the log.
-    pub fn rebuild(log: &PartitionLog) -> Self {
+    /// The state at start-up: the open transactions of the checkpoint and the
+    /// aborted transactions of the `.txnindex` files, in marker order.
+    pub fn from_boot(ongoing: &[(i64, i64)], aborted: Vec<AbortedTxn>) -> Self {
         let mut s = Self::default();
-        for (entry, bytes) in log.batches_from(log.log_start_offset()) {
-            let h = &entry.header;
-            if !h.is_transactional() {
-                continue;
-            }
-            if h.is_control() {
-                if let Some(commit) = marker::is_commit(h, bytes) {
-                    s.on_marker(h.producer_id, commit, h.base_offset);
-                }
-            } else {
-                s.on_data(h.producer_id, h.base_offset);
-            }
+        for &(producer_id, first_offset) in ongoing {
+            s.on_data(producer_id, first_offset);
+        }
+        for a in aborted {
+            s.push_aborted(a);
         }
         s
     }
@@ -65,30 +63,103 @@ impl PartitionTxns {
         }
     }
 
-    /// A marker of `producer_id` was appended at `marker_offset`.
-    pub fn on_marker(&mut self, producer_id: i64, commit: bool, marker_offset: i64) {
-        let Some(first_offset) = self.ongoing.remove(&producer_id) else {
-            return; // the transaction wrote nothing here
-        };
+    /// A marker of `producer_id` was appended at `marker_offset`. Returns the
+    /// aborted transaction to book in the `.txnindex` when it aborts one
+    /// that wrote here.
+    pub fn on_marker(
+        &mut self,
+        producer_id: i64,
+        commit: bool,
+        marker_offset: i64,
+    ) -> Option<AbortedTxn> {
+        let first_offset = self.ongoing.remove(&producer_id)?; // wrote nothing here
         self.ongoing_by_offset.remove(&(first_offset, producer_id));
         assert!(
             first_offset < marker_offset,
             "a marker follows its transaction's data"
         );
-        if !commit {
-            if let Some(last) = self.aborted.last() {
-                assert!(
-                    last.last_offset < marker_offset,
-                    "markers are appended in offset order"
-                );
-            }
-            self.aborted.push(AbortedTxn {
-                producer_id,
-                first_offset,
-                last_offset: marker_offset,
-            });
-            self.aborted_span_max = self.aborted_span_max.max(marker_offset - first_offset);
+        self.unsynced.push_back(Completion {
+            producer_id,
+            first_offset,
+            marker_offset,
+            commit,
+        });
+        if commit {
+            return None;
         }
+        let aborted = AbortedTxn {
+            producer_id,
+            first_offset,
+            last_offset: marker_offset,
+            last_stable_offset: self.first_unstable_offset().unwrap_or(marker_offset + 1),
+        };
+        self.push_aborted(aborted);
+        Some(aborted)
+    }
+
+    fn push_aborted(&mut self, aborted: AbortedTxn) {
+        if let Some(last) = self.aborted.last() {
+            assert!(
+                last.last_offset < aborted.last_offset,
+                "markers are appended in offset order"
+            );
+        }
+        self.aborted_span_max = self
+            .aborted_span_max
+            .max(aborted.last_offset - aborted.first_offset);
+        self.aborted.push(aborted);
+    }
+
+    /// Everything below `offset` is durable: forget the completions there.
+    pub fn mark_durable(&mut self, offset: i64) {
+        while self
+            .unsynced
+            .front()
+            .is_some_and(|c| c.marker_offset < offset)
+        {
+            self.unsynced.pop_front();
+        }
+    }
+
+    /// The log was cut at `offset` (a failed sync): transactions that began
+    /// there or later are gone, and those whose marker was cut are open
+    /// again. Returns the aborted entries removed (their `.txnindex` entries
+    /// go with the cut).
+    pub fn truncate_above(&mut self, offset: i64) -> Vec<AbortedTxn> {
+        let gone: Vec<(i64, i64)> = self
+            .ongoing_by_offset
+            .range((offset, i64::MIN)..)
+            .copied()
+            .collect();
+        for (first_offset, producer_id) in gone {
+            self.ongoing_by_offset.remove(&(first_offset, producer_id));
+            self.ongoing.remove(&producer_id);
+        }
+        let mut removed = Vec::new();
+        while let Some(c) = self.unsynced.back().copied() {
+            if c.marker_offset < offset {
+                break;
+            }
+            self.unsynced.pop_back();
+            if !c.commit {
+                let a = self.aborted.pop().expect("an unsynced abort is listed");
+                assert_eq!(a.last_offset, c.marker_offset, "aborts are listed in order");
+                removed.push(a);
+            }
+            if c.first_offset < offset {
+                self.on_data(c.producer_id, c.first_offset);
+            }
+        }
+        removed.reverse();
+        removed
+    }
+
+    /// The open transactions as of `offset` (everything above it left out,
+    /// markers above it undone): what a recovery checkpoint at `offset` keeps.
+    pub fn ongoing_at(&self, offset: i64) -> Vec<(i64, i64)> {
+        let mut view = self.clone();
+        view.truncate_above(offset);
+        view.ongoing().collect()
     }
 
     /// First offset of the oldest open transaction.
@@ -145,16 +216,17 @@ mod tests {
         t.on_data(2, 3);
         t.on_data(1, 5); // same transaction, no change
         assert_eq!(t.first_unstable_offset(), Some(0));
-        t.on_marker(1, false, 6);
+        assert!(t.on_marker(1, false, 6).is_some());
         assert_eq!(t.first_unstable_offset(), Some(3));
-        t.on_marker(2, true, 7);
+        assert_eq!(t.on_marker(2, true, 7), None);
         assert_eq!(t.first_unstable_offset(), None);
         assert_eq!(
             t.aborted_overlapping(0, 10),
             vec![AbortedTxn {
                 producer_id: 1,
                 first_offset: 0,
-                last_offset: 6
+                last_offset: 6,
+                last_stable_offset: 3,
             }]
         );
         assert_eq!(t.aborted_overlapping(7, 10), vec![]);
@@ -167,7 +239,24 @@ mod tests {
     #[test]
     fn marker_without_data_records_nothing() {
         let mut t = PartitionTxns::default();
-        t.on_marker(9, false, 0);
+        assert_eq!(t.on_marker(9, false, 0), None);
         assert_eq!(t.aborted_count(), 0);
+    }
+
+    #[test]
+    fn a_cut_marker_reopens_its_transaction() {
+        let mut t = PartitionTxns::default();
+        t.on_data(1, 0);
+        t.on_data(2, 2);
+        t.on_marker(1, false, 4);
+        t.mark_durable(3);
+        t.on_data(3, 5);
+        t.on_marker(2, true, 6);
+        assert_eq!(t.ongoing_at(4), vec![(1, 0), (2, 2)]);
+        let removed = t.truncate_above(4);
+        assert_eq!(removed.len(), 1);
+        assert_eq!(t.aborted_count(), 0);
+        assert_eq!(t.first_unstable_offset(), Some(0));
+        assert!(t.is_ongoing(1) && t.is_ongoing(2) && !t.is_ongoing(3));
     }
 }

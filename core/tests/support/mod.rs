@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::{Bytes, BytesMut};
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
 use doze_core::{
-    BootState, Broker, BrokerConfig, ConnId, DiskOp, Input, IoId, MetaOp, Output, PartitionDir,
+    BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId,
+    MetaOp, Output, PartitionDir, SegmentFile,
 };
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
@@ -30,16 +31,26 @@ pub struct World {
     pub broker: Broker,
     pub config: BrokerConfig,
     pub now_ms: i64,
-    pub files: BTreeMap<(PartitionDir, i64), File>,
+    pub files: BTreeMap<(PartitionDir, i64, SegmentFile), File>,
     pub meta: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Syncs and meta writes issued but not completed yet.
     pub pending_syncs: VecDeque<IoId>,
     pub pending_meta: VecDeque<(IoId, Vec<MetaOp>)>,
+    pub pending_reads: VecDeque<(IoId, FileRange)>,
+    /// Inputs the world owes the broker (a response whose file range failed).
+    pending_inputs: VecDeque<Input>,
+    /// Every read the broker asked for, in order (tests look at what a
+    /// start-up read).
+    pub reads_log: Vec<FileRange>,
+    /// The next reads fail (EIO).
+    pub fail_reads: usize,
     /// When false, the test completes I/O by hand (`complete_syncs`).
     pub auto_io: bool,
     pub fail_next_sync: bool,
     /// The next meta.db write fails (nothing of it is applied).
     pub fail_next_meta: bool,
+    /// `Output::Stopped` came (after `Input::Shutdown`).
+    pub stopped: bool,
     responses: BTreeMap<ConnId, VecDeque<Bytes>>,
     pub closed: Vec<ConnId>,
     next_correlation: i32,
@@ -59,9 +70,14 @@ impl World {
             meta: BTreeMap::new(),
             pending_syncs: VecDeque::new(),
             pending_meta: VecDeque::new(),
+            pending_reads: VecDeque::new(),
+            pending_inputs: VecDeque::new(),
+            reads_log: Vec::new(),
+            fail_reads: 0,
             auto_io: true,
             fail_next_sync: false,
             fail_next_meta: false,
+            stopped: false,
             responses: BTreeMap::new(),
             closed: Vec::new(),
             next_correlation: 1,
@@ -81,6 +97,8 @@ impl World {
         }
         self.pending_syncs.clear();
         self.pending_meta.clear();
+        self.pending_reads.clear();
+        self.pending_inputs.clear();
         self.responses.clear();
         self.asked.clear();
         self.broker = Broker::new(self.config.clone());
@@ -88,15 +106,23 @@ impl World {
     }
 
     fn boot(&mut self) {
-        let mut parts: BTreeMap<PartitionDir, Vec<RecoveredSegment>> = BTreeMap::new();
-        for ((dir, base), f) in &self.files {
-            parts
+        let mut parts: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
+        for ((dir, base, kind), f) in &self.files {
+            let seg = parts
                 .entry(dir.clone())
                 .or_default()
-                .push(RecoveredSegment {
+                .entry(*base)
+                .or_insert_with(|| RecoveredSegment {
                     base_offset: *base,
-                    bytes: Bytes::from(f.data.clone()),
+                    ..Default::default()
                 });
+            let data = Bytes::from(f.data.clone());
+            match kind {
+                SegmentFile::Log => seg.log_bytes = Some(f.data.len() as u64),
+                SegmentFile::OffsetIndex => seg.offset_index = Some(data),
+                SegmentFile::TimeIndex => seg.time_index = Some(data),
+                SegmentFile::TxnIndex => seg.txn_index = Some(data),
+            }
         }
         let state = BootState {
             meta: self
@@ -106,15 +132,33 @@ impl World {
                 .collect(),
             partitions: parts
                 .into_iter()
-                .map(|(dir, segments)| RecoveredPartition { dir, segments })
+                .map(|(dir, segments)| RecoveredPartition {
+                    dir,
+                    segments: segments.into_values().collect(),
+                })
                 .collect(),
         };
         self.input(Input::Boot(state));
     }
 
+    /// A clean stop: `Input::Shutdown` until `Output::Stopped`, then a
+    /// restart on the same files (nothing lost).
+    pub fn stop_and_restart(&mut self) {
+        self.input(Input::Shutdown);
+        assert!(self.stopped, "the broker stops once its I/O is done");
+        self.restart(false);
+    }
+
     pub fn input(&mut self, input: Input) {
         self.broker.handle(self.now_ms, input);
         self.drain();
+    }
+
+    fn handle_now(&mut self, input: Input) {
+        self.broker.handle(self.now_ms, input);
+        while let Some(out) = self.broker.poll_output() {
+            self.apply(out);
+        }
     }
 
     /// Carries out every output; with `auto_io`, completes I/O until quiet.
@@ -123,11 +167,31 @@ impl World {
             while let Some(out) = self.broker.poll_output() {
                 self.apply(out);
             }
-            if !self.auto_io || (self.pending_syncs.is_empty() && self.pending_meta.is_empty()) {
+            while let Some(input) = self.pending_inputs.pop_front() {
+                self.handle_now(input);
+            }
+            let idle = self.pending_syncs.is_empty()
+                && self.pending_meta.is_empty()
+                && self.pending_reads.is_empty();
+            if !self.auto_io || idle {
                 return;
             }
             self.complete_io();
         }
+    }
+
+    /// The bytes of a range as a reader sees them now.
+    pub fn read_range(&self, range: &FileRange) -> Result<Bytes, IoError> {
+        let f = self
+            .files
+            .get(&(range.dir.clone(), range.segment_base, range.file))
+            .ok_or_else(|| IoError("no such file".into()))?;
+        let start = range.position as usize;
+        let end = start + range.len as usize;
+        f.data
+            .get(start..end)
+            .map(Bytes::copy_from_slice)
+            .ok_or_else(|| IoError("short read".into()))
     }
 
     fn apply(&mut self, out: Output) {
@@ -135,16 +199,42 @@ impl World {
             Output::Response { conn, frame } => {
                 self.responses.entry(conn).or_default().push_back(frame)
             }
+            Output::ResponseParts { conn, parts } => {
+                let mut frame = BytesMut::new();
+                for part in parts {
+                    match part {
+                        FramePart::Bytes(b) => frame.extend_from_slice(&b),
+                        FramePart::File(range) => match self.read_range(&range) {
+                            Ok(b) => frame.extend_from_slice(&b),
+                            Err(error) => {
+                                self.closed.push(conn);
+                                self.pending_inputs.push_back(Input::ResponseReadFailed {
+                                    conn,
+                                    range,
+                                    error,
+                                });
+                                return;
+                            }
+                        },
+                    }
+                }
+                self.responses
+                    .entry(conn)
+                    .or_default()
+                    .push_back(frame.freeze())
+            }
             Output::Close { conn } => self.closed.push(conn),
             Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
+            Output::Stopped => self.stopped = true,
             Output::Disk(op) => match op {
                 DiskOp::Append {
                     dir,
                     segment_base,
+                    file,
                     bytes,
                 } => self
                     .files
-                    .entry((dir, segment_base))
+                    .entry((dir, segment_base, file))
                     .or_default()
                     .data
                     .extend_from_slice(&bytes),
@@ -152,16 +242,24 @@ impl World {
                 DiskOp::Truncate {
                     dir,
                     segment_base,
+                    file,
                     len,
                 } => {
-                    let f = self.files.entry((dir, segment_base)).or_default();
-                    f.data.truncate(len as usize);
+                    let f = self.files.entry((dir, segment_base, file)).or_default();
+                    f.data.resize(len as usize, 0);
                     f.synced_len = f.synced_len.min(len as usize);
                 }
                 DiskOp::DeleteSegment { dir, segment_base } => {
-                    self.files.remove(&(dir, segment_base));
+                    self.files
+                        .retain(|(d, b, _), _| !(*d == dir && *b == segment_base));
                 }
-                DiskOp::DeletePartition { dir } => self.files.retain(|(d, _), _| *d != dir),
+                DiskOp::DeletePartition { dir } => self.files.retain(|(d, _, _), _| *d != dir),
+                DiskOp::Read { io, range } => {
+                    self.reads_log.push(range.clone());
+                    self.pending_reads.push_back((io, range));
+                }
+                // Syncs here make every file durable, so adopting is implied.
+                DiskOp::Adopt { .. } => {}
             },
         }
     }
@@ -171,6 +269,16 @@ impl World {
     pub fn complete_io(&mut self) {
         let metas: Vec<_> = self.pending_meta.drain(..).collect();
         let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
+        let reads: Vec<_> = self.pending_reads.drain(..).collect();
+        for (io, range) in reads {
+            let result = if self.fail_reads > 0 {
+                self.fail_reads -= 1;
+                Err(IoError("injected EIO".into()))
+            } else {
+                self.read_range(&range)
+            };
+            self.handle_now(Input::ReadDone { io, result });
+        }
         for (io, ops) in metas {
             if std::mem::take(&mut self.fail_next_meta) {
                 self.broker.handle(
@@ -277,10 +385,11 @@ impl World {
         self.responses.get_mut(&conn)?.pop_front()
     }
 
+    /// Durable bytes of a partition's `.log` files.
     pub fn durable_len(&self, dir: &PartitionDir) -> usize {
         self.files
             .iter()
-            .filter(|((d, _), _)| d == dir)
+            .filter(|((d, _, kind), _)| d == dir && *kind == SegmentFile::Log)
             .map(|(_, f)| f.synced_len)
             .sum()
     }
@@ -370,9 +479,24 @@ pub fn producer_batch(
     buf.freeze()
 }
 
+/// The whole batches of a fetch's records bytes: a partial last batch (a
+/// range cut at max_bytes, as Kafka's are) is dropped, as clients drop it.
+pub fn whole_batches(records: &Bytes) -> Bytes {
+    let mut end = 0;
+    while records.len() >= end + 12 {
+        let len = i32::from_be_bytes(records[end + 8..end + 12].try_into().unwrap()) as usize;
+        if records.len() < end + 12 + len {
+            break;
+        }
+        end += 12 + len;
+    }
+    records.slice(..end)
+}
+
 /// Every record value in a fetch's records bytes, with its offset.
-pub fn decode_values(mut records: Bytes) -> Vec<(i64, Bytes)> {
+pub fn decode_values(records: Bytes) -> Vec<(i64, Bytes)> {
     let mut out = Vec::new();
+    let mut records = whole_batches(&records);
     if records.is_empty() {
         return out;
     }

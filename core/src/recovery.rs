@@ -1,0 +1,301 @@
+//! Start-up: from what the driver listed (`Input::Boot`) to serving.
+//!
+//! 1. meta.db is loaded (topics, producer ids, groups, transactional ids,
+//!    recovery checkpoints).
+//! 2. Each partition's log is recovered (`log::recovery`): below its recovery
+//!    point from the index files, above it by reading the batches, a few
+//!    reads in flight at a time. The batches read continue the producer and
+//!    transaction state of the checkpoint; aborts found are booked in the
+//!    `.txnindex` again.
+//! 3. The boot sync makes everything adopted and repaired durable (a crashed
+//!    process can leave unsynced bytes in the page cache, and a power cut
+//!    after the restart must not take back what was served); the coordinator
+//!    carries out the decisions it had stored.
+//! 4. Requests that arrived meanwhile wait (`parked`) and run in order once
+//!    the boot sync is done; then every recovered partition gets a new
+//!    checkpoint, so the next start reads nothing twice.
+//!
+//! A recovery read that keeps failing takes its partition offline (answered
+//! KAFKA_STORAGE_ERROR until a restart), as Kafka takes a failed log dir offline.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+
+use crate::broker::Broker;
+use crate::checkpoint::{self, CheckpointRecord};
+use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDir};
+use crate::limits;
+use crate::log::recovery::LogRecovery;
+use crate::meta::{self, MetaEntry};
+use crate::producer::ProducerStates;
+use crate::topics::PartitionKey;
+use crate::txn::PartitionTxns;
+
+/// Times a failing recovery read is tried before its partition goes offline.
+const RECOVERY_READ_TRIES: u32 = 3;
+
+struct PartitionBoot {
+    recovery: LogRecovery,
+    producers: ProducerStates,
+    txns: PartitionTxns,
+    checkpoint_offset: Option<i64>,
+    failures: u32,
+}
+
+/// The start-up in progress; `None` in the broker once it serves.
+#[derive(Default)]
+pub(crate) struct Boot {
+    partitions: BTreeMap<PartitionKey, PartitionBoot>,
+    /// Partitions whose next read is not issued yet.
+    queue: VecDeque<PartitionKey>,
+    reads: BTreeMap<IoId, (PartitionKey, FileRange)>,
+    /// Segments adopted: adopted again if the boot sync fails.
+    adopted: Vec<(PartitionKey, PartitionDir, i64)>,
+    /// Partitions recovered, checkpointed once serving.
+    recovered: Vec<PartitionKey>,
+    sync_io: Option<IoId>,
+    /// Whether the coordinator's stored decisions were taken up.
+    resumed: bool,
+    /// Frames that arrived before the broker served, in order.
+    parked: VecDeque<(ConnId, Bytes)>,
+}
+
+impl Boot {
+    pub fn park(&mut self, conn: ConnId, frame: Bytes) {
+        self.parked.push_back((conn, frame));
+    }
+
+    pub fn forget_conn(&mut self, conn: ConnId) {
+        self.parked.retain(|(c, _)| *c != conn);
+    }
+
+    pub fn is_boot_read(&self, io: IoId) -> bool {
+        self.reads.contains_key(&io)
+    }
+
+    pub fn is_boot_sync(&self, io: IoId) -> bool {
+        self.sync_io == Some(io)
+    }
+}
+
+/// Step 1 and the start of step 2.
+pub(crate) fn start(b: &mut Broker, state: BootState) {
+    let mut checkpoints: BTreeMap<(String, i32), CheckpointRecord> = BTreeMap::new();
+    for (key, value) in &state.meta {
+        match meta::decode_entry(key, value) {
+            Ok(MetaEntry::ProducerIds(record)) => b.producer_ids.boot(&record),
+            Ok(MetaEntry::Checkpoint {
+                topic_id,
+                partition,
+                record,
+            }) => {
+                checkpoints.insert((topic_id, partition), record);
+            }
+            _ => {}
+        }
+    }
+    b.groups.boot(b.now_ms, &state.meta);
+    b.topics.load(&b.config, &state.meta);
+    crate::txn::boot::load(b, &state.meta);
+    let mut boot = Boot::default();
+    for found in state.partitions {
+        let dir = found.dir.clone();
+        let Some((key, segment_bytes)) = b.topics.recovering(&b.config, &dir) else {
+            // A directory without a topic (or past its partitions): left by a
+            // deletion that a crash interrupted after meta.db forgot the topic.
+            let key = PartitionKey {
+                topic: dir.topic.clone(),
+                id: uuid::Uuid::nil(),
+                partition: dir.partition,
+            };
+            b.emit_disk(key, DiskOp::DeletePartition { dir });
+            continue;
+        };
+        let record = checkpoints.remove(&(key.id.hyphenated().to_string(), key.partition));
+        let mut recovery = LogRecovery::start(
+            dir,
+            segment_bytes,
+            found.segments,
+            record.as_ref().map(|r| &r.log),
+        );
+        let used = recovery.from_checkpoint();
+        let checkpoint_offset = record.as_ref().filter(|_| used).map(|r| r.log.offset);
+        let (producers, ongoing) = match record.filter(|_| used) {
+            Some(r) => (r.producers, r.ongoing_txns),
+            None => (ProducerStates::default(), Vec::new()),
+        };
+        let txns = PartitionTxns::from_boot(&ongoing, recovery.take_aborted());
+        for op in recovery.take_ops() {
+            if let DiskOp::Adopt { dir, segment_base } = &op {
+                boot.adopted.push((key.clone(), dir.clone(), *segment_base));
+            }
+            b.emit_disk(key.clone(), op);
+        }
+        boot.queue.push_back(key.clone());
+        boot.partitions.insert(
+            key,
+            PartitionBoot {
+                recovery,
+                producers,
+                txns,
+                checkpoint_offset,
+                failures: 0,
+            },
+        );
+    }
+    b.booting = Some(boot);
+    pump(b);
+}
+
+/// Issues recovery reads up to the bound, and finishes partitions whose scan
+/// is over.
+fn pump(b: &mut Broker) {
+    loop {
+        let boot = b.booting.as_mut().expect("booting");
+        if boot.reads.len() >= limits::RECOVERY_READS_IN_FLIGHT_MAX {
+            return;
+        }
+        let Some(key) = boot.queue.pop_front() else {
+            break;
+        };
+        let part = boot
+            .partitions
+            .get(&key)
+            .expect("queued partitions are booting");
+        match part.recovery.next_read() {
+            Some(range) => {
+                let io = b.emit_read(range.clone());
+                let boot = b.booting.as_mut().expect("booting");
+                boot.reads.insert(io, (key, range));
+            }
+            None => finish_partition(b, key),
+        }
+    }
+    let boot = b.booting.as_ref().expect("booting");
+    if boot.reads.is_empty() && boot.queue.is_empty() && !boot.resumed {
+        logs_recovered(b);
+    }
+}
+
+/// A recovery read completed.
+pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>) {
+    let boot = b.booting.as_mut().expect("booting");
+    let (key, range) = boot.reads.remove(&io).expect("a boot read");
+    let part = boot
+        .partitions
+        .get_mut(&key)
+        .expect("reading partitions are booting");
+    match result {
+        Ok(bytes) => {
+            let scanned = part.recovery.on_read(&range, &bytes);
+            let mut ops = Vec::new();
+            for batch in &scanned {
+                let h = &batch.header;
+                part.producers.replay(h);
+                if !h.is_transactional() {
+                    continue;
+                }
+                match batch.marker_commit {
+                    Some(commit) => {
+                        if let Some(aborted) =
+                            part.txns.on_marker(h.producer_id, commit, h.base_offset)
+                        {
+                            ops.push(part.recovery.log_mut().append_aborted(&aborted));
+                        }
+                    }
+                    None if !h.is_control() => part.txns.on_data(h.producer_id, h.base_offset),
+                    None => {}
+                }
+            }
+            // Index entries of the batches first, then the aborts booked.
+            let mut all = part.recovery.take_ops();
+            all.extend(ops);
+            boot.queue.push_front(key.clone());
+            for op in all {
+                b.emit_disk(key.clone(), op);
+            }
+        }
+        Err(e) => {
+            part.failures += 1;
+            tracing::error!(dir = %range.dir.dir_name(), "recovery read failed: {}", e.0);
+            if part.failures < RECOVERY_READ_TRIES {
+                boot.queue.push_front(key);
+            } else {
+                tracing::error!(dir = %range.dir.dir_name(), "partition offline until restart");
+                boot.partitions.remove(&key);
+                b.offline.insert(key);
+            }
+        }
+    }
+    pump(b);
+}
+
+/// Installs a recovered partition's log and state.
+fn finish_partition(b: &mut Broker, key: PartitionKey) {
+    let boot = b.booting.as_mut().expect("booting");
+    let part = boot
+        .partitions
+        .remove(&key)
+        .expect("finishing a booting partition");
+    boot.recovered.push(key.clone());
+    let log = part.recovery.finish();
+    let hw = log.high_watermark();
+    let log_start = log.log_start_offset();
+    let mut txns = part.txns;
+    txns.mark_durable(hw);
+    txns.forget_below(log_start);
+    b.topics.install(&key, log);
+    b.producer_states.insert(key.clone(), part.producers);
+    b.partition_txns.insert(key.clone(), txns);
+    b.checkpoints.booted(key, part.checkpoint_offset, log_start);
+}
+
+/// Step 3: every log is recovered.
+fn logs_recovered(b: &mut Broker) {
+    b.request_sync();
+    let io = b.sync_in_flight_io();
+    let boot = b.booting.as_mut().expect("booting");
+    boot.resumed = true;
+    boot.sync_io = io;
+    // The decisions stored before the stop are carried out now; their
+    // markers ride the sync after the boot sync.
+    crate::txn::boot::resume(b);
+    if io.is_none() {
+        serve(b);
+    }
+}
+
+/// The boot sync completed.
+pub(crate) fn sync_done(b: &mut Broker, ok: bool) {
+    if ok {
+        return serve(b);
+    }
+    // Nothing may be served as durable that is not: adopt again, sync again.
+    let boot = b.booting.as_mut().expect("booting");
+    let adopted = boot.adopted.clone();
+    boot.sync_io = None;
+    for (key, dir, segment_base) in adopted {
+        b.emit_disk(key, DiskOp::Adopt { dir, segment_base });
+    }
+    b.request_sync();
+    let io = b.sync_in_flight_io();
+    let boot = b.booting.as_mut().expect("booting");
+    boot.sync_io = io;
+    if io.is_none() {
+        serve(b);
+    }
+}
+
+/// Step 4.
+fn serve(b: &mut Broker) {
+    let Some(boot) = b.booting.take() else {
+        return;
+    };
+    assert!(boot.resumed, "the coordinator resumed before serving");
+    let recovered: BTreeSet<PartitionKey> = boot.recovered.into_iter().collect();
+    checkpoint::write_due(b, recovered.into_iter().collect(), checkpoint::Due::Now);
+    for (conn, frame) in boot.parked {
+        b.handle_frame_now(conn, frame);
+    }
+}
