@@ -61,8 +61,6 @@ pub struct Broker {
     pub(crate) txns: crate::txn::Txns,
     /// Open and aborted transactions per partition (absent: none ever).
     pub(crate) partition_txns: BTreeMap<PartitionKey, crate::txn::PartitionTxns>,
-    /// Partitions flagged in meta.db as having held transactional batches.
-    pub(crate) txn_flagged: BTreeSet<PartitionKey>,
     /// Producer state per partition; a missing entry is rebuilt from the
     /// log's tail on first use (after a restart or a cut log).
     pub(crate) producer_states: BTreeMap<PartitionKey, ProducerStates>,
@@ -104,7 +102,6 @@ impl Broker {
             next_producer_expiry_ms: 0,
             txns: crate::txn::Txns::default(),
             partition_txns: BTreeMap::new(),
-            txn_flagged: BTreeSet::new(),
             booting: None,
             offline: BTreeSet::new(),
             checkpoints: Checkpoints::default(),

@@ -50,7 +50,7 @@ pub enum MetaEntry {
         id: String,
         record: crate::txn::TxnRecord,
     },
-    /// A partition that has held transactional batches: `txnpart/<topic id>/<partition>`.
+    /// A flag of earlier versions (`txnpart/<topic id>/<partition>`), ignored.
     TxnPartitionFlag {
         topic_id: String,
         partition: i32,

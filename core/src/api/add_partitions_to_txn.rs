@@ -21,9 +21,8 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::io::MetaOp;
 use crate::txn::coordinator::check_owner;
-use crate::txn::record::{self, TxnRecord, TxnState};
+use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnRequest) {
@@ -90,41 +89,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     }
     let mut record = current.ongoing(b.now_ms);
     record.partitions.extend(asked.iter().cloned());
-    let flags = unflagged(b, &record)
-        .into_iter()
-        .map(|(topic_id, p)| MetaOp::Put {
-            key: record::partition_flag_key(&topic_id, p),
-            value: b"1".to_vec(),
-        })
-        .collect();
     write::store(
         b,
         &id,
         record,
-        flags,
+        Vec::new(),
         Then::AddPartitions { ctx, response: ok },
     );
-}
-
-/// Partitions of `record` not yet flagged as holding transactional batches.
-fn unflagged(b: &Broker, record: &TxnRecord) -> Vec<(uuid::Uuid, i32)> {
-    record
-        .partitions
-        .iter()
-        .filter_map(|(t, p)| b.topics.get(t).map(|topic| topic.key(t, *p)))
-        .filter(|key| !b.txn_flagged.contains(key))
-        .map(|key| (key.id, key.partition))
-        .collect()
-}
-
-/// Notes in memory the flags a stored AddPartitionsToTxn wrote.
-pub(crate) fn flag_partitions(b: &mut Broker, record: &TxnRecord) {
-    for (t, p) in &record.partitions {
-        if let Some(topic) = b.topics.get(t) {
-            let key = topic.key(t, *p);
-            b.txn_flagged.insert(key);
-        }
-    }
 }
 
 fn response(

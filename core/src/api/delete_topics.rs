@@ -84,16 +84,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
         let partitions = b.topics.get(n).map_or(0, |t| t.partitions.len() as i32);
         ops.extend(crate::checkpoint::delete_ops(id, partitions));
     }
-    // The transaction flags of the topic's partitions go with it.
-    for flagged in b
-        .txn_flagged
-        .iter()
-        .filter(|k| topics.iter().any(|(_, id)| *id == k.id))
-    {
-        ops.push(MetaOp::Delete {
-            key: crate::txn::record::partition_flag_key(&flagged.id, flagged.partition),
-        });
-    }
     b.emit_meta(
         ops,
         MetaAction::DeleteTopics(PendingDelete {
@@ -111,7 +101,6 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
         if stored && still_there {
             b.producer_states.retain(|key, _| key.id != *id);
             b.partition_txns.retain(|key, _| key.id != *id);
-            b.txn_flagged.retain(|key| key.id != *id);
             b.offline.retain(|key| key.id != *id);
             b.checkpoints.forget_topic(id);
             for (key, op) in b.topics.remove(name) {

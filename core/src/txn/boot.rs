@@ -7,46 +7,20 @@
 //! - per-partition transaction state comes with each partition's log
 //!   recovery (`crate::recovery`).
 
-use std::collections::BTreeMap;
-
 use super::record::TxnState;
 use crate::broker::Broker;
 use crate::meta::{self, MetaEntry};
 
-/// Loads every stored transactional id and the partition flags.
+/// Loads every stored transactional id.
 pub(crate) fn load(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
     let now_ms = b.now_ms;
-    let mut flags: Vec<(String, i32)> = Vec::new();
     for (key, value) in meta_entries {
-        match meta::decode_entry(key, value) {
-            Ok(MetaEntry::Txn { id, mut record }) => {
-                if record.state == TxnState::Ongoing {
-                    record.last_update_ms = now_ms;
-                }
-                b.txns.set_record(&id, record);
+        if let Ok(MetaEntry::Txn { id, mut record }) = meta::decode_entry(key, value) {
+            if record.state == TxnState::Ongoing {
+                record.last_update_ms = now_ms;
             }
-            Ok(MetaEntry::TxnPartitionFlag {
-                topic_id,
-                partition,
-            }) => flags.push((topic_id, partition)),
-            _ => {}
+            b.txns.set_record(&id, record);
         }
-    }
-    let ids: BTreeMap<String, String> = b
-        .topics
-        .iter()
-        .map(|(name, t)| (t.id.hyphenated().to_string(), name.clone()))
-        .collect();
-    for (topic_id, partition) in flags {
-        let Some(name) = ids.get(&topic_id) else {
-            continue;
-        };
-        let key = b
-            .topics
-            .get(name)
-            .expect("listed above")
-            .key(name, partition);
-        b.txn_flagged.insert(key);
     }
 }
 

@@ -9,19 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 pub const KEY_PREFIX: &str = "txn/";
-/// Partitions that ever held a transactional batch: `txnpart/<topic id>/<partition>`.
+/// Flags earlier versions wrote for partitions that held a transactional
+/// batch (`txnpart/<topic id>/<partition>`); read and ignored: transaction
+/// state now comes with each partition's recovery.
 pub const PARTITION_FLAG_PREFIX: &str = "txnpart/";
 
 pub fn key(transactional_id: &str) -> Vec<u8> {
     format!("{KEY_PREFIX}{transactional_id}").into_bytes()
-}
-
-pub fn partition_flag_key(topic_id: &uuid::Uuid, partition: i32) -> Vec<u8> {
-    format!(
-        "{PARTITION_FLAG_PREFIX}{}/{partition}",
-        topic_id.hyphenated()
-    )
-    .into_bytes()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

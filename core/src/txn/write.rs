@@ -155,8 +155,6 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
                         p.partition_error_code = not_coordinator;
                     }
                 }
-            } else if let Some(record) = &w.record {
-                crate::api::add_partitions_to_txn::flag_partitions(b, record);
             }
             b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response));
         }
