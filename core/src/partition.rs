@@ -67,3 +67,57 @@ pub(crate) fn truncate_to_durable(b: &mut Broker, key: &PartitionKey) {
         b.emit_disk(key.clone(), op);
     }
 }
+
+/// One partition as a handler reads it: its log and its transaction state.
+pub(crate) struct PartitionView<'a> {
+    pub log: &'a crate::log::PartitionLog,
+    pub txns: Option<&'a crate::txn::PartitionTxns>,
+    pub producers: Option<&'a ProducerStates>,
+}
+
+impl PartitionView<'_> {
+    /// The first offset of the oldest open transaction, or the high watermark.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.log.high_watermark();
+        self.txns
+            .and_then(|t| t.first_unstable_offset())
+            .map_or(hw, |first| first.min(hw))
+    }
+
+    /// What a reader may see up to: the LSO under read_committed, else the
+    /// high watermark.
+    pub fn read_bound(&self, read_committed: bool) -> i64 {
+        if read_committed {
+            self.last_stable_offset()
+        } else {
+            self.log.high_watermark()
+        }
+    }
+}
+
+impl Broker {
+    /// A partition to read or write, or the error a client is answered with:
+    /// UNKNOWN_TOPIC_OR_PARTITION, or KAFKA_STORAGE_ERROR while it is offline.
+    pub(crate) fn partition_view(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionView<'_>, kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        let (Some(log), Some(t)) = (
+            self.topics.partition(topic, partition),
+            self.topics.get(topic),
+        ) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        let key = t.key(topic, partition);
+        if self.offline.contains(&key) {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        Ok(PartitionView {
+            txns: self.partition_txns.get(&key),
+            producers: self.producer_states.get(&key),
+            log,
+        })
+    }
+}

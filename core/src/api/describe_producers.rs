@@ -11,7 +11,6 @@ use kafka_protocol::messages::describe_producers_response::{
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, ProducerId, ResponseKind,
 };
-use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
@@ -23,18 +22,16 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
         let mut partitions = Vec::new();
         for &p in &t.partition_indexes {
             let mut pr = PartitionResponse::default().with_partition_index(p);
-            let Some(key) = b
-                .topics
-                .get(&name)
-                .filter(|topic| p >= 0 && (p as usize) < topic.partitions.len())
-                .map(|topic| topic.key(&name, p))
-            else {
-                pr.error_code = ResponseError::UnknownTopicOrPartition.code();
-                partitions.push(pr);
-                continue;
+            let part = match b.partition_view(&name, p) {
+                Ok(part) => part,
+                Err(e) => {
+                    pr.error_code = e.code();
+                    partitions.push(pr);
+                    continue;
+                }
             };
-            let states = crate::partition::producer_states(b, &key).describe();
-            let txns = b.partition_txns.get(&key);
+            let states = part.producers.map(|s| s.describe()).unwrap_or_default();
+            let txns = part.txns;
             pr.active_producers = states
                 .into_iter()
                 .map(|d| {

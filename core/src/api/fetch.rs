@@ -132,12 +132,6 @@ pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
     // swap_remove reorders; keep deadlines found by poll_timeout's min().
 }
 
-/// The first offset of the oldest open transaction, or the high watermark.
-pub(crate) fn last_stable_offset(txns: Option<&crate::txn::PartitionTxns>, hw: i64) -> i64 {
-    txns.and_then(|t| t.first_unstable_offset())
-        .map_or(hw, |first| first.min(hw))
-}
-
 struct Built {
     response: FetchResponse,
     /// The record sets sent as file ranges, by (topic, partition) index.
@@ -179,37 +173,27 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1)
                 .with_preferred_read_replica(BrokerId(-1));
-            let (Some(log), Some(topic_state)) =
-                (b.topics.partition(name, p.partition), b.topics.get(name))
-            else {
-                pd.error_code = ResponseError::UnknownTopicOrPartition.code();
-                has_error = true;
-                partitions.push(pd);
-                continue;
+            let part = match b.partition_view(name, p.partition) {
+                Ok(part) => part,
+                Err(e) => {
+                    pd.error_code = e.code();
+                    has_error = true;
+                    partitions.push(pd);
+                    continue;
+                }
             };
-            let key = topic_state.key(name, p.partition);
-            if b.offline.contains(&key) {
-                pd.error_code = ResponseError::KafkaStorageError.code();
-                has_error = true;
-                partitions.push(pd);
-                continue;
-            }
+            let log = part.log;
             let hw = log.high_watermark();
-            let txns = b.partition_txns.get(&key);
-            let lso = last_stable_offset(txns, hw);
             pd.high_watermark = hw;
-            pd.last_stable_offset = lso;
+            pd.last_stable_offset = part.last_stable_offset();
             pd.log_start_offset = log.log_start_offset();
             let serve_above_lso =
                 b.config.planted_bug == Some(crate::config::PlantedBug::ServeAboveLso);
-            let upper = if read_committed && !serve_above_lso {
-                lso
-            } else {
-                hw
-            };
+            let upper = part.read_bound(read_committed && !serve_above_lso);
             pd.aborted_transactions = None;
             if read_committed {
-                let aborted = txns
+                let aborted = part
+                    .txns
                     .map(|t| t.aborted_overlapping(p.fetch_offset, upper))
                     .unwrap_or_default();
                 pd.aborted_transactions = Some(

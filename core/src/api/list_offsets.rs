@@ -49,19 +49,12 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                     .with_timestamp(-1)
                     .with_offset(-1)
                     .with_leader_epoch(-1);
-                let (Some(log), Some(topic_state)) = (
-                    b.topics.partition(name, p.partition_index),
-                    b.topics.get(name),
-                ) else {
-                    return base.with_error_code(ResponseError::UnknownTopicOrPartition.code());
+                let part = match b.partition_view(name, p.partition_index) {
+                    Ok(part) => part,
+                    Err(e) => return base.with_error_code(e.code()),
                 };
-                let key = topic_state.key(name, p.partition_index);
-                if b.offline.contains(&key) {
-                    return base.with_error_code(ResponseError::KafkaStorageError.code());
-                }
-                let hw = log.high_watermark();
-                let lso = super::fetch::last_stable_offset(b.partition_txns.get(&key), hw);
-                let upper = if read_committed { lso } else { hw };
+                let log = part.log;
+                let upper = part.read_bound(read_committed);
                 let search = match p.timestamp {
                     LATEST => return base.with_offset(upper),
                     EARLIEST => return base.with_offset(log.log_start_offset()),
