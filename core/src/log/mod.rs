@@ -97,6 +97,9 @@ pub struct SyncPoint {
     log_end_offset: i64,
     end: LogPosition,
     appended_bytes: u64,
+    /// The largest timestamp of the end's segment and the last offset of the
+    /// batch holding it: once durable, what a later truncation keeps of it.
+    max_timestamp: (i64, i64),
     /// Points captured before a `truncate_to_durable` are void: after a failed
     /// sync, a later sync's success says nothing about the pages lost earlier.
     generation: u64,
@@ -114,6 +117,12 @@ pub struct PartitionLog {
     high_watermark: i64,
     /// Where the high watermark lies (a batch boundary).
     high_watermark_position: LogPosition,
+    /// The largest timestamp below the high watermark in its segment, and
+    /// the last offset of the batch holding it ((-1, -1): none). The segment
+    /// knows only its largest timestamp overall, and its sparse time index
+    /// may miss the batches after its last entry; a truncation and a
+    /// checkpoint need this one.
+    durable_max_timestamp: (i64, i64),
     sync_generation: u64,
     /// Bytes appended (or found by the start-up scan) since start-up, and how
     /// many of them are durable: what checkpoints are paced by.
@@ -156,6 +165,7 @@ impl PartitionLog {
                 segment_base: offset,
                 position: 0,
             },
+            durable_max_timestamp: (batch::NO_TIMESTAMP, -1),
             sync_generation: 0,
             appended_bytes: 0,
             durable_bytes: 0,
@@ -374,6 +384,9 @@ impl PartitionLog {
             log_end_offset: self.log_end_offset,
             end: self.end_position(),
             appended_bytes: self.appended_bytes,
+            max_timestamp: self.segments.back().map_or((batch::NO_TIMESTAMP, -1), |s| {
+                (s.max_timestamp_ms, s.offset_of_max_timestamp)
+            }),
             generation: self.sync_generation,
         }
     }
@@ -392,6 +405,7 @@ impl PartitionLog {
         if point.log_end_offset > self.high_watermark {
             self.high_watermark = point.log_end_offset;
             self.high_watermark_position = point.end;
+            self.durable_max_timestamp = point.max_timestamp;
         }
         self.durable_bytes = self.durable_bytes.max(point.appended_bytes);
     }
@@ -439,7 +453,8 @@ impl PartitionLog {
                     .filter(|a| a.last_offset >= segment.base_offset && a.last_offset < next_base)
                     .count() as u64;
                 let kept = segment.txn_entries.saturating_sub(cut_here);
-                ops.extend(segment.truncate(&dir, cut.position, hw, kept));
+                let kept_max = self.durable_max_timestamp;
+                ops.extend(segment.truncate(&dir, cut.position, hw, kept, kept_max));
             }
             None => {
                 // Nothing was durable in any segment: the log is empty at hw.

@@ -56,6 +56,9 @@ struct ScanJob {
     segment_base: i64,
     position: u64,
     end: u64,
+    /// Bytes the next read must hold at least: a batch found to be larger
+    /// than one read (max.message.bytes may exceed it) is read whole.
+    need: u64,
 }
 
 /// A partition log being recovered. See the module comment.
@@ -176,6 +179,7 @@ impl LogRecovery {
                     segment_base: at.base_offset,
                     position: c.position,
                     end,
+                    need: 0,
                 });
             }
             segments.push_back(segment);
@@ -188,6 +192,7 @@ impl LogRecovery {
                 segment_base: s.base_offset,
                 position: 0,
                 end: s.log_bytes.expect("holes were cut above"),
+                need: 0,
             });
             segments.push_back(segment);
         }
@@ -211,6 +216,7 @@ impl LogRecovery {
                 segment_base: s.base_offset,
                 position: 0,
                 end: s.log_bytes.expect("holes were cut above"),
+                need: 0,
             });
             segments.push_back(segment);
         }
@@ -248,7 +254,8 @@ impl LogRecovery {
     /// The next range to read, or `None` when the scan is over.
     pub fn next_read(&self) -> Option<FileRange> {
         let job = self.jobs.front()?;
-        let len = (job.end - job.position).min(limits::RECOVERY_READ_BYTES as u64);
+        let chunk = (limits::RECOVERY_READ_BYTES as u64).max(job.need);
+        let len = (job.end - job.position).min(chunk);
         Some(FileRange {
             dir: self.log.dir.clone(),
             segment_base: job.segment_base,
@@ -273,6 +280,15 @@ impl LogRecovery {
             "a read returns what was asked"
         );
         let mut scanned = Vec::new();
+        if job.position == 0 && self.leaves_a_gap(job.segment_base) {
+            // The batches between the last one read and this segment's base
+            // were lost (a power cut kept a later file's unsynced pages and
+            // not an earlier one's): nothing from here on was ever synced,
+            // so nothing here was acknowledged; the log ends before the gap.
+            let why = format!("segment starts after a gap at offset {}", self.expected_min);
+            self.torn(&job, 0, &why);
+            return scanned;
+        }
         let mut at: usize = 0;
         let chunk_end_is_file_end = range.position + range.len == job.end;
         loop {
@@ -297,7 +313,9 @@ impl LogRecovery {
                 if chunk_end_is_file_end || position + needed as u64 > job.end {
                     self.torn(&job, position, "batch runs past the end of the file");
                 } else {
-                    self.jobs.front_mut().expect("current job").position = position;
+                    let job = self.jobs.front_mut().expect("current job");
+                    job.position = position;
+                    job.need = needed as u64;
                 }
                 break;
             }
@@ -329,7 +347,9 @@ impl LogRecovery {
             });
             at += needed;
             if at == bytes.len() && !chunk_end_is_file_end {
-                self.jobs.front_mut().expect("current job").position = position + needed as u64;
+                let job = self.jobs.front_mut().expect("current job");
+                job.position = position + needed as u64;
+                job.need = 0;
                 break;
             }
         }
@@ -370,8 +390,16 @@ impl LogRecovery {
         pos
     }
 
+    /// Whether a segment (not the first) starts after the offset the batches
+    /// before it end at.
+    fn leaves_a_gap(&self, segment_base: i64) -> bool {
+        let first = self.log.segments.front().map(|s| s.base_offset);
+        first.is_some_and(|first| first < segment_base) && segment_base != self.expected_min
+    }
+
     /// Cuts the log at `position` of the current job's segment, and drops
-    /// every later segment.
+    /// every later segment; a segment cut to nothing goes too, unless it is
+    /// the first (its name carries the log start).
     fn torn(&mut self, job: &ScanJob, position: u64, why: &str) {
         tracing::warn!(
             dir = %self.log.dir.dir_name(),
@@ -393,6 +421,24 @@ impl LogRecovery {
             .is_some_and(|s| s.base_offset > job.segment_base)
         {
             let gone = self.log.segments.pop_back().expect("checked");
+            self.ops.push(DiskOp::DeleteSegment {
+                dir: self.log.dir.clone(),
+                segment_base: gone.base_offset,
+            });
+        }
+        let first = self.log.segments.front().map(|s| s.base_offset);
+        if position == 0 && first.is_some_and(|first| first < job.segment_base) {
+            // An empty segment after others would claim offsets up to its
+            // base that no batch holds.
+            let gone = self
+                .log
+                .segments
+                .pop_back()
+                .expect("the torn segment is listed");
+            assert_eq!(
+                gone.base_offset, job.segment_base,
+                "the torn segment is the last"
+            );
             self.ops.push(DiskOp::DeleteSegment {
                 dir: self.log.dir.clone(),
                 segment_base: gone.base_offset,
@@ -424,6 +470,9 @@ impl LogRecovery {
             .map_or(log.log_end_offset, |s| s.base_offset);
         log.high_watermark = log.log_end_offset;
         log.high_watermark_position = log.end_position();
+        log.durable_max_timestamp = log.segments.back().map_or((batch::NO_TIMESTAMP, -1), |s| {
+            (s.max_timestamp_ms, s.offset_of_max_timestamp)
+        });
         log.durable_bytes = log.appended_bytes;
         assert!(
             log.log_start_offset <= log.log_end_offset,
@@ -515,12 +564,7 @@ impl PartitionLog {
     /// The log's part of a recovery checkpoint at the high watermark.
     pub fn checkpoint(&self) -> LogCheckpoint {
         let hw = self.high_watermark_position;
-        let (max_timestamp_ms, offset_of_max_timestamp) = self
-            .segment(hw.segment_base)
-            .filter(|s| s.offset_of_max_timestamp < self.high_watermark)
-            .map_or((batch::NO_TIMESTAMP, -1), |s| {
-                (s.max_timestamp_ms, s.offset_of_max_timestamp)
-            });
+        let (max_timestamp_ms, offset_of_max_timestamp) = self.durable_max_timestamp;
         LogCheckpoint {
             offset: self.high_watermark,
             segment_base: hw.segment_base,

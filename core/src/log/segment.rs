@@ -177,13 +177,16 @@ impl Segment {
     /// Cuts the segment to its batches below `position` (which end at
     /// `next_offset`), with the index entries that point there, and returns
     /// the ops that cut the files. The largest timestamp is kept unless the
-    /// batch holding it was cut, then it falls back to the time index.
+    /// batch holding it was cut, then it becomes `kept_max` (the largest
+    /// timestamp of the batches kept and the last offset of the batch holding
+    /// it, as captured when they were made durable).
     pub(super) fn truncate(
         &mut self,
         dir: &PartitionDir,
         position: u64,
         next_offset: i64,
         txn_entries: u64,
+        kept_max: (i64, i64),
     ) -> Vec<DiskOp> {
         assert!(position <= self.size_bytes, "truncation only shortens");
         self.size_bytes = position;
@@ -194,16 +197,13 @@ impl Segment {
         self.time_index
             .retain(|e| i64::from(e.relative_offset) <= kept_relative);
         if self.offset_of_max_timestamp >= next_offset {
-            match self.time_index.last() {
-                Some(e) => {
-                    self.max_timestamp_ms = e.timestamp_ms;
-                    self.offset_of_max_timestamp = self.base_offset + i64::from(e.relative_offset);
-                }
-                None => {
-                    self.max_timestamp_ms = NO_TIMESTAMP;
-                    self.offset_of_max_timestamp = -1;
-                }
-            }
+            let (max_timestamp_ms, offset) = kept_max;
+            assert!(
+                offset < next_offset && (offset < 0 || offset >= self.base_offset),
+                "the kept largest timestamp lies in the kept batches"
+            );
+            self.max_timestamp_ms = max_timestamp_ms;
+            self.offset_of_max_timestamp = offset;
         }
         self.bytes_since_index_entry = match self.offset_index.last() {
             Some(e) => position - u64::from(e.position),
