@@ -291,9 +291,9 @@ impl Broker {
         api::produce::complete_durable(self);
         crate::txn::complete::on_sync(self);
         api::fetch::wake(self, true);
-        if !self.dirty.is_empty() {
-            self.start_sync();
-        }
+        // What was appended meanwhile rides the next sync (the calls above
+        // may have started it already).
+        self.request_sync();
     }
 
     fn handle_read_done(&mut self, io: IoId, result: Result<Bytes, IoError>) {

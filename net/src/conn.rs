@@ -7,6 +7,13 @@
 //! connection before anything more is read (Kafka does the same for
 //! `socket.request.max.bytes`).
 //!
+//! Responses go out in the order the broker task queued them. A response
+//! made of parts (a Fetch whose records are file ranges) is assembled by the
+//! storage's `FrameReader` off the broker task, into one buffer, before it is
+//! written; if a part cannot be read, nothing of that frame is sent, the
+//! writer stops, and the broker task hears of it (`Event::ResponseReadFailed`)
+//! and closes the connection.
+//!
 //! Lifetime: the broker task holds a `ConnHandle`. Dropping it (the core said
 //! `Close`, or the client stopped reading its responses) stops the reader and
 //! lets the writer flush what is queued, then close. Whoever ends the
@@ -19,13 +26,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use doze_core::limits::{CONN_REQUESTS_IN_FLIGHT_MAX, REQUEST_BYTES_MAX};
-use doze_core::ConnId;
+use doze_core::{ConnId, FileRange, FramePart, IoError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tracing::{debug, warn};
 
 use crate::server::Event;
+use crate::storage::{FrameReadError, SharedReader};
 
 /// Responses queued for one connection before it is closed as not reading
 /// them. A client waiting for this many answers is stuck or hostile.
@@ -39,22 +47,31 @@ const WRITE_BUFFER_BYTES: usize = 64 * 1024;
 /// (the client hung up, or the broker closed it) before the socket is dropped.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// One response, as the core gave it.
+pub enum Response {
+    /// A frame without its size prefix (the writer adds it).
+    Frame(Bytes),
+    /// A frame made of parts, read and assembled by the writer.
+    Parts(Vec<FramePart>),
+}
+
 /// The broker task's side of a connection.
 pub struct ConnHandle {
-    /// Response frames, without the size prefix (the writer adds it).
-    pub responses: mpsc::Sender<Bytes>,
+    pub responses: mpsc::Sender<Response>,
     /// Never sent on: dropping it tells the reader to stop.
     pub _stop_reader: oneshot::Sender<()>,
 }
 
 /// Registers the connection with the broker task, then starts its reader and
-/// writer. `permit` counts it against the connection limit until both end.
+/// writer. `permit` counts it against the connection limit until both end;
+/// `files` reads the file parts of its responses.
 pub async fn start(
     conn: ConnId,
     stream: TcpStream,
     peer: SocketAddr,
     events: mpsc::Sender<Event>,
     permit: OwnedSemaphorePermit,
+    files: SharedReader,
 ) {
     // Kafka requests are small and latency-bound; Nagle would hold them back.
     if let Err(e) = stream.set_nodelay(true) {
@@ -80,7 +97,11 @@ pub async fn start(
     let permit = Arc::new(permit);
     let (reader_done, writer_linger) = oneshot::channel();
     tokio::spawn(write_loop(
-        conn,
+        Writer {
+            conn,
+            files,
+            events: events.clone(),
+        },
         write_half,
         queued,
         writer_linger,
@@ -140,17 +161,47 @@ async fn read_loop(
     // `_done` drops here and starts the writer's linger.
 }
 
-async fn write_loop(
+/// What the writer needs besides its socket and queue.
+struct Writer {
     conn: ConnId,
+    files: SharedReader,
+    /// To report a file part it could not read.
+    events: mpsc::Sender<Event>,
+}
+
+/// A file part of a response could not be read: the frame was not sent.
+struct PartFailed {
+    range: FileRange,
+    error: IoError,
+}
+
+async fn write_loop(
+    writer: Writer,
     write_half: OwnedWriteHalf,
-    mut queued: mpsc::Receiver<Bytes>,
+    mut queued: mpsc::Receiver<Response>,
     reader_done: oneshot::Receiver<()>,
     _permit: Arc<OwnedSemaphorePermit>,
 ) {
+    let conn = writer.conn;
     let mut socket = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     let write_all = async {
-        while let Some(frame) = queued.recv().await {
-            write_frame(&mut socket, &frame).await?;
+        while let Some(response) = queued.recv().await {
+            match response {
+                Response::Frame(frame) => write_frame(&mut socket, &frame).await?,
+                Response::Parts(parts) => match writer.files.read_frame(parts).await {
+                    // Assembled with its size prefix.
+                    Ok(frame) => socket.write_all(&frame).await?,
+                    Err(FrameReadError::Part { range, error }) => {
+                        // The responses before it are whole: they go out if
+                        // they can; the failure is reported either way.
+                        let _ = socket.flush().await;
+                        return Ok(Some(PartFailed { range, error }));
+                    }
+                    Err(FrameReadError::Frame(why)) => {
+                        return Err(io::Error::other(format!("cannot send a response: {why}")))
+                    }
+                },
+            }
             // Flush when nothing else is waiting: a burst of responses leaves
             // in one system call, a lone one leaves at once.
             if queued.is_empty() {
@@ -159,21 +210,36 @@ async fn write_loop(
         }
         // The broker dropped the connection: deliver what it had answered
         // (e.g. the responses before a request it refused), then say goodbye.
-        socket.shutdown().await
+        socket.shutdown().await.map(|()| None)
     };
     let linger = async {
         let _ = reader_done.await;
         tokio::time::sleep(LINGER).await;
     };
-    tokio::select! {
-        result = write_all => {
-            if let Err(e) = result {
+    let failed = tokio::select! {
+        result = write_all => match result {
+            Ok(failed) => failed,
+            Err(e) => {
                 debug!(conn, error = %e, "write failed; closing");
+                None
             }
-        }
+        },
         // A client that stopped reading must not keep the socket forever.
-        () = linger => debug!(conn, "responses not delivered in time; dropping the socket"),
+        () = linger => {
+            debug!(conn, "responses not delivered in time; dropping the socket");
+            None
+        }
+    };
+    if let Some(PartFailed { range, error }) = failed {
+        warn!(conn, error = %error.0, "cannot read a response's records; closing");
+        // Told before the socket closes, so that the core has heard of it
+        // before anything the client does after seeing the close.
+        let failed = Event::ResponseReadFailed { conn, range, error };
+        let _ = writer.events.send(failed).await;
     }
+    // Closes our side; the broker task stops the reader, and the socket is
+    // gone once both have.
+    drop(socket);
 }
 
 /// The two halves of a socket. Real tokio splits a `TcpStream` without a

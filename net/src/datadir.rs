@@ -3,7 +3,8 @@
 //! ```text
 //! <data>/LOCK                                   flock'd while a broker runs
 //! <data>/meta.db/                               sled
-//! <data>/logs/<topic>-<partition>/<base>.log    segment files
+//! <data>/logs/<topic>-<partition>/<base>.log    segment files, each with
+//!                                  <base>.index, .timeindex, .txnindex beside it
 //! ```
 //!
 //! Two brokers on one directory would interleave appends and each believe its
@@ -15,6 +16,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use doze_core::io::SegmentFile;
+use doze_core::{IoError, PartitionDir};
 
 pub struct DataDir {
     root: PathBuf,
@@ -99,6 +102,29 @@ pub fn parent_dir(path: &Path) -> &Path {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
         _ => Path::new("."),
     }
+}
+
+/// A partition's directory under `logs`. A name that could leave `logs/` is
+/// refused here, whatever validated it before: the disk worker runs
+/// `remove_dir_all` on this path.
+pub fn partition_path(logs: &Path, dir: &PartitionDir) -> Result<PathBuf, IoError> {
+    let name = dir.dir_name();
+    if name.contains(['/', '\\', '\0']) {
+        return Err(IoError(format!(
+            "refusing partition directory name {name:?}"
+        )));
+    }
+    Ok(logs.join(name))
+}
+
+/// One file of a segment, under `logs`.
+pub fn segment_path(
+    logs: &Path,
+    dir: &PartitionDir,
+    segment_base: i64,
+    file: SegmentFile,
+) -> Result<PathBuf, IoError> {
+    Ok(partition_path(logs, dir)?.join(file.file_name(segment_base)))
 }
 
 /// Makes a directory's entries (created, renamed, removed files) durable.

@@ -1,5 +1,7 @@
 //! The disk worker: carries out the core's `DiskOp`s, strictly in order, on a
-//! dedicated OS thread with blocking `std::fs` calls.
+//! dedicated OS thread with blocking `std::fs` calls. A segment is four files
+//! (`.log`, `.index`, `.timeindex`, `.txnindex`); each is opened, written,
+//! synced and evicted on its own.
 //!
 //! Why a thread of its own: an fsync can take tens of milliseconds (seconds on
 //! a busy disk), and the broker task must keep answering fetches and metadata
@@ -8,8 +10,16 @@
 //!
 //! Durability bookkeeping: every file written or cut since the last sync, and
 //! every directory whose entries changed (a segment created or removed, a
-//! partition dir created or removed), is *dirty*. A `Sync` fdatasyncs the dirty
-//! files and fsyncs the dirty directories, and only then reports `SyncDone`.
+//! partition dir created or removed), is *dirty*. So is every file the core
+//! adopted at start-up (`DiskOp::Adopt`, with its directory): a crashed
+//! process may have left it in the page cache only. A `Sync` fdatasyncs the
+//! dirty files and fsyncs the dirty directories, and only then reports
+//! `SyncDone`.
+//!
+//! Reads (`DiskOp::Read`, the core's start-up scan and its searches of batch
+//! headers) are carried out in order with the writes, so they see every op
+//! before them, and answered at once with `ReadDone`. They come from the page
+//! cache and are small (`limits::RECOVERY_READ_BYTES` at most).
 //!
 //! Group commit: when a `Sync` arrives, the worker first carries out every op
 //! already queued behind it (in order, including more `Sync`s), then hands one
@@ -37,21 +47,23 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::mem;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use doze_core::io::segment_file_name;
-use doze_core::{DiskOp, Input, IoError, IoId, PartitionDir};
+use bytes::Bytes;
+use doze_core::{DiskOp, FileRange, Input, IoError, IoId, PartitionDir, SegmentFile};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info, warn};
 
-use crate::datadir::sync_dir;
+use crate::datadir::{partition_path, segment_path, sync_dir};
+use crate::filereader::FileReader;
 
-/// Segment files kept open at once. Past this the least recently used one is
-/// synced (if dirty) and closed, so thousands of partitions do not exhaust the
-/// process's file descriptors.
+/// Segment files kept open at once (all four kinds count). Past this the
+/// least recently used one is synced (if dirty) and closed, so thousands of
+/// partitions do not exhaust the process's file descriptors.
 pub const OPEN_FILES_MAX: usize = 512;
 /// Ops carried out in one group-commit round before its fsyncs start, so that a
 /// queue that never empties still gets its syncs answered.
@@ -63,18 +75,25 @@ pub struct DiskWorker {
 }
 
 impl DiskWorker {
-    /// Starts the worker over `logs_dir`. `SyncDone`s go to `completions`.
-    pub fn spawn(logs_dir: PathBuf, completions: UnboundedSender<Input>) -> io::Result<Self> {
-        Self::spawn_with(logs_dir, completions, OPEN_FILES_MAX)
+    /// Starts the worker over `logs_dir`. `SyncDone`s and `ReadDone`s go to
+    /// `completions`; `reader`'s cached descriptors are forgotten as files
+    /// are deleted.
+    pub fn spawn(
+        logs_dir: PathBuf,
+        completions: UnboundedSender<Input>,
+        reader: FileReader,
+    ) -> io::Result<Self> {
+        Self::spawn_with(logs_dir, completions, reader, OPEN_FILES_MAX)
     }
 
     fn spawn_with(
         logs_dir: PathBuf,
         completions: UnboundedSender<Input>,
+        reader: FileReader,
         open_files_max: usize,
     ) -> io::Result<Self> {
         let (ops, queue) = mpsc::channel();
-        let disk = Disk::new(logs_dir, open_files_max);
+        let disk = Disk::new(logs_dir, reader, open_files_max);
         let thread = thread::Builder::new()
             .name("doze-disk".into())
             .spawn(move || disk.run(queue, completions))?;
@@ -101,9 +120,10 @@ impl DiskQueue {
     }
 }
 
-type SegmentKey = (PartitionDir, i64);
+/// One file of one segment.
+type FileKey = (PartitionDir, i64, SegmentFile);
 
-struct OpenSegment {
+struct OpenFile {
     file: File,
     /// Value of `Disk::uses` at the last use, for least-recently-used eviction.
     last_use: u64,
@@ -111,9 +131,10 @@ struct OpenSegment {
 
 /// One round of fsyncs, handed to the syncer thread.
 struct SyncRound {
-    /// Dirty files: a duplicate descriptor where the file is open (so the
-    /// worker may close its own meanwhile), else the path.
-    files: Vec<(PathBuf, Option<File>)>,
+    /// Dirty files, named for the log, each with its own descriptor (a
+    /// duplicate where the worker has the file open, so it may close its own
+    /// meanwhile), or the error that kept it from being opened.
+    files: Vec<(String, Result<File, IoError>)>,
     dirs: Vec<PathBuf>,
     /// The `Sync`s the round answers, each with an error it must report
     /// whatever the fsyncs do.
@@ -122,23 +143,25 @@ struct SyncRound {
 
 struct Disk {
     logs_dir: PathBuf,
-    open: HashMap<SegmentKey, OpenSegment>,
+    reader: FileReader,
+    open: HashMap<FileKey, OpenFile>,
     open_files_max: usize,
     uses: u64,
-    dirty_files: HashSet<SegmentKey>,
+    dirty_files: HashSet<FileKey>,
     dirty_dirs: HashSet<PathBuf>,
     /// The first failure since the last `Sync`, which that `Sync` will report.
     error: Option<IoError>,
 }
 
 impl Disk {
-    fn new(logs_dir: PathBuf, open_files_max: usize) -> Self {
+    fn new(logs_dir: PathBuf, reader: FileReader, open_files_max: usize) -> Self {
         assert!(
             open_files_max > 0,
             "the disk worker needs at least one open file"
         );
         Self {
             logs_dir,
+            reader,
             open: HashMap::new(),
             open_files_max,
             uses: 0,
@@ -154,21 +177,22 @@ impl Disk {
         completions: UnboundedSender<Input>,
     ) -> Result<(), IoError> {
         let (rounds, syncer_queue) = mpsc::channel::<SyncRound>();
+        let syncer_completions = completions.clone();
         let syncer = thread::Builder::new()
             .name("doze-sync".into())
-            .spawn(move || run_syncer(syncer_queue, completions))
+            .spawn(move || run_syncer(syncer_queue, syncer_completions))
             .expect("spawn the syncer thread");
         while let Ok(op) = queue.recv() {
             // Syncs reached this round, each with the error it must report
             // regardless of how the fsyncs go.
             let mut syncs = Vec::new();
-            self.execute(op, &mut syncs);
+            self.execute(op, &mut syncs, &completions);
             if syncs.is_empty() {
                 continue;
             }
             for _ in 1..ROUND_OPS_MAX {
                 match queue.try_recv() {
-                    Ok(op) => self.execute(op, &mut syncs),
+                    Ok(op) => self.execute(op, &mut syncs, &completions),
                     Err(_) => break,
                 }
             }
@@ -193,24 +217,42 @@ impl Disk {
         result
     }
 
-    fn execute(&mut self, op: DiskOp, syncs: &mut Vec<(IoId, Option<IoError>)>) {
+    fn execute(
+        &mut self,
+        op: DiskOp,
+        syncs: &mut Vec<(IoId, Option<IoError>)>,
+        completions: &UnboundedSender<Input>,
+    ) {
         let result = match op {
             DiskOp::Sync { io } => {
                 syncs.push((io, self.error.take()));
                 return;
             }
+            DiskOp::Read { io, range } => {
+                // A read has its own completion; it does not touch `error`.
+                let result = self.read(&range);
+                if let Err(e) = &result {
+                    warn!(error = %e.0, "disk read failed");
+                }
+                // The broker task is gone only during shutdown.
+                let _ = completions.send(Input::ReadDone { io, result });
+                return;
+            }
             DiskOp::Append {
                 dir,
                 segment_base,
+                file,
                 bytes,
-            } => self.append(&dir, segment_base, &bytes),
+            } => self.append(&(dir, segment_base, file), &bytes),
             DiskOp::Truncate {
                 dir,
                 segment_base,
+                file,
                 len,
-            } => self.truncate(&dir, segment_base, len),
+            } => self.truncate(&(dir, segment_base, file), len),
             DiskOp::DeleteSegment { dir, segment_base } => self.delete_segment(&dir, segment_base),
             DiskOp::DeletePartition { dir } => self.delete_partition(&dir),
+            DiskOp::Adopt { dir, segment_base } => self.adopt(&dir, segment_base),
         };
         if let Err(e) = result {
             warn!(error = %e.0, "disk op failed; the next sync will report it");
@@ -218,49 +260,83 @@ impl Disk {
         }
     }
 
-    fn append(&mut self, dir: &PartitionDir, base: i64, bytes: &[u8]) -> Result<(), IoError> {
-        let path = self.segment_path(dir, base)?;
-        let file = self
-            .file(dir, base, true)
-            .map_err(|e| failed("open", &path, e))?;
+    /// Appends at the end, creating the file (and its directory) when absent;
+    /// empty `bytes` only create it.
+    fn append(&mut self, key: &FileKey, bytes: &[u8]) -> Result<(), IoError> {
+        let path = self.path(key)?;
+        let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
         file.write_all(bytes)
             .map_err(|e| failed("append to", &path, e))?;
-        self.dirty_files.insert((dir.clone(), base));
+        self.dirty_files.insert(key.clone());
         Ok(())
     }
 
-    fn truncate(&mut self, dir: &PartitionDir, base: i64, len: u64) -> Result<(), IoError> {
-        let path = self.segment_path(dir, base)?;
-        let file = self
-            .file(dir, base, false)
-            .map_err(|e| failed("open", &path, e))?;
+    /// Cuts (or pads with zeroes, as ftruncate does) to `len`, creating the
+    /// file when absent.
+    fn truncate(&mut self, key: &FileKey, len: u64) -> Result<(), IoError> {
+        let path = self.path(key)?;
+        let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
         file.set_len(len)
             .map_err(|e| failed("truncate", &path, e))?;
-        self.dirty_files.insert((dir.clone(), base));
+        self.dirty_files.insert(key.clone());
         Ok(())
     }
 
-    fn delete_segment(&mut self, dir: &PartitionDir, base: i64) -> Result<(), IoError> {
-        let path = self.segment_path(dir, base)?;
-        let key = (dir.clone(), base);
-        // Its pending writes die with it; there is nothing left to sync.
-        self.open.remove(&key);
-        self.dirty_files.remove(&key);
-        match fs::remove_file(&path) {
-            Ok(()) => {
-                self.dirty_dirs.insert(self.partition_path(dir)?);
-                Ok(())
-            }
-            // Already gone is what was asked for (a repeated repair after a crash).
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(failed("remove", &path, e)),
+    /// Exactly `range.len` bytes; a missing or shorter file is an error.
+    fn read(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
+        let key = (range.dir.clone(), range.segment_base, range.file);
+        let path = self.path(&key)?;
+        let file = self
+            .file(&key, false)
+            .map_err(|e| failed("open", &path, e))?;
+        // The length first, so a range past the end allocates nothing.
+        let file_len = file.metadata().map_err(|e| failed("stat", &path, e))?.len();
+        let end = range.position.checked_add(range.len);
+        if end.is_none_or(|end| end > file_len) {
+            return Err(IoError(format!(
+                "cannot read {} bytes at {} of {}: the file has {file_len}",
+                range.len,
+                range.position,
+                path.display()
+            )));
         }
+        let len = usize::try_from(range.len).map_err(|_| IoError("a read too large".into()))?;
+        let mut bytes = vec![0; len];
+        file.read_exact_at(&mut bytes, range.position)
+            .map_err(|e| failed("read", &path, e))?;
+        Ok(Bytes::from(bytes))
+    }
+
+    /// Removes every file of the segment that is there.
+    fn delete_segment(&mut self, dir: &PartitionDir, base: i64) -> Result<(), IoError> {
+        self.reader.forget_segment(dir, base);
+        let mut first_error = None;
+        for kind in SegmentFile::ALL {
+            let key = (dir.clone(), base, kind);
+            // Its pending writes die with it; there is nothing left to sync.
+            self.open.remove(&key);
+            self.dirty_files.remove(&key);
+            let path = self.path(&key)?;
+            match fs::remove_file(&path) {
+                Ok(()) => {
+                    self.dirty_dirs.insert(partition_path(&self.logs_dir, dir)?);
+                }
+                // Already gone is what was asked for (a repeated repair
+                // after a crash, or an index never written).
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    first_error.get_or_insert(failed("remove", &path, e));
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     fn delete_partition(&mut self, dir: &PartitionDir) -> Result<(), IoError> {
-        let path = self.partition_path(dir)?;
-        self.open.retain(|(d, _), _| d != dir);
-        self.dirty_files.retain(|(d, _)| d != dir);
+        let path = partition_path(&self.logs_dir, dir)?;
+        self.reader.forget_partition(dir);
+        self.open.retain(|(d, _, _), _| d != dir);
+        self.dirty_files.retain(|(d, _, _)| d != dir);
         self.dirty_dirs.remove(&path);
         match fs::remove_dir_all(&path) {
             Ok(()) => {
@@ -272,33 +348,48 @@ impl Disk {
         }
     }
 
-    /// The open segment file, opening it (and with `create`, creating it and
-    /// its directory) on first use.
-    fn file(&mut self, dir: &PartitionDir, base: i64, create: bool) -> io::Result<&mut File> {
+    /// The next sync makes the segment's files durable as if just written,
+    /// and the entries naming them (the partition dir's, and the partition
+    /// dir's own in `logs/`): a crashed process may have left any of them
+    /// unsynced.
+    fn adopt(&mut self, dir: &PartitionDir, base: i64) -> Result<(), IoError> {
+        let dir_path = partition_path(&self.logs_dir, dir)?;
+        for kind in SegmentFile::ALL {
+            let key = (dir.clone(), base, kind);
+            if self.open.contains_key(&key) || self.path(&key)?.exists() {
+                self.dirty_files.insert(key);
+            }
+        }
+        self.dirty_dirs.insert(dir_path);
+        self.dirty_dirs.insert(self.logs_dir.clone());
+        Ok(())
+    }
+
+    /// The open file, opening it (and with `create`, creating it and its
+    /// directory) on first use.
+    fn file(&mut self, key: &FileKey, create: bool) -> io::Result<&mut File> {
         self.uses += 1;
-        let key = (dir.clone(), base);
-        if !self.open.contains_key(&key) {
+        if !self.open.contains_key(key) {
             if self.open.len() >= self.open_files_max {
                 self.evict_least_recently_used();
             }
-            let file = self.open_segment(dir, base, create)?;
+            let file = self.open_file(key, create)?;
             self.open
-                .insert(key.clone(), OpenSegment { file, last_use: 0 });
+                .insert(key.clone(), OpenFile { file, last_use: 0 });
         }
-        let segment = self.open.get_mut(&key).expect("inserted above");
-        segment.last_use = self.uses;
-        Ok(&mut segment.file)
+        let open = self.open.get_mut(key).expect("inserted above");
+        open.last_use = self.uses;
+        Ok(&mut open.file)
     }
 
-    fn open_segment(&mut self, dir: &PartitionDir, base: i64, create: bool) -> io::Result<File> {
-        let dir_path = self
-            .partition_path(dir)
-            .map_err(|e| io::Error::other(e.0))?;
-        let path = dir_path.join(segment_file_name(base));
+    fn open_file(&mut self, key: &FileKey, create: bool) -> io::Result<File> {
+        let dir_path = partition_path(&self.logs_dir, &key.0).map_err(|e| io::Error::other(e.0))?;
+        let path = dir_path.join(key.2.file_name(key.1));
         // Append mode: every write lands at the current end, which is also
-        // right after a `Truncate` has cut the file shorter.
+        // right after a `Truncate` has cut the file shorter. Readable too,
+        // for `DiskOp::Read` (pread ignores the append mode).
         let mut options = OpenOptions::new();
-        options.append(true);
+        options.read(true).append(true);
         if !create {
             return options.open(&path);
         }
@@ -328,144 +419,114 @@ impl Disk {
         let oldest = self
             .open
             .iter()
-            .min_by_key(|(_, s)| s.last_use)
-            .map(|(k, _)| k.clone());
+            .min_by_key(|(_, open)| open.last_use)
+            .map(|(key, _)| key.clone());
         let Some(key) = oldest else { return };
-        let segment = self.open.remove(&key).expect("found above");
+        let open = self.open.remove(&key).expect("found above");
         if self.dirty_files.remove(&key) {
-            if let Err(e) = segment.file.sync_data() {
-                let path = self
-                    .logs_dir
-                    .join(key.0.dir_name())
-                    .join(segment_file_name(key.1));
-                let e = failed("fdatasync", &path, e);
+            if let Err(e) = open.file.sync_data() {
+                let e = IoError(format!("cannot fdatasync {}: {e}", describe(&key)));
                 warn!(error = %e.0, "sync before close failed; the next sync will report it");
                 self.error.get_or_insert(e);
             }
         }
-        debug!(dir = %key.0.dir_name(), base = key.1, "closed least recently used segment");
+        debug!(file = %describe(&key), "closed least recently used segment file");
     }
 
-    /// Takes the dirty sets as a round for the syncer thread.
+    /// Takes the dirty sets as a round for the syncer thread. Files are
+    /// opened here, in order with the ops, so that a deletion queued after
+    /// the sync cannot make the syncer miss a file it had to sync.
     fn take_round(&mut self, syncs: Vec<(IoId, Option<IoError>)>) -> SyncRound {
         let files = mem::take(&mut self.dirty_files)
             .into_iter()
             .map(|key| {
-                let path = self
-                    .logs_dir
-                    .join(key.0.dir_name())
-                    .join(segment_file_name(key.1));
-                let dup = self.open.get(&key).and_then(|s| s.file.try_clone().ok());
-                (path, dup)
+                let file = match self.open.get(&key) {
+                    Some(open) => open
+                        .file
+                        .try_clone()
+                        .map_err(|e| IoError(format!("cannot dup {}: {e}", describe(&key)))),
+                    None => self
+                        .path(&key)
+                        .and_then(|path| File::open(&path).map_err(|e| failed("open", &path, e))),
+                };
+                (describe(&key), file)
             })
             .collect();
         let dirs = mem::take(&mut self.dirty_dirs).into_iter().collect();
         SyncRound { files, dirs, syncs }
     }
 
-    /// One round of fsyncs: every dirty file, then every dirty directory. All
-    /// are attempted even after a failure; the first failure is returned. The
-    /// dirty sets are cleared either way: after a failed fsync the kernel may
-    /// have dropped the dirty pages, so a retry proves nothing, and the core
-    /// answers a failed sync by rewriting (truncating) what it cannot trust.
+    /// The final round, on this thread: every dirty file, then every dirty
+    /// directory. All are attempted even after a failure; the first failure
+    /// is returned. The dirty sets are cleared either way: after a failed
+    /// fsync the kernel may have dropped the dirty pages, so a retry proves
+    /// nothing, and the core answers a failed sync by rewriting (truncating)
+    /// what it cannot trust.
     fn sync_dirty(&mut self) -> Result<(), IoError> {
-        let started = Instant::now();
-        let files = mem::take(&mut self.dirty_files);
-        let dirs = mem::take(&mut self.dirty_dirs);
-        let mut first_error = None;
-        for key in &files {
-            let path = self
-                .logs_dir
-                .join(key.0.dir_name())
-                .join(segment_file_name(key.1));
-            let result = match self.open.get(key) {
-                Some(segment) => segment.file.sync_data(),
-                // Unreachable today (eviction syncs), but cheap to get right.
-                None => File::open(&path).and_then(|f| f.sync_data()),
-            };
-            if let Err(e) = result {
-                first_error.get_or_insert(failed("fdatasync", &path, e));
-            }
-        }
-        for dir in &dirs {
-            if let Err(e) = sync_dir(dir) {
-                first_error.get_or_insert(failed("fsync", dir, e));
-            }
-        }
-        debug!(
-            files = files.len(),
-            dirs = dirs.len(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "synced"
-        );
-        match first_error {
-            Some(e) => {
-                warn!(error = %e.0, "sync failed");
-                Err(e)
-            }
-            None => Ok(()),
-        }
+        let round = self.take_round(Vec::new());
+        sync_round(&round)
     }
 
-    fn segment_path(&self, dir: &PartitionDir, base: i64) -> Result<PathBuf, IoError> {
-        Ok(self.partition_path(dir)?.join(segment_file_name(base)))
-    }
-
-    /// The partition's directory. A name that could leave `logs/` is refused
-    /// here, whatever validated it before: `DeletePartition` runs
-    /// `remove_dir_all` on this path.
-    fn partition_path(&self, dir: &PartitionDir) -> Result<PathBuf, IoError> {
-        let name = dir.dir_name();
-        if name.contains(['/', '\\', '\0']) {
-            return Err(IoError(format!(
-                "refusing partition directory name {name:?}"
-            )));
-        }
-        Ok(self.logs_dir.join(name))
+    fn path(&self, key: &FileKey) -> Result<PathBuf, IoError> {
+        segment_path(&self.logs_dir, &key.0, key.1, key.2)
     }
 }
 
 /// The syncer thread: fsyncs each round and reports its `Sync`s, in order.
-/// Every fsync of a round is attempted even after a failure; the first
-/// failure is what the round's syncs report (see `Disk::sync_dirty`).
 fn run_syncer(rounds: mpsc::Receiver<SyncRound>, completions: UnboundedSender<Input>) {
     while let Ok(round) = rounds.recv() {
-        let started = Instant::now();
-        let mut first_error = None;
-        for (path, dup) in &round.files {
-            let result = match dup {
-                Some(file) => file.sync_data(),
-                None => File::open(path).and_then(|f| f.sync_data()),
-            };
-            if let Err(e) = result {
-                first_error.get_or_insert(failed("fdatasync", path, e));
-            }
-        }
-        for dir in &round.dirs {
-            if let Err(e) = sync_dir(dir) {
-                first_error.get_or_insert(failed("fsync", dir, e));
-            }
-        }
-        debug!(
-            files = round.files.len(),
-            dirs = round.dirs.len(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "synced"
-        );
-        if let Some(e) = &first_error {
-            warn!(error = %e.0, "sync failed");
-        }
+        let synced = sync_round(&round);
         for (io, earlier) in round.syncs {
-            let result = match (earlier, &first_error) {
+            let result = match (earlier, &synced) {
                 (Some(e), _) => Err(e),
-                (None, Some(e)) => Err(e.clone()),
-                (None, None) => Ok(()),
+                (None, Err(e)) => Err(e.clone()),
+                (None, Ok(())) => Ok(()),
             };
             // The broker task is gone only during shutdown, when nobody
             // waits for the answer any more.
             let _ = completions.send(Input::SyncDone { io, result });
         }
     }
+}
+
+/// Every fsync of a round is attempted even after a failure; the first
+/// failure is what the round's syncs report (see `Disk::sync_dirty`).
+fn sync_round(round: &SyncRound) -> Result<(), IoError> {
+    let started = Instant::now();
+    let mut first_error = None;
+    for (name, file) in &round.files {
+        let result = match file {
+            Ok(file) => file
+                .sync_data()
+                .map_err(|e| IoError(format!("cannot fdatasync {name}: {e}"))),
+            Err(e) => Err(e.clone()),
+        };
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    for dir in &round.dirs {
+        if let Err(e) = sync_dir(dir) {
+            first_error.get_or_insert(failed("fsync", dir, e));
+        }
+    }
+    debug!(
+        files = round.files.len(),
+        dirs = round.dirs.len(),
+        elapsed_us = started.elapsed().as_micros() as u64,
+        "synced"
+    );
+    match first_error {
+        Some(e) => {
+            warn!(error = %e.0, "sync failed");
+            Err(e)
+        }
+        None => Ok(()),
+    }
+}
+
+fn describe(key: &FileKey) -> String {
+    format!("{}/{}", key.0.dir_name(), key.2.file_name(key.1))
 }
 
 fn failed(what: &str, path: &Path, e: io::Error) -> IoError {
@@ -475,7 +536,6 @@ fn failed(what: &str, path: &Path, e: io::Error) -> IoError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
     use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
     fn temp_logs(name: &str) -> PathBuf {
@@ -486,12 +546,55 @@ mod tests {
         dir
     }
 
-    fn append(dir: &PartitionDir, segment_base: i64, bytes: &'static [u8]) -> DiskOp {
+    fn start(logs: &Path, open_files_max: usize) -> (DiskQueue, UnboundedReceiver<Input>, Join) {
+        let (tx, done) = unbounded_channel();
+        let reader = FileReader::new(logs.to_path_buf());
+        let (queue, thread) =
+            DiskWorker::spawn_with(logs.to_path_buf(), tx, reader, open_files_max)
+                .unwrap()
+                .into_parts();
+        (queue, done, thread)
+    }
+
+    type Join = thread::JoinHandle<Result<(), IoError>>;
+
+    fn append(dir: &PartitionDir, base: i64, file: SegmentFile, bytes: &'static [u8]) -> DiskOp {
         DiskOp::Append {
             dir: dir.clone(),
-            segment_base,
+            segment_base: base,
+            file,
             bytes: Bytes::from_static(bytes),
         }
+    }
+
+    fn log(dir: &PartitionDir, base: i64, bytes: &'static [u8]) -> DiskOp {
+        append(dir, base, SegmentFile::Log, bytes)
+    }
+
+    fn truncate(dir: &PartitionDir, base: i64, file: SegmentFile, len: u64) -> DiskOp {
+        DiskOp::Truncate {
+            dir: dir.clone(),
+            segment_base: base,
+            file,
+            len,
+        }
+    }
+
+    fn read(io: IoId, dir: &PartitionDir, base: i64, position: u64, len: u64) -> DiskOp {
+        DiskOp::Read {
+            io,
+            range: FileRange {
+                dir: dir.clone(),
+                segment_base: base,
+                file: SegmentFile::Log,
+                position,
+                len,
+            },
+        }
+    }
+
+    fn path(logs: &Path, dir: &str, base: i64, file: SegmentFile) -> PathBuf {
+        logs.join(dir).join(file.file_name(base))
     }
 
     fn sync_result(done: &mut UnboundedReceiver<Input>, want_io: IoId) -> Result<(), IoError> {
@@ -504,34 +607,37 @@ mod tests {
         }
     }
 
+    fn read_result(done: &mut UnboundedReceiver<Input>, want_io: IoId) -> Result<Bytes, IoError> {
+        match done.blocking_recv() {
+            Some(Input::ReadDone { io, result }) => {
+                assert_eq!(io, want_io, "reads complete in order");
+                result
+            }
+            _ => panic!("expected ReadDone {want_io}"),
+        }
+    }
+
     #[test]
     fn append_sync_truncate_delete() {
         let logs = temp_logs("ops");
-        let (tx, mut done) = unbounded_channel();
-        let (queue, thread) = DiskWorker::spawn(logs.clone(), tx).unwrap().into_parts();
+        let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
         let p = PartitionDir::new("orders", 0);
-        let seg0 = logs.join("orders-0").join(segment_file_name(0));
-        let seg100 = logs.join("orders-0").join(segment_file_name(100));
+        let seg0 = path(&logs, "orders-0", 0, SegmentFile::Log);
+        let seg100 = path(&logs, "orders-0", 100, SegmentFile::Log);
 
-        queue.submit(append(&p, 0, b"hello")).unwrap();
-        queue.submit(append(&p, 0, b" world")).unwrap();
+        queue.submit(log(&p, 0, b"hello")).unwrap();
+        queue.submit(log(&p, 0, b" world")).unwrap();
         queue.submit(DiskOp::Sync { io: 1 }).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(fs::read(&seg0).unwrap(), b"hello world");
 
-        queue
-            .submit(DiskOp::Truncate {
-                dir: p.clone(),
-                segment_base: 0,
-                len: 5,
-            })
-            .unwrap();
-        queue.submit(append(&p, 0, b"!")).unwrap();
+        queue.submit(truncate(&p, 0, SegmentFile::Log, 5)).unwrap();
+        queue.submit(log(&p, 0, b"!")).unwrap();
         queue.submit(DiskOp::Sync { io: 2 }).unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(fs::read(&seg0).unwrap(), b"hello!");
 
-        queue.submit(append(&p, 100, b"x")).unwrap();
+        queue.submit(log(&p, 100, b"x")).unwrap();
         queue
             .submit(DiskOp::DeleteSegment {
                 dir: p.clone(),
@@ -561,14 +667,11 @@ mod tests {
         assert_eq!(sync_result(&mut done, 4), Ok(()));
         assert!(!logs.join("orders-0").exists());
 
-        // A failed op is reported by the next sync only, then forgotten.
-        let missing = PartitionDir::new("missing", 0);
+        // A failed op is reported by the next sync only, then forgotten. A
+        // file where the partition directory should be makes it fail.
+        fs::write(logs.join("blocked-0"), b"not a directory").unwrap();
         queue
-            .submit(DiskOp::Truncate {
-                dir: missing,
-                segment_base: 0,
-                len: 0,
-            })
+            .submit(log(&PartitionDir::new("blocked", 0), 0, b"x"))
             .unwrap();
         queue.submit(DiskOp::Sync { io: 5 }).unwrap();
         queue.submit(DiskOp::Sync { io: 6 }).unwrap();
@@ -587,31 +690,191 @@ mod tests {
     }
 
     #[test]
-    fn many_segments_few_open_files() {
-        let logs = temp_logs("lru");
-        let (tx, mut done) = unbounded_channel();
-        let (queue, thread) = DiskWorker::spawn_with(logs.clone(), tx, 2)
+    fn file_kinds_are_created_cut_and_deleted_together() {
+        let logs = temp_logs("kinds");
+        let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
+        let p = PartitionDir::new("t", 2);
+
+        // An empty append creates the file; a truncate creates an absent one
+        // (its directory too) at the length asked.
+        queue
+            .submit(append(&p, 50, SegmentFile::OffsetIndex, b""))
+            .unwrap();
+        queue
+            .submit(append(&p, 50, SegmentFile::TimeIndex, b"0123456789ab"))
+            .unwrap();
+        queue
+            .submit(truncate(
+                &PartitionDir::new("u", 0),
+                0,
+                SegmentFile::TxnIndex,
+                3,
+            ))
+            .unwrap();
+        queue
+            .submit(truncate(&p, 50, SegmentFile::TimeIndex, 4))
+            .unwrap();
+        queue.submit(log(&p, 50, b"batches")).unwrap();
+        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        assert_eq!(sync_result(&mut done, 1), Ok(()));
+        assert_eq!(
+            fs::read(path(&logs, "t-2", 50, SegmentFile::OffsetIndex)).unwrap(),
+            b""
+        );
+        assert_eq!(
+            fs::read(path(&logs, "t-2", 50, SegmentFile::TimeIndex)).unwrap(),
+            b"0123"
+        );
+        assert_eq!(
+            fs::read(path(&logs, "u-0", 0, SegmentFile::TxnIndex)).unwrap(),
+            [0, 0, 0]
+        );
+        assert!(!path(&logs, "t-2", 50, SegmentFile::TxnIndex).exists());
+
+        // DeleteSegment removes every kind that is there, and only that
+        // segment's.
+        queue.submit(log(&p, 80, b"next")).unwrap();
+        queue
+            .submit(DiskOp::DeleteSegment {
+                dir: p.clone(),
+                segment_base: 50,
+            })
+            .unwrap();
+        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        assert_eq!(sync_result(&mut done, 2), Ok(()));
+        let mut left: Vec<_> = fs::read_dir(logs.join("t-2"))
             .unwrap()
-            .into_parts();
-        // Round-robin over more segments than open files, with syncs queued
-        // back to back so that rounds cover several of them.
-        for round in 0..3u64 {
-            for part in 0..5 {
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec![SegmentFile::Log.file_name(80)]);
+
+        drop(queue);
+        assert_eq!(thread.join().unwrap(), Ok(()));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[test]
+    fn reads_see_every_earlier_op() {
+        let logs = temp_logs("read");
+        let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
+        let p = PartitionDir::new("r", 0);
+
+        // Unsynced bytes are read back (they are in the page cache), and a
+        // cut is seen by the read after it.
+        queue.submit(log(&p, 0, b"abcdef")).unwrap();
+        queue.submit(read(1, &p, 0, 1, 3)).unwrap();
+        queue.submit(truncate(&p, 0, SegmentFile::Log, 2)).unwrap();
+        queue.submit(read(2, &p, 0, 0, 3)).unwrap(); // short: an error
+        queue.submit(read(3, &p, 0, 0, 2)).unwrap();
+        queue.submit(read(4, &p, 9, 0, 1)).unwrap(); // no such file
+        queue.submit(read(5, &p, 0, u64::MAX, 2)).unwrap(); // past any end
+        queue.submit(read(6, &p, 0, 2, 0)).unwrap(); // empty, at the end
+        assert_eq!(read_result(&mut done, 1).unwrap(), &b"bcd"[..]);
+        assert!(read_result(&mut done, 2).is_err());
+        assert_eq!(read_result(&mut done, 3).unwrap(), &b"ab"[..]);
+        assert!(read_result(&mut done, 4).is_err());
+        assert!(read_result(&mut done, 5).is_err());
+        assert_eq!(read_result(&mut done, 6).unwrap(), &b""[..]);
+        assert!(
+            !path(&logs, "r-0", 9, SegmentFile::Log).exists(),
+            "a read creates nothing"
+        );
+
+        // A failed read is its own answer: the next sync is not failed by it.
+        queue.submit(DiskOp::Sync { io: 7 }).unwrap();
+        assert_eq!(sync_result(&mut done, 7), Ok(()));
+
+        drop(queue);
+        assert_eq!(thread.join().unwrap(), Ok(()));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[test]
+    fn adopted_files_are_synced_by_the_next_sync() {
+        let logs = temp_logs("adopt");
+        // What a crashed process left: a partition with a log and one index.
+        fs::create_dir_all(logs.join("a-0")).unwrap();
+        fs::write(path(&logs, "a-0", 0, SegmentFile::Log), b"left").unwrap();
+        fs::write(path(&logs, "a-0", 0, SegmentFile::OffsetIndex), b"idx").unwrap();
+        let p = PartitionDir::new("a", 0);
+        let adopt = |segment_base| DiskOp::Adopt {
+            dir: p.clone(),
+            segment_base,
+        };
+
+        // What the next round syncs, looked at on a worker's state directly:
+        // the files that are there, their directory and logs/.
+        let mut disk = Disk::new(logs.clone(), FileReader::new(logs.clone()), 4);
+        let (tx, _rx) = unbounded_channel();
+        let mut syncs = Vec::new();
+        disk.execute(adopt(0), &mut syncs, &tx);
+        disk.execute(adopt(99), &mut syncs, &tx); // nothing there: nothing to sync
+        assert!(disk.error.is_none());
+        let round = disk.take_round(syncs);
+        let mut names: Vec<_> = round.files.iter().map(|(name, _)| name.clone()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![
+                format!("a-0/{}", SegmentFile::OffsetIndex.file_name(0)),
+                format!("a-0/{}", SegmentFile::Log.file_name(0)),
+            ]
+        );
+        assert!(round.files.iter().all(|(_, file)| file.is_ok()));
+        let mut dirs = round.dirs.clone();
+        dirs.sort();
+        assert_eq!(dirs, vec![logs.clone(), logs.join("a-0")]);
+
+        // And through the worker, the sync after them succeeds.
+        let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
+        queue.submit(adopt(0)).unwrap();
+        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        assert_eq!(sync_result(&mut done, 1), Ok(()));
+        drop(queue);
+        assert_eq!(thread.join().unwrap(), Ok(()));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[test]
+    fn many_files_few_open() {
+        let logs = temp_logs("lru");
+        let (queue, mut done, thread) = start(&logs, 2);
+        // Round-robin over more files (of every kind) than open files, with
+        // reads between and syncs queued back to back so that rounds cover
+        // several of them.
+        let mut io = 0;
+        for _ in 0..3u64 {
+            for part in 0..3 {
                 let p = PartitionDir::new("t", part);
-                queue.submit(append(&p, 0, b"ab")).unwrap();
-                queue
-                    .submit(DiskOp::Sync {
-                        io: round * 5 + part as u64 + 1,
-                    })
-                    .unwrap();
+                for kind in SegmentFile::ALL {
+                    queue.submit(append(&p, 0, kind, b"ab")).unwrap();
+                }
+                io += 1;
+                queue.submit(DiskOp::Sync { io }).unwrap();
+                io += 1;
+                queue.submit(read(io, &p, 0, 0, 2)).unwrap();
             }
         }
-        for io in 1..=15 {
-            assert_eq!(sync_result(&mut done, io), Ok(()));
+        let mut synced = 0;
+        for _ in 0..io {
+            match done.blocking_recv() {
+                Some(Input::SyncDone { result, .. }) => {
+                    assert_eq!(result, Ok(()));
+                    synced += 1;
+                }
+                Some(Input::ReadDone { result, .. }) => {
+                    assert_eq!(result.unwrap(), &b"ab"[..]);
+                }
+                _ => panic!("expected a completion"),
+            }
         }
-        for part in 0..5 {
-            let path = logs.join(format!("t-{part}")).join(segment_file_name(0));
-            assert_eq!(fs::read(path).unwrap(), b"ababab");
+        assert_eq!(synced, 9);
+        for part in 0..3 {
+            for kind in SegmentFile::ALL {
+                let file = path(&logs, &format!("t-{part}"), 0, kind);
+                assert_eq!(fs::read(file).unwrap(), b"ababab");
+            }
         }
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
@@ -621,16 +884,21 @@ mod tests {
     #[test]
     fn unsynced_appends_are_synced_at_shutdown() {
         let logs = temp_logs("shutdown");
-        let (tx, _done) = unbounded_channel();
-        let (queue, thread) = DiskWorker::spawn(logs.clone(), tx).unwrap().into_parts();
+        let (queue, _done, thread) = start(&logs, OPEN_FILES_MAX);
+        let p = PartitionDir::new("t", 0);
+        queue.submit(log(&p, 0, b"tail")).unwrap();
         queue
-            .submit(append(&PartitionDir::new("t", 0), 0, b"tail"))
+            .submit(append(&p, 0, SegmentFile::TxnIndex, b"txn"))
             .unwrap();
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
         assert_eq!(
-            fs::read(logs.join("t-0").join(segment_file_name(0))).unwrap(),
+            fs::read(path(&logs, "t-0", 0, SegmentFile::Log)).unwrap(),
             b"tail"
+        );
+        assert_eq!(
+            fs::read(path(&logs, "t-0", 0, SegmentFile::TxnIndex)).unwrap(),
+            b"txn"
         );
         fs::remove_dir_all(&logs).unwrap();
     }

@@ -2,7 +2,7 @@
 //! `doze-kafka` binary and the madsim tests run the same server code.
 //!
 //! Built normally, `tokio` is real tokio and the storage is the disk worker
-//! thread plus sled (`storage::DiskAndSled`). Built with
+//! thread, the response file reader and sled (`storage::DiskAndSled`). Built with
 //! `RUSTFLAGS="--cfg madsim"`, `tokio` is madsim's simulated runtime, network
 //! and clock (the `madsim-tokio` package), and the storage is
 //! `simstore::SimStorage`, an in-memory disk and meta store that survives a
@@ -13,7 +13,11 @@ pub mod boot;
 pub mod config;
 pub mod conn;
 pub mod datadir;
+// Threads and real files: not in a madsim build (see `storage.rs`).
+#[cfg(not(madsim))]
 pub mod disk;
+#[cfg(not(madsim))]
+pub mod filereader;
 pub mod metadb;
 pub mod server;
 #[cfg(madsim)]

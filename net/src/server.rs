@@ -1,6 +1,13 @@
 //! The server: the acceptor, the broker task, and the shutdown that ties the
 //! disk and meta workers off.
 //!
+//! Shutdown (SIGTERM): stop accepting, stop taking requests (frames that
+//! still arrive are dropped), send the core `Input::Shutdown` and keep
+//! carrying out its outputs until it answers `Output::Stopped` (everything
+//! durable, every partition checkpointed, so the next start reads only
+//! indexes), at most `SHUTDOWN_WAIT`; then stop the workers, which sync or
+//! flush what is queued.
+//!
 //! The storage is a parameter (`storage::Storage`): production runs the disk
 //! and meta worker threads below; the madsim tests run the same server over a
 //! simulated store (`simstore.rs`), with madsim's network and clock.
@@ -8,10 +15,10 @@
 //! ```text
 //!  acceptor ──Connected──┐
 //!  readers ──Frame───────┤ events (bounded)           ┌─► writers (per connection)
-//!          ──Disconnected┘            ▼               │
-//!                              broker task ── Broker ─┼─► disk worker thread ──┐
-//!  disk, meta ──SyncDone/MetaDone──►  ▲               └─► meta worker thread ──┤
-//!               (completions, unbounded)  ◄───────────────────────────────────┘
+//!          ──Disconnected┤            ▼               │     file parts: FrameReader
+//!  writers ──ReadFailed──┘     broker task ── Broker ─┼─► disk worker thread ──┐
+//!  disk, meta ──SyncDone/ReadDone/MetaDone──► ▲       └─► meta worker thread ──┤
+//!               (completions, unbounded)      ◄───────────────────────────────┘
 //! ```
 //!
 //! One task owns the `Broker`: the core is a single-threaded state machine,
@@ -32,7 +39,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
-use doze_core::{BootState, Broker, BrokerConfig, ConnId, Input, Output};
+use doze_core::{BootState, Broker, BrokerConfig, ConnId, FileRange, Input, IoError, Output};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -40,9 +47,9 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::config::HostPort;
-use crate::conn::{self, ConnHandle};
+use crate::conn::{self, ConnHandle, Response};
 use crate::metadb::MetaWrite;
-use crate::storage::{Storage, StorageQueue};
+use crate::storage::{SharedReader, Started, Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.
 const EVENTS_QUEUED_MAX: usize = 4096;
@@ -55,12 +62,32 @@ const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// The longest the broker task sleeps without looking at the wall clock, so a
 /// clock jump delays a due `Tick` by at most this much.
 const TIMER_RECHECK_MS: i64 = 1000;
+/// How long a shutdown waits for the core's `Output::Stopped` (a sync and
+/// one meta.db write, normally milliseconds) before it stops anyway: the
+/// workers still sync what is queued, and the next start scans what the
+/// missing checkpoints would have spared it.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
 /// What the connection tasks tell the broker task.
 pub enum Event {
-    Connected { conn: ConnId, handle: ConnHandle },
-    Frame { conn: ConnId, frame: Bytes },
-    Disconnected { conn: ConnId },
+    Connected {
+        conn: ConnId,
+        handle: ConnHandle,
+    },
+    Frame {
+        conn: ConnId,
+        frame: Bytes,
+    },
+    Disconnected {
+        conn: ConnId,
+    },
+    /// A writer could not read a file part of a response; it sent nothing
+    /// of that frame and stopped.
+    ResponseReadFailed {
+        conn: ConnId,
+        range: FileRange,
+        error: IoError,
+    },
 }
 
 /// Everything start-up prepared, handed to `serve`.
@@ -76,9 +103,10 @@ pub struct Setup<S> {
 }
 
 /// Runs the broker until `shutdown` resolves (or the broker task dies), then
-/// shuts down in order: stop accepting, stop the broker task, let the disk
-/// worker finish its queue and fsync, flush meta.db. An error means the final
-/// sync or flush failed, or the broker failed: data may not be durable.
+/// shuts down in order: stop accepting, let the core stop (`Input::Shutdown`
+/// until `Output::Stopped`), end the broker task, let the disk worker finish
+/// its queue and fsync, flush meta.db. An error means the final sync or flush
+/// failed, or the broker failed: data may not be durable.
 pub async fn serve<S: Storage>(
     setup: Setup<S>,
     shutdown: impl Future<Output = ()>,
@@ -95,7 +123,11 @@ pub async fn serve<S: Storage>(
         .context("cannot read the listen address")?;
 
     let (completion_tx, completions) = mpsc::unbounded_channel();
-    let (storage, storage_finished) = storage.start(completion_tx)?;
+    let Started {
+        queue: storage,
+        reader,
+        finished: storage_finished,
+    } = storage.start(completion_tx)?;
 
     // Boot before the first connection: the core must see `Input::Boot` first,
     // and its repairs are queued before any append.
@@ -103,13 +135,15 @@ pub async fn serve<S: Storage>(
         broker: Broker::new(settings),
         conns: HashMap::new(),
         storage,
+        stopping: false,
+        stopped: false,
     };
     driver.handle(Input::Boot(boot))?;
 
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
     let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
-    let acceptor = tokio::spawn(accept_loop(listener, event_tx));
+    let acceptor = tokio::spawn(accept_loop(listener, event_tx, reader));
 
     // Tests and scripts wait for this line. Written without `println!`, which
     // would panic if stdout had been closed.
@@ -121,7 +155,8 @@ pub async fn serve<S: Storage>(
     let joined = tokio::select! {
         () = shutdown => {
             // Stop accepting first (the listener closes with its task), then
-            // the broker task, which drops the workers' queues as it ends.
+            // the broker task, which lets the core stop and drops the
+            // workers' queues as it ends.
             acceptor.abort();
             let _ = stop_broker.send(());
             broker_task.await
@@ -151,7 +186,7 @@ pub async fn serve<S: Storage>(
 
 /// Accepts connections until aborted, numbering them from 1. Connection ids
 /// are never reused within a run (the core's contract).
-async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
+async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, files: SharedReader) {
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn: ConnId = 1;
     loop {
@@ -170,7 +205,15 @@ async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>) {
         let conn = next_conn;
         next_conn += 1;
         debug!(conn, %peer, "accepted");
-        conn::start(conn, stream, peer, events.clone(), permit).await;
+        conn::start(
+            conn,
+            stream,
+            peer,
+            events.clone(),
+            permit,
+            Arc::clone(&files),
+        )
+        .await;
     }
 }
 
@@ -181,6 +224,10 @@ struct Driver<Q> {
     /// frames still in flight from such a connection are dropped.
     conns: HashMap<ConnId, ConnHandle>,
     storage: Q,
+    /// `Input::Shutdown` was sent: no more frames go to the core.
+    stopping: bool,
+    /// The core answered `Output::Stopped`.
+    stopped: bool,
 }
 
 impl<Q: StorageQueue> Driver<Q> {
@@ -190,7 +237,13 @@ impl<Q: StorageQueue> Driver<Q> {
         mut completions: mpsc::UnboundedReceiver<Input>,
         mut stop: oneshot::Receiver<()>,
     ) -> anyhow::Result<()> {
+        // Set once the shutdown starts: when to give up waiting for the core.
+        let mut give_up: Option<Instant> = None;
         loop {
+            if self.stopped {
+                info!("the broker stopped cleanly");
+                return Ok(());
+            }
             let deadline_ms = self.broker.poll_timeout();
             // `poll_timeout` is wall-clock time; sleeping is monotonic. Sleep
             // towards the deadline, but look at the wall clock again at least
@@ -200,11 +253,23 @@ impl<Q: StorageQueue> Driver<Q> {
                 Instant::now() + Duration::from_millis(wait_ms as u64)
             });
             tokio::select! {
-                // Order matters: stop first, then a due timer (so a stream of
-                // frames cannot starve it), then completions (they unblock
-                // waiting requests), then new work.
+                // Order matters: the shutdown first, then a due timer (so a
+                // stream of frames cannot starve it), then completions (they
+                // unblock waiting requests), then new work.
                 biased;
-                _ = &mut stop => return Ok(()),
+                _ = &mut stop, if give_up.is_none() => {
+                    info!("stopping: waiting for the broker to make everything durable");
+                    give_up = Some(Instant::now() + SHUTDOWN_WAIT);
+                    self.stopping = true;
+                    self.handle(Input::Shutdown)?;
+                }
+                () = tokio::time::sleep_until(give_up.unwrap_or_else(Instant::now)), if give_up.is_some() => {
+                    error!(
+                        wait_s = SHUTDOWN_WAIT.as_secs(),
+                        "the broker did not stop in time; stopping anyway (the next start may scan more)"
+                    );
+                    return Ok(());
+                }
                 () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                     if deadline_ms.is_some_and(|deadline| now_ms() >= deadline) {
                         self.handle(Input::Tick)?;
@@ -228,11 +293,21 @@ impl<Q: StorageQueue> Driver<Q> {
                 if !self.conns.contains_key(&conn) {
                     return Ok(()); // closed by us; the core is done with it
                 }
+                if self.stopping {
+                    debug!(conn, "stopping; request dropped");
+                    return Ok(());
+                }
                 self.handle(Input::Frame { conn, frame })
             }
             Event::Disconnected { conn } => {
                 self.conns.remove(&conn);
                 self.handle(Input::Disconnected { conn })
+            }
+            Event::ResponseReadFailed { conn, range, error } => {
+                // Dropping the handle stops the reader (the writer has
+                // stopped); the core takes the partition offline.
+                self.conns.remove(&conn);
+                self.handle(Input::ResponseReadFailed { conn, range, error })
             }
         }
     }
@@ -242,7 +317,8 @@ impl<Q: StorageQueue> Driver<Q> {
         self.broker.handle(now_ms(), input);
         while let Some(output) = self.broker.poll_output() {
             match output {
-                Output::Response { conn, frame } => self.respond(conn, frame),
+                Output::Response { conn, frame } => self.respond(conn, Response::Frame(frame)),
+                Output::ResponseParts { conn, parts } => self.respond(conn, Response::Parts(parts)),
                 Output::Close { conn } => {
                     if self.conns.remove(&conn).is_some() {
                         debug!(conn, "closing at the broker's request");
@@ -253,16 +329,18 @@ impl<Q: StorageQueue> Driver<Q> {
                     .storage
                     .submit_meta(MetaWrite { io, ops })
                     .map_err(|e| anyhow!(e.0))?,
+                Output::Stopped if self.stopping => self.stopped = true,
+                Output::Stopped => warn!("the broker said Stopped unasked; ignored"),
             }
         }
         Ok(())
     }
 
-    fn respond(&mut self, conn: ConnId, frame: Bytes) {
+    fn respond(&mut self, conn: ConnId, response: Response) {
         let Some(handle) = self.conns.get(&conn) else {
             return; // gone; its reader has sent or will send Disconnected
         };
-        match handle.responses.try_send(frame) {
+        match handle.responses.try_send(response) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 warn!(

@@ -7,25 +7,35 @@
 //! of the node, so the "disk" survives a kill and a restart.
 //!
 //! The model:
-//! - Segment files have two layers. `current` is what a reader of the file
-//!   would see now (every append, cut and removal carried out so far);
-//!   `durable` is what survives a power cut. A `DiskOp::Sync` waits a
-//!   simulated latency (madsim's clock), then makes everything carried out
-//!   before it durable, then answers `SyncDone`. As in production, a sync
+//! - Partition dirs hold segment files (`.log` and its three indexes), each
+//!   with two layers. `current` is what a reader of the file would see now
+//!   (every append, cut and removal carried out so far); `durable` is what
+//!   survives a power cut. As in production (`disk.rs`), an op makes its
+//!   file dirty, and creating or removing a file or a dir makes the dir
+//!   dirty; `DiskOp::Adopt` makes a segment's files and dir dirty. A
+//!   `DiskOp::Sync` waits a simulated latency (madsim's clock), then makes
+//!   every dirty file's current bytes durable and every dirty dir's entries
+//!   (which files exist), then answers `SyncDone`. As in production, a sync
 //!   covers the ops already queued behind it too (group commit).
+//! - A `DiskOp::Read` is carried out in order with the other ops (it sees
+//!   them all) and answered after a simulated latency, without holding up
+//!   the ops behind it. The file parts of responses (`SimStore::reader`) are
+//!   read after a latency too, from whatever the files hold by then.
 //! - A meta batch waits a simulated latency, then is applied atomically and
 //!   is durable at once, then answered `MetaDone`. A batch not yet answered
 //!   when the node dies is lost (sled's unflushed buffer dies with the process).
 //! - `SimStore::crash` is called by the test when it kills the node. It ends
 //!   the old incarnation's workers (their ops are ignored from then on) and
-//!   decides the fate of unsynced segment bytes: `Crash::PowerCut` loses them
-//!   (every file goes back to its durable layer, including bytes an earlier
-//!   incarnation left unsynced), `Crash::ProcessKill` keeps them in the page
-//!   cache: the next incarnation reads them, but they are not durable until
-//!   it syncs that partition, and a later power cut loses them. The test
-//!   picks one per kill from its seed. Torn writes are not modelled here (the
-//!   in-process simulator, `sim/`, covers them), and durability is tracked per
-//!   partition where the kernel tracks it per file.
+//!   decides the fate of what is not durable: `Crash::PowerCut` loses it
+//!   (every file and dir goes back to its durable layer, including what an
+//!   earlier incarnation left unsynced), `Crash::ProcessKill` keeps it in the
+//!   page cache: the next incarnation reads it, but it is not durable until
+//!   that incarnation syncs the file (it must adopt what it keeps), and a
+//!   later power cut loses it. The test picks one per kill from its seed.
+//!   Torn writes are not modelled here (the in-process simulator, `sim/`,
+//!   covers them).
+//! - A clean stop (the queue closed, as at a SIGTERM) makes everything the
+//!   incarnation wrote durable, as the production worker's final sync does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,12 +43,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
-use doze_core::{BootState, DiskOp, Input, IoError, IoId, MetaOp, PartitionDir};
+use doze_core::{
+    BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, PartitionDir,
+    SegmentFile,
+};
 use madsim::rand::Rng;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use crate::metadb::MetaWrite;
-use crate::storage::{Finished, Storage, StorageQueue};
+use crate::storage::{
+    assemble_frame, Finished, FrameFuture, FrameReader, Started, Storage, StorageQueue,
+};
 
 /// Ops carried out in one group-commit round before its sync (as in disk.rs).
 const ROUND_OPS_MAX: usize = 4096;
@@ -57,35 +72,106 @@ pub enum Crash {
 pub struct Latency {
     pub sync_us: (u64, u64),
     pub meta_us: (u64, u64),
+    /// A `DiskOp::Read`, and the file parts of one response frame.
+    pub read_us: (u64, u64),
 }
 
 impl Default for Latency {
     fn default() -> Self {
-        // An SSD's fdatasync, and a sled flush.
+        // An SSD's fdatasync, a sled flush, a read mostly from the page cache.
         Self {
             sync_us: (200, 5_000),
             meta_us: (200, 3_000),
+            read_us: (5, 500),
         }
     }
 }
 
-/// Partition dirs, each with its segments' bytes.
-type Files = BTreeMap<PartitionDir, BTreeMap<i64, Vec<u8>>>;
+/// One file of one segment.
+type FileKey = (PartitionDir, i64, SegmentFile);
+
+/// Partition dirs, each with its files by (segment base, kind).
+#[derive(Clone, Default, PartialEq)]
+struct Layer {
+    dirs: BTreeMap<PartitionDir, BTreeMap<(i64, SegmentFile), Vec<u8>>>,
+}
+
+impl Layer {
+    fn file(&self, (dir, base, kind): &FileKey) -> Option<&Vec<u8>> {
+        self.dirs.get(dir)?.get(&(*base, *kind))
+    }
+
+    /// The file, created (with its dir) when absent; true if it was.
+    fn file_or_create(&mut self, (dir, base, kind): &FileKey) -> (&mut Vec<u8>, bool) {
+        let files = self.dirs.entry(dir.clone()).or_default();
+        let created = !files.contains_key(&(*base, *kind));
+        (files.entry((*base, *kind)).or_default(), created)
+    }
+
+    fn bytes(&self) -> u64 {
+        self.dirs
+            .values()
+            .flat_map(BTreeMap::values)
+            .map(|f| f.len() as u64)
+            .sum()
+    }
+
+    /// Exactly the bytes of `range`, as a read of the file would return them.
+    fn read(&self, range: &FileRange) -> Result<&[u8], IoError> {
+        let key = (range.dir.clone(), range.segment_base, range.file);
+        let name = || {
+            format!(
+                "{}/{}",
+                range.dir.dir_name(),
+                range.file.file_name(range.segment_base)
+            )
+        };
+        let file = self
+            .file(&key)
+            .ok_or_else(|| IoError(format!("cannot read {}: no such file", name())))?;
+        let start = usize::try_from(range.position).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(range.len).unwrap_or(usize::MAX));
+        file.get(start..end).ok_or_else(|| {
+            IoError(format!(
+                "cannot read {} bytes at {} of {}: it has {}",
+                range.len,
+                range.position,
+                name(),
+                file.len()
+            ))
+        })
+    }
+}
 
 #[derive(Default)]
 struct Inner {
     /// Bumped by every crash; workers of an older incarnation stop.
     generation: u64,
-    current: Files,
-    durable: Files,
-    /// Partitions this incarnation changed since its last sync: what its
-    /// next sync flushes (as fdatasync flushes the files written to, old
-    /// unsynced pages of those files included).
-    dirty: BTreeSet<PartitionDir>,
+    current: Layer,
+    durable: Layer,
+    /// Files this incarnation wrote, cut or adopted since its last sync:
+    /// what its next sync flushes (as fdatasync flushes the files written
+    /// to, old unsynced pages of those files included).
+    dirty_files: BTreeSet<FileKey>,
+    /// Dirs whose entries changed (or were adopted) since the last sync.
+    dirty_dirs: BTreeSet<PartitionDir>,
     meta: BTreeMap<Vec<u8>, Vec<u8>>,
     syncs: u64,
     crashes: u64,
+    clean_stops: u64,
     lost_bytes: u64,
+    /// Bytes of `.log` files read through `DiskOp::Read` (start-up scans
+    /// and searches), and of response file parts.
+    log_bytes_read: u64,
+    response_bytes_read: u64,
+    /// Syncs completed by this incarnation: none yet means it is still
+    /// booting (requests wait for the boot sync).
+    incarnation_syncs: u64,
+    /// This incarnation follows a clean stop.
+    clean_start: bool,
+    /// `.log` bytes read by start-ups after a clean stop: a clean stop
+    /// checkpoints every partition, so these should read indexes only.
+    clean_start_log_bytes_read: u64,
 }
 
 /// The simulated disk and meta.db of one broker, shared across restarts.
@@ -109,14 +195,12 @@ impl SimStore {
             .expect("the sim store lock is never poisoned")
     }
 
-    /// What a starting broker finds: every meta pair, and every partition dir
-    /// with its segments, as the production start-up (`boot.rs`) reads them.
-    /// Like `boot.rs`, it first makes everything it found durable (the
-    /// `BootState` contract): bytes a killed process left in the page cache
-    /// must not be served and then lost to a later power cut.
+    /// What a starting broker finds, as the production start-up (`boot.rs`)
+    /// lists it: every meta pair, and every partition dir with its segments
+    /// (the `.log`'s length, the index files whole). Nothing is made durable
+    /// here: that is the core's job (`DiskOp::Adopt`).
     pub fn boot_state(&self) -> BootState {
-        let mut inner = self.lock();
-        inner.durable = inner.current.clone();
+        let inner = self.lock();
         let meta = inner
             .meta
             .iter()
@@ -124,67 +208,106 @@ impl SimStore {
             .collect();
         let partitions = inner
             .current
+            .dirs
             .iter()
-            .map(|(dir, segments)| RecoveredPartition {
-                dir: dir.clone(),
-                segments: segments
-                    .iter()
-                    .map(|(&base_offset, bytes)| RecoveredSegment {
-                        base_offset,
-                        bytes: Bytes::copy_from_slice(bytes),
-                    })
-                    .collect(),
+            .map(|(dir, files)| {
+                let mut segments: BTreeMap<i64, RecoveredSegment> = BTreeMap::new();
+                for (&(base_offset, kind), bytes) in files {
+                    let segment = segments
+                        .entry(base_offset)
+                        .or_insert_with(|| RecoveredSegment {
+                            base_offset,
+                            ..RecoveredSegment::default()
+                        });
+                    let whole = Some(Bytes::copy_from_slice(bytes));
+                    match kind {
+                        SegmentFile::Log => segment.log_bytes = Some(bytes.len() as u64),
+                        SegmentFile::OffsetIndex => segment.offset_index = whole,
+                        SegmentFile::TimeIndex => segment.time_index = whole,
+                        SegmentFile::TxnIndex => segment.txn_index = whole,
+                    }
+                }
+                RecoveredPartition {
+                    dir: dir.clone(),
+                    segments: segments.into_values().collect(),
+                }
             })
             .collect();
         BootState { meta, partitions }
     }
 
     /// The node died (the test has just killed it): its workers stop, and
-    /// unsynced bytes are lost or kept as `how` says.
+    /// what is not durable is lost or kept as `how` says.
     pub fn crash(&self, how: Crash) {
         let mut inner = self.lock();
         inner.generation += 1;
         inner.crashes += 1;
-        inner.dirty.clear();
-        if how == Crash::ProcessKill {
+        inner.incarnation_syncs = 0;
+        inner.clean_start = false;
+        inner.dirty_files.clear();
+        inner.dirty_dirs.clear();
+        if how == Crash::ProcessKill || inner.current == inner.durable {
             // The page cache keeps the bytes: the next incarnation reads
-            // them, but they stay volatile until a sync of that partition
-            // (or are lost at a later power cut).
+            // them, but they stay volatile until it syncs them.
             return;
         }
-        let dirs: BTreeSet<PartitionDir> = inner
-            .current
-            .keys()
-            .chain(inner.durable.keys())
-            .cloned()
-            .collect();
-        for dir in dirs {
-            if inner.current.get(&dir) == inner.durable.get(&dir) {
-                continue;
-            }
-            let before = size(inner.current.get(&dir));
-            let durable = inner.durable.get(&dir).cloned();
-            inner.lost_bytes += before.saturating_sub(size(durable.as_ref()));
-            set(&mut inner.current, &dir, durable);
+        let lost = inner.current.bytes().saturating_sub(inner.durable.bytes());
+        inner.lost_bytes += lost;
+        inner.current = inner.durable.clone();
+    }
+
+    /// The node stopped cleanly (`server::serve` returned after its
+    /// shutdown) and the test is about to restart it. Everything it held
+    /// must be durable by now: the core made it so before `Output::Stopped`
+    /// (adopting what earlier incarnations left unsynced), and the workers
+    /// synced what was queued. Returns what is not, if anything.
+    pub fn stopped_cleanly(&self) -> Result<(), String> {
+        let mut inner = self.lock();
+        inner.generation += 1;
+        inner.clean_stops += 1;
+        inner.incarnation_syncs = 0;
+        inner.clean_start = true;
+        if inner.current == inner.durable {
+            return Ok(());
         }
+        let durable = &inner.durable;
+        let volatile: Vec<String> = inner
+            .current
+            .dirs
+            .iter()
+            .flat_map(|(dir, files)| files.iter().map(move |(name, bytes)| (dir, name, bytes)))
+            .filter(|(dir, (base, kind), bytes)| {
+                durable.file(&((*dir).clone(), *base, *kind)) != Some(*bytes)
+            })
+            .map(|(dir, (base, kind), _)| format!("{}/{}", dir.dir_name(), kind.file_name(*base)))
+            .collect();
+        Err(format!("not durable after a clean stop: {volatile:?}"))
+    }
+
+    /// `.log` bytes that start-ups after a clean stop read (see `Inner`).
+    pub fn clean_start_log_bytes_read(&self) -> u64 {
+        self.lock().clean_start_log_bytes_read
     }
 
     /// One line for the test's log.
     pub fn stats(&self) -> String {
         let inner = self.lock();
-        let bytes: usize = inner
-            .current
-            .values()
-            .flat_map(|segments| segments.values())
-            .map(Vec::len)
-            .sum();
+        let files: usize = inner.current.dirs.values().map(BTreeMap::len).sum();
         format!(
-            "{} partitions, {bytes} segment bytes, {} meta keys, {} syncs, {} crashes, {} unsynced bytes lost",
-            inner.current.len(),
+            "{} partitions, {files} segment files, {} bytes, {} meta keys, {} syncs, {} crashes, \
+             {} clean stops, \
+             {} unsynced bytes lost, {} log bytes read ({} by clean starts), \
+             {} response bytes read",
+            inner.current.dirs.len(),
+            inner.current.bytes(),
             inner.meta.len(),
             inner.syncs,
             inner.crashes,
-            inner.lost_bytes
+            inner.clean_stops,
+            inner.lost_bytes,
+            inner.log_bytes_read,
+            inner.clean_start_log_bytes_read,
+            inner.response_bytes_read,
         )
     }
 
@@ -194,78 +317,125 @@ impl SimStore {
         Duration::from_micros(madsim::rand::thread_rng().gen_range(low..=high))
     }
 
-    /// Carries out one non-sync op on the current layer.
+    /// Carries out one op that is neither a sync nor a read on the current
+    /// layer. A dead incarnation's op is ignored (its worker stops next).
     fn execute(&self, generation: u64, op: DiskOp) -> Result<(), IoError> {
         let mut inner = self.lock();
         if inner.generation != generation {
-            return Ok(()); // a dead incarnation's op; its worker stops next
+            return Ok(());
         }
+        let inner = &mut *inner;
         match op {
-            DiskOp::Sync { .. } => unreachable!("syncs are handled by the worker"),
+            DiskOp::Sync { .. } | DiskOp::Read { .. } => {
+                unreachable!("syncs and reads are handled by the worker")
+            }
             DiskOp::Append {
                 dir,
                 segment_base,
+                file,
                 bytes,
             } => {
-                let file = inner
-                    .current
-                    .entry(dir.clone())
-                    .or_default()
-                    .entry(segment_base)
-                    .or_default();
-                file.extend_from_slice(&bytes);
-                inner.dirty.insert(dir);
-                Ok(())
+                let key = (dir, segment_base, file);
+                let (data, created) = inner.current.file_or_create(&key);
+                data.extend_from_slice(&bytes);
+                if created {
+                    inner.dirty_dirs.insert(key.0.clone());
+                }
+                inner.dirty_files.insert(key);
             }
             DiskOp::Truncate {
                 dir,
                 segment_base,
+                file,
                 len,
             } => {
-                let Some(file) = inner
-                    .current
-                    .get_mut(&dir)
-                    .and_then(|segments| segments.get_mut(&segment_base))
-                else {
-                    return Err(IoError(format!(
-                        "cannot truncate {}/{segment_base}: no such file",
-                        dir.dir_name()
-                    )));
-                };
+                let key = (dir, segment_base, file);
+                let len = usize::try_from(len)
+                    .map_err(|_| IoError(format!("cannot truncate to {len} bytes")))?;
+                let (data, created) = inner.current.file_or_create(&key);
                 // set_len: a longer length pads with zeroes, as ftruncate does.
-                file.resize(usize::try_from(len).expect("a segment fits in memory"), 0);
-                inner.dirty.insert(dir);
-                Ok(())
+                data.resize(len, 0);
+                if created {
+                    inner.dirty_dirs.insert(key.0.clone());
+                }
+                inner.dirty_files.insert(key);
             }
             DiskOp::DeleteSegment { dir, segment_base } => {
-                if let Some(segments) = inner.current.get_mut(&dir) {
-                    if segments.remove(&segment_base).is_some() {
-                        inner.dirty.insert(dir);
+                if let Some(files) = inner.current.dirs.get_mut(&dir) {
+                    let before = files.len();
+                    files.retain(|&(base, _), _| base != segment_base);
+                    if files.len() != before {
+                        inner.dirty_dirs.insert(dir.clone());
                     }
                 }
-                Ok(())
+                inner
+                    .dirty_files
+                    .retain(|(d, base, _)| !(*d == dir && *base == segment_base));
             }
             DiskOp::DeletePartition { dir } => {
-                if inner.current.remove(&dir).is_some() {
-                    inner.dirty.insert(dir);
+                if inner.current.dirs.remove(&dir).is_some() {
+                    inner.dirty_dirs.insert(dir.clone());
                 }
-                Ok(())
+                inner.dirty_files.retain(|(d, _, _)| *d != dir);
+            }
+            DiskOp::Adopt { dir, segment_base } => {
+                let present: Vec<FileKey> = SegmentFile::ALL
+                    .into_iter()
+                    .map(|kind| (dir.clone(), segment_base, kind))
+                    .filter(|key| inner.current.file(key).is_some())
+                    .collect();
+                inner.dirty_files.extend(present);
+                inner.dirty_dirs.insert(dir);
             }
         }
+        Ok(())
     }
 
-    /// Makes the current layer durable. False if the incarnation is dead.
+    /// Carries out a `DiskOp::Read` on the current layer; `None` if the
+    /// incarnation is dead.
+    fn read(&self, generation: u64, range: &FileRange) -> Option<Result<Bytes, IoError>> {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return None;
+        }
+        let result = inner.current.read(range).map(Bytes::copy_from_slice);
+        if range.file == SegmentFile::Log && result.is_ok() {
+            inner.log_bytes_read += range.len;
+            if inner.clean_start && inner.incarnation_syncs == 0 {
+                inner.clean_start_log_bytes_read += range.len;
+            }
+        }
+        Some(result)
+    }
+
+    /// Makes what is dirty durable: each dirty dir's entries (files removed
+    /// from it are removed; a dir removed is removed whole), then each dirty
+    /// file's bytes. False if the incarnation is dead.
     fn make_durable(&self, generation: u64) -> bool {
         let mut inner = self.lock();
         if inner.generation != generation {
             return false;
         }
-        let dirty = std::mem::take(&mut inner.dirty);
-        for dir in dirty {
-            let current = inner.current.get(&dir).cloned();
-            set(&mut inner.durable, &dir, current);
+        let inner = &mut *inner;
+        for dir in std::mem::take(&mut inner.dirty_dirs) {
+            match inner.current.dirs.get(&dir) {
+                Some(current) => {
+                    let durable = inner.durable.dirs.entry(dir).or_default();
+                    durable.retain(|name, _| current.contains_key(name));
+                }
+                None => {
+                    inner.durable.dirs.remove(&dir);
+                }
+            }
+        }
+        for key in std::mem::take(&mut inner.dirty_files) {
+            if let Some(bytes) = inner.current.file(&key) {
+                let bytes = bytes.clone();
+                *inner.durable.file_or_create(&key).0 = bytes;
+            }
         }
         inner.syncs += 1;
+        inner.incarnation_syncs += 1;
         true
     }
 
@@ -289,18 +459,25 @@ impl SimStore {
     }
 }
 
-fn size(segments: Option<&BTreeMap<i64, Vec<u8>>>) -> u64 {
-    segments.map_or(0, |s| s.values().map(|f| f.len() as u64).sum())
-}
+/// Reads the file parts of response frames from the store's current layer,
+/// after a simulated latency.
+struct SimReader(Arc<SimStore>);
 
-fn set(files: &mut Files, dir: &PartitionDir, segments: Option<BTreeMap<i64, Vec<u8>>>) {
-    match segments {
-        Some(segments) => {
-            files.insert(dir.clone(), segments);
-        }
-        None => {
-            files.remove(dir);
-        }
+impl FrameReader for SimReader {
+    fn read_frame(&self, parts: Vec<FramePart>) -> FrameFuture {
+        let store = Arc::clone(&self.0);
+        Box::pin(async move {
+            tokio::time::sleep(SimStore::draw_us(store.latency.read_us)).await;
+            let mut inner = store.lock();
+            let mut read_bytes = 0;
+            let frame = assemble_frame(&parts, |range, buf| {
+                buf.copy_from_slice(inner.current.read(range)?);
+                read_bytes += range.len;
+                Ok(())
+            });
+            inner.response_bytes_read += read_bytes;
+            frame
+        })
     }
 }
 
@@ -330,7 +507,7 @@ impl StorageQueue for SimQueue {
 impl Storage for SimStorage {
     type Queue = SimQueue;
 
-    fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<(SimQueue, Finished)> {
+    fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<SimQueue>> {
         let store = self.0;
         let generation = store.lock().generation;
         let (disk, disk_queue) = mpsc::unbounded_channel();
@@ -341,7 +518,12 @@ impl Storage for SimStorage {
             disk_queue,
             completions.clone(),
         ));
-        let meta_task = tokio::spawn(meta_worker(store, generation, meta_queue, completions));
+        let meta_task = tokio::spawn(meta_worker(
+            Arc::clone(&store),
+            generation,
+            meta_queue,
+            completions,
+        ));
         let finished: Finished = Box::pin(async move {
             disk_task
                 .await
@@ -351,7 +533,11 @@ impl Storage for SimStorage {
                 .map_err(|e| anyhow::anyhow!("the simulated meta worker failed: {e}"))?;
             Ok(())
         });
-        Ok((SimQueue { disk, meta }, finished))
+        Ok(Started {
+            queue: SimQueue { disk, meta },
+            reader: Arc::new(SimReader(Arc::clone(&store))),
+            finished,
+        })
     }
 }
 
@@ -367,6 +553,18 @@ async fn disk_worker(
         let mut syncs: Vec<(IoId, Option<IoError>)> = Vec::new();
         let mut step = |op: DiskOp, syncs: &mut Vec<_>| match op {
             DiskOp::Sync { io } => syncs.push((io, error.take())),
+            DiskOp::Read { io, range } => {
+                let Some(result) = store.read(generation, &range) else {
+                    return; // a dead incarnation
+                };
+                // Answered later, without holding up the ops behind it.
+                let latency = SimStore::draw_us(store.latency.read_us);
+                let completions = completions.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(latency).await;
+                    let _ = completions.send(Input::ReadDone { io, result });
+                });
+            }
             op => {
                 if let Err(e) = store.execute(generation, op) {
                     error.get_or_insert(e);
@@ -395,6 +593,8 @@ async fn disk_worker(
             }
         }
     }
+    // The queue closed: a clean stop. The final sync, as in production.
+    store.make_durable(generation);
 }
 
 async fn meta_worker(

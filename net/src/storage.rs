@@ -3,15 +3,23 @@
 //!
 //! The contract is the core's (`doze_core::io`): disk ops are carried out
 //! strictly in the order submitted; a `DiskOp::Sync` is answered with
-//! `Input::SyncDone` once everything submitted before it is durable; a meta
+//! `Input::SyncDone` once everything submitted before it is durable; a
+//! `DiskOp::Read` with `Input::ReadDone`, seeing every op before it; a meta
 //! batch is applied atomically and answered with `Input::MetaDone` once it is
 //! durable. Completions go to the broker task's completion channel. Submitting
 //! never blocks the broker task.
+//!
+//! The file parts of response frames (`Output::ResponseParts`) are read by a
+//! `FrameReader` that the connection writers share, off the broker task, so
+//! that record bytes never pass through it and a slow disk holds up only the
+//! connection waiting for them.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use doze_core::{DiskOp, Input, IoError};
+use bytes::{BufMut, Bytes, BytesMut};
+use doze_core::{DiskOp, FileRange, FramePart, Input, IoError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metadb::MetaWrite;
@@ -28,9 +36,18 @@ pub trait Storage {
     type Queue: StorageQueue;
 
     /// Starts the workers. Completions go to `completions`. Dropping the
-    /// returned queue tells the workers to finish; the future says when they
+    /// returned queue tells the workers to finish; `finished` says when they
     /// have (it does nothing until polled).
-    fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<(Self::Queue, Finished)>;
+    fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<Self::Queue>>;
+}
+
+/// A started storage.
+pub struct Started<Q> {
+    /// The broker task's end.
+    pub queue: Q,
+    /// For the connection writers.
+    pub reader: SharedReader,
+    pub finished: Finished,
 }
 
 /// The broker task's end of a started storage.
@@ -42,23 +59,81 @@ pub trait StorageQueue: Send + 'static {
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError>;
 }
 
+/// Builds response frames whose parts include file ranges.
+pub trait FrameReader: Send + Sync + 'static {
+    /// The whole frame, its 4-byte size prefix included, ready for the socket.
+    fn read_frame(&self, parts: Vec<FramePart>) -> FrameFuture;
+}
+
+pub type SharedReader = Arc<dyn FrameReader>;
+pub type FrameFuture = Pin<Box<dyn Future<Output = Result<Bytes, FrameReadError>> + Send>>;
+
+/// Why a frame of parts cannot be sent. Either way the connection closes
+/// with nothing of the frame sent.
+#[derive(Debug)]
+pub enum FrameReadError {
+    /// A file part could not be read (EIO, the file gone or too short): the
+    /// core hears of it (`Input::ResponseReadFailed`).
+    Part { range: FileRange, error: IoError },
+    /// The frame as a whole cannot be sent: longer than its i32 size prefix
+    /// allows (a core bug), or the reader is gone (shutting down).
+    Frame(String),
+}
+
+/// Assembles a frame: the size prefix, then each part, file parts read by
+/// `read` straight into the frame's buffer (one buffer, one copy).
+pub fn assemble_frame(
+    parts: &[FramePart],
+    mut read: impl FnMut(&FileRange, &mut [u8]) -> Result<(), IoError>,
+) -> Result<Bytes, FrameReadError> {
+    let total: u64 = parts
+        .iter()
+        .map(|part| match part {
+            FramePart::Bytes(bytes) => bytes.len() as u64,
+            FramePart::File(range) => range.len,
+        })
+        .fold(0, u64::saturating_add);
+    let size = i32::try_from(total)
+        .map_err(|_| FrameReadError::Frame(format!("a response of {total} bytes")))?;
+    // Fits: i32::MAX bytes fit a usize on every target we build for.
+    let mut frame = BytesMut::with_capacity(4 + total as usize);
+    frame.put_i32(size);
+    for part in parts {
+        match part {
+            FramePart::Bytes(bytes) => frame.extend_from_slice(bytes),
+            FramePart::File(range) => {
+                let start = frame.len();
+                frame.resize(start + range.len as usize, 0);
+                read(range, &mut frame[start..]).map_err(|error| FrameReadError::Part {
+                    range: range.clone(),
+                    error,
+                })?;
+            }
+        }
+    }
+    Ok(frame.freeze())
+}
+
 // Not in a madsim build: madsim forbids OS threads, and its stand-in is
 // `simstore::SimStorage`.
 #[cfg(not(madsim))]
 mod production {
     use std::path::PathBuf;
+    use std::sync::Arc;
 
     use anyhow::{anyhow, Context};
     use doze_core::{DiskOp, Input, IoError};
     use tokio::sync::mpsc::UnboundedSender;
 
-    use super::{Finished, Storage, StorageQueue};
+    use super::{Finished, Started, Storage, StorageQueue};
     use crate::disk::{DiskQueue, DiskWorker};
+    use crate::filereader::FileReader;
     use crate::metadb::{MetaQueue, MetaWorker, MetaWrite};
 
-    /// Production storage: segment files under `logs_dir` written by the disk
-    /// worker thread (`disk.rs`), and meta.db (sled) owned by the meta worker
-    /// thread (`metadb.rs`).
+    /// Production storage: segment files under `logs_dir` written and read by
+    /// the disk worker thread (`disk.rs`), response file parts read by
+    /// `filereader.rs`, and meta.db (sled) owned by the meta worker thread
+    /// (`metadb.rs`).
     pub struct DiskAndSled {
         pub logs_dir: PathBuf,
         pub db: sled::Db,
@@ -82,10 +157,12 @@ mod production {
     impl Storage for DiskAndSled {
         type Queue = Workers;
 
-        fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<(Workers, Finished)> {
-            let (disk, disk_thread) = DiskWorker::spawn(self.logs_dir, completions.clone())
-                .context("cannot start the disk worker")?
-                .into_parts();
+        fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<Workers>> {
+            let reader = FileReader::new(self.logs_dir.clone());
+            let (disk, disk_thread) =
+                DiskWorker::spawn(self.logs_dir, completions.clone(), reader.clone())
+                    .context("cannot start the disk worker")?
+                    .into_parts();
             let (meta, meta_thread) = MetaWorker::spawn(self.db, completions)
                 .context("cannot start the meta worker")?
                 .into_parts();
@@ -102,7 +179,11 @@ mod production {
                 meta_result.map_err(|e| anyhow!("final meta.db flush failed: {}", e.0))?;
                 Ok(())
             });
-            Ok((Workers { disk, meta }, finished))
+            Ok(Started {
+                queue: Workers { disk, meta },
+                reader: Arc::new(reader),
+                finished,
+            })
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The real server (`server.rs`, `conn.rs`, the core) under madsim: a broker
 //! node over a simulated store (`simstore.rs`) and client nodes that speak the
 //! Kafka protocol over madsim's simulated TCP, while the test kills and
-//! restarts the broker (power cuts and process kills), clogs its links and
-//! drops connections, all from one seed.
+//! restarts the broker (power cuts and process kills), stops and restarts it
+//! cleanly (the SIGTERM path: `Input::Shutdown` until `Output::Stopped`),
+//! clogs its links and drops connections, all from one seed.
 //!
 //! Clients: an idempotent producer (acks=-1, one batch in flight, the same
 //! batch retried after any failure), a transactional producer (InitProducerId,
@@ -62,6 +63,8 @@ const TRANSACTIONS: u32 = 80;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// A bound on each client's whole run, in simulated time.
 const CLIENT_DEADLINE: Duration = Duration::from_secs(3600);
+/// How long a clean stop may take (the server gives the core 30 s).
+const CLEAN_STOP_WAIT: Duration = Duration::from_secs(60);
 
 // Kafka error codes the clients act on.
 const NONE: i16 = 0;
@@ -106,7 +109,16 @@ fn planted_bug() -> Option<PlantedBug> {
     }
 }
 
-async fn run_broker(store: Arc<SimStore>) {
+/// How the fault injector asks the broker node for a clean stop (as a
+/// SIGTERM does) and learns that it is over.
+#[derive(Default)]
+struct CleanStop {
+    /// A permit waits if the broker is not listening yet.
+    asked: tokio::sync::Notify,
+    done: tokio::sync::Notify,
+}
+
+async fn run_broker(store: Arc<SimStore>, clean_stop: Arc<CleanStop>) {
     let listener = TcpListener::bind(broker_addr())
         .await
         .expect("the broker binds its address");
@@ -125,16 +137,18 @@ async fn run_broker(store: Arc<SimStore>) {
             port: BROKER_PORT,
         },
         settings,
-        // Fsyncs what it finds first, as boot.rs does (without that, seed 3
-        // caught a power cut taking back records already served).
+        // Lists what is there without making it durable, as boot.rs does:
+        // the core must adopt what a killed process left unsynced.
         boot: store.boot_state(),
         storage: SimStorage(store),
     };
-    // Runs until the node is killed; a clean stop is not part of this test.
-    server::serve(setup, std::future::pending())
+    // Runs until the node is killed, or stopped cleanly when asked.
+    server::serve(setup, clean_stop.asked.notified())
         .await
-        .expect("the broker runs until it is killed");
-    panic!("the broker stopped on its own");
+        .expect("a clean stop succeeds");
+    clean_stop.done.notify_one();
+    // The node stays up, serving nothing, until the test restarts it.
+    std::future::pending::<()>().await;
 }
 
 // --- an async Kafka client over simulated TCP ------------------------------
@@ -693,6 +707,7 @@ async fn live_consumer(stop: Arc<AtomicBool>) -> BTreeMap<(i32, i64), String> {
 /// Returns a log of what it did.
 async fn chaos(
     store: Arc<SimStore>,
+    clean_stop: Arc<CleanStop>,
     broker: madsim::task::NodeId,
     clients: Vec<madsim::task::NodeId>,
     stop: Arc<AtomicBool>,
@@ -758,6 +773,21 @@ async fn chaos(
                 net.unclog_node_in(broker);
                 log.push(format!("{now:?}: broker in clogged {d:?}"));
             }
+            8 => {
+                clean_stop.asked.notify_one();
+                if timeout(CLEAN_STOP_WAIT, clean_stop.done.notified())
+                    .await
+                    .is_err()
+                {
+                    panic!("the broker did not stop cleanly within {CLEAN_STOP_WAIT:?}");
+                }
+                handle.kill(broker);
+                if let Err(e) = store.stopped_cleanly() {
+                    panic!("{e}");
+                }
+                handle.restart(broker);
+                log.push(format!("{now:?}: broker stopped cleanly and restarted"));
+            }
             _ => {} // a quiet spell
         }
     }
@@ -791,13 +821,16 @@ async fn kills_clogs_and_drops_keep_every_acknowledged_record_once() {
     let store = SimStore::new(Latency {
         sync_us: (500, 150_000),
         meta_us: (500, 100_000),
+        read_us: (10, 20_000),
     });
     let broker_store = Arc::clone(&store);
+    let clean_stop = Arc::new(CleanStop::default());
+    let broker_stop = Arc::clone(&clean_stop);
     let broker = handle
         .create_node()
         .name("broker")
         .ip(BROKER_IP.parse().unwrap())
-        .init(move || run_broker(Arc::clone(&broker_store)))
+        .init(move || run_broker(Arc::clone(&broker_store), Arc::clone(&broker_stop)))
         .build();
     let idem_node = handle
         .create_node()
@@ -819,6 +852,7 @@ async fn kills_clogs_and_drops_keep_every_acknowledged_record_once() {
     let crash_now = CrashNow::default();
     let chaos_task = handle.create_node().name("chaos").build().spawn(chaos(
         Arc::clone(&store),
+        clean_stop,
         broker.id(),
         vec![idem_node.id(), txn_node.id(), consumer_node.id()],
         Arc::clone(&stop),
@@ -932,6 +966,14 @@ async fn kills_clogs_and_drops_keep_every_acknowledged_record_once() {
                 "the live consumer read {value} of an aborted transaction"
             ));
         }
+    }
+    // A clean stop checkpoints every partition: the start after it reads
+    // the index files, not the log.
+    let clean_reads = store.clean_start_log_bytes_read();
+    if clean_reads != 0 {
+        fail(format!(
+            "starts after a clean stop read {clean_reads} bytes of .log files"
+        ));
     }
     let expected: usize = idem.acked.len() + txn.committed.iter().map(Vec::len).sum::<usize>();
     let unknown_seen: usize = txn

@@ -5,29 +5,45 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a SIGTERM'd broker may take to exit (it gives its core 30 s).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 
 pub struct Broker {
     child: Child,
     pub addr: String,
-    pub data_dir: std::path::PathBuf,
+    /// Removed when the broker is dropped (empty: handed on by `restart`).
+    pub data_dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl Broker {
     pub fn start(name: &str) -> Self {
+        Self::start_with(name, &[])
+    }
+
+    /// With extra command-line arguments (e.g. `--set key=value`).
+    pub fn start_with(name: &str, args: &[&str]) -> Self {
         let data_dir =
             std::env::temp_dir().join(format!("doze-net-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
+        let args = args.iter().map(|a| a.to_string()).collect();
+        Self::start_in(data_dir, args)
+    }
+
+    fn start_in(data_dir: PathBuf, args: Vec<String>) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
+            .args(&args)
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("DOZE_TEST_STDERR").is_some() {
                 Stdio::inherit()
@@ -54,7 +70,46 @@ impl Broker {
             child,
             addr,
             data_dir,
+            args,
         }
+    }
+
+    /// SIGTERM, then waits for the exit (killed after `STOP_TIMEOUT`).
+    pub fn stop(&mut self) -> ExitStatus {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "SIGTERM sent");
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait for the broker") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("the broker did not exit within {STOP_TIMEOUT:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, then starts again on the same data dir and arguments: the
+    /// start-up after a crash.
+    pub fn crash_restart(mut self) -> Self {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let data_dir = std::mem::take(&mut self.data_dir);
+        let args = std::mem::take(&mut self.args);
+        Self::start_in(data_dir, args)
+    }
+
+    /// Stops cleanly (exit status 0 asserted) and starts again on the same
+    /// data dir and arguments.
+    pub fn restart(mut self) -> Self {
+        let status = self.stop();
+        assert!(status.success(), "a clean stop exits 0, got {status}");
+        let data_dir = std::mem::take(&mut self.data_dir);
+        let args = std::mem::take(&mut self.args);
+        Self::start_in(data_dir, args)
     }
 
     pub fn connect(&self) -> Client {
@@ -73,7 +128,9 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data_dir);
+        if !self.data_dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
     }
 }
 

@@ -1,0 +1,265 @@
+//! The log on disk, through the real binary: Fetch responses whose records
+//! the driver reads from the segment files itself (`Output::ResponseParts`),
+//! a clean stop on SIGTERM (exit 0) and a restart that serves the same log,
+//! a restart after SIGKILL that scans the log's tail, and a segment file that cannot be read: that connection is closed without
+//! the response, and the partition answers KAFKA_STORAGE_ERROR from then on.
+
+mod common;
+
+use bytes::{Bytes, BytesMut};
+use common::{Broker, Client};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+const KAFKA_STORAGE_ERROR: i16 = 56;
+
+fn topic(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create_topic(c: &mut Client, name: &str) {
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(topic(name))
+        .with_num_partitions(1)
+        .with_replication_factor(1)]);
+    match c.request(7, &req) {
+        ResponseKind::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One batch of `values`, acks=all, no producer id; returns its base offset.
+fn produce(c: &mut Client, name: &str, values: &[String]) -> i64 {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, value)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(Bytes::from(value.clone())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic(name))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(buf.freeze()))])]);
+    match c.request(9, &req) {
+        ResponseKind::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            assert_eq!(p.error_code, 0, "{:?}", p.error_message);
+            p.base_offset
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One Fetch of partition 0 from `offset`: (error code, high watermark,
+/// (offset, value) of every record at or above `offset`).
+fn fetch(c: &mut Client, version: i16, name: &str, offset: i64) -> (i16, i64, Vec<(i64, String)>) {
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(0)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic(name))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(4096)])]);
+    let r = match c.request(version, &req) {
+        ResponseKind::Fetch(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let data = &r.responses[0].partitions[0];
+    let mut records = data.records.clone().unwrap_or_default();
+    let mut out = Vec::new();
+    if !records.is_empty() {
+        for set in RecordBatchDecoder::decode_all(&mut records).expect("records decode") {
+            for record in set.records {
+                if record.offset >= offset {
+                    let value = record.value.expect("a value");
+                    out.push((record.offset, String::from_utf8(value.to_vec()).unwrap()));
+                }
+            }
+        }
+    }
+    (data.error_code, data.high_watermark, out)
+}
+
+/// Every record of partition 0, fetched from offset 0 to the high watermark.
+fn fetch_all(c: &mut Client, version: i16, name: &str) -> Vec<(i64, String)> {
+    let mut all = Vec::new();
+    loop {
+        let next = all.last().map_or(0, |(offset, _)| offset + 1);
+        let (code, high_watermark, records) = fetch(c, version, name, next);
+        assert_eq!(code, 0, "fetch at {next}");
+        if next >= high_watermark {
+            return all;
+        }
+        assert!(!records.is_empty(), "progress below the high watermark");
+        all.extend(records);
+    }
+}
+
+fn values(batch: usize, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| format!("batch-{batch}-record-{i}-{}", "x".repeat(40)))
+        .collect()
+}
+
+#[test]
+fn fetch_reads_the_files_and_a_clean_restart_serves_the_same_log() {
+    // Small segments, so that the log spans several and fetches cross them.
+    let broker = Broker::start_with("disk-log", &["--set", "log.segment.bytes=2048"]);
+    let mut c = broker.connect();
+    create_topic(&mut c, "kept");
+    let mut expected = Vec::new();
+    for batch in 0..30 {
+        let vals = values(batch, 1 + batch % 4);
+        let base = produce(&mut c, "kept", &vals);
+        assert_eq!(base, expected.len() as i64);
+        expected.extend(vals);
+    }
+    let expected: Vec<(i64, String)> = expected
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (i as i64, v))
+        .collect();
+    // v4 (records last in the frame) and v12 (flexible, tagged fields after).
+    for version in [4, 12] {
+        assert_eq!(fetch_all(&mut c, version, "kept"), expected, "v{version}");
+    }
+    let segments = std::fs::read_dir(broker.data_dir.join("logs").join("kept-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(segments > 2, "the log rolled ({segments} segments)");
+
+    // A crash before any checkpoint: the whole log is scanned.
+    let broker = broker.crash_restart();
+    let mut c = broker.connect();
+    for version in [4, 12] {
+        assert_eq!(fetch_all(&mut c, version, "kept"), expected, "v{version}");
+    }
+
+    let broker = broker.restart();
+    let mut c = broker.connect();
+    for version in [4, 12] {
+        assert_eq!(fetch_all(&mut c, version, "kept"), expected, "v{version}");
+    }
+    // It goes on from where it was; after a crash (SIGKILL) the start-up
+    // scans what lies above the last checkpoint, and serves it all again.
+    let mut expected = expected;
+    for batch in 30..40 {
+        for value in values(batch, 3) {
+            let offset = produce(&mut c, "kept", std::slice::from_ref(&value));
+            assert_eq!(offset, expected.len() as i64);
+            expected.push((offset, value));
+        }
+    }
+    let broker = broker.crash_restart();
+    let mut c = broker.connect();
+    for version in [4, 12] {
+        assert_eq!(fetch_all(&mut c, version, "kept"), expected, "v{version}");
+    }
+    let value = "after the crash".to_string();
+    assert_eq!(
+        produce(&mut c, "kept", std::slice::from_ref(&value)),
+        expected.len() as i64
+    );
+}
+
+#[test]
+fn a_response_whose_file_cannot_be_read_closes_only_its_connection() {
+    let broker = Broker::start("disk-log-eio");
+    let mut c = broker.connect();
+    create_topic(&mut c, "fragile");
+    create_topic(&mut c, "sound");
+    for batch in 0..3 {
+        produce(&mut c, "fragile", &values(batch, 2));
+        produce(&mut c, "sound", &values(batch, 2));
+    }
+    assert_eq!(fetch_all(&mut c, 12, "fragile").len(), 6);
+
+    // The segment is cut behind the broker's back: the positions it knows
+    // now lie past the end of the file, so the read of the response fails.
+    let log = broker
+        .data_dir
+        .join("logs")
+        .join("fragile-0")
+        .join("00000000000000000000.log");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    let mut victim = broker.connect();
+    use kafka_protocol::protocol::Encodable;
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(topic("fragile"))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(4096)])]);
+    let mut frame = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(1)
+        .with_request_api_version(12)
+        .with_correlation_id(1)
+        .encode(&mut frame, 2)
+        .unwrap();
+    req.encode(&mut frame, 12).unwrap();
+    victim.send_frame(&frame).unwrap();
+    assert!(
+        victim.is_closed(),
+        "closed, with nothing of the response sent"
+    );
+
+    // The partition is offline from then on; the broker, and its other
+    // partitions, are not.
+    let mut other = broker.connect();
+    let (code, _, records) = fetch(&mut other, 12, "fragile", 0);
+    assert_eq!(code, KAFKA_STORAGE_ERROR);
+    assert!(records.is_empty());
+    assert_eq!(fetch_all(&mut other, 12, "sound").len(), 6);
+}
