@@ -85,7 +85,7 @@ test: deps cargo-test sim-ci madsim-ci wire
 # About 4 minutes; `timeout` bounds it at 10. build-release also builds the
 # load generator (target/release/doze-bench, net/src/bin/doze-bench.rs).
 bench: venv build-release
-	timeout --kill-after=30 600 $(VPY) bench/bench.py --binary $(BIN) --loadgen target/release/doze-bench
+	timeout --kill-after=30 1800 $(VPY) bench/bench.py --binary $(BIN) --loadgen target/release/doze-bench
 
 # --- style ------------------------------------------------------------------
 

@@ -20,10 +20,19 @@ Everything is measured in one run, on one filesystem (the work dir's):
   4. fetch    a topic filled with committed (and some aborted) transactions,
               read fully with read_committed and with read_uncommitted
               (issue 4: read_committed >= 0.9x read_uncommitted)
-  5. summary  every figure beside its target
+  5. retained a fresh broker filled with `--retained-gib` GiB (default 20) of
+              1 KiB records in 8 partitions: produce throughput, broker RSS,
+              start-up time after SIGTERM and after kill -9, and one consumer
+              reading everything from offset 0, cold (page cache dropped) and
+              warm, beside a raw sequential read of the same `.log` files
+              (targets: RSS <= 300 MiB, clean start <= 0.5 s, start after
+              kill -9 <= 2 s). Needs 1.2x that size free (scales down when
+              not); `--retained-only` runs just this section. About 5-8 min
+              for 20 GiB on the 2-core dev machine.
+  6. summary  every figure beside its target
 
 Clients: each figure is taken with confluent-kafka (librdkafka; producers in
-processes of their own, `bench.py _produce` / `_txn` workers, so client CPU is
+processes of their own, `bench.py _produce` / `_txn` / `_fill` workers, so client CPU is
 spread) and with doze-bench (net/src/bin/doze-bench.rs, a small Rust load
 generator speaking the protocol with pre-encoded batches, so the figure is the
 broker's and not the client's on a 2-core machine). CPU seconds of broker and
@@ -32,7 +41,9 @@ clients are printed next to each figure. Every phase has a time limit;
 """
 
 import argparse
+import glob
 import json
+import math
 import os
 import pathlib
 import re
@@ -49,6 +60,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
 KiB = 1024
+GiB = 1024 * MiB
 
 
 def section(title):
@@ -130,7 +142,7 @@ class BrokerProc:
     """The release broker on `data_dir`, logging disk syncs and meta.db flushes
     at debug level so the bench can read what each group commit carried."""
 
-    def __init__(self, binary, data_dir, sets):
+    def __init__(self, binary, data_dir, sets, ready_timeout_s=30):
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -142,17 +154,21 @@ class BrokerProc:
         env = dict(os.environ, NO_COLOR="1",
                    RUST_LOG="info,doze_net::disk=debug,doze_net::metadb=debug")
         self.log = open(self.log_path, "ab")
+        # Start-up time: from the spawn to the ready line (read by the pump thread).
+        self.ready_s = None
+        t0 = time.monotonic()
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self.log, env=env)
         ready = threading.Event()
 
         def pump():
             for line in self.proc.stdout:
-                if b"doze-kafka listening on" in line:
+                if b"doze-kafka listening on" in line and not ready.is_set():
+                    self.ready_s = time.monotonic() - t0
                     ready.set()
 
         threading.Thread(target=pump, daemon=True).start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + ready_timeout_s
         while not ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
@@ -189,6 +205,19 @@ class BrokerProc:
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except OSError:
             return float("nan")
+
+    def status_mib(self):
+        """VmRSS, VmHWM (peak RSS), RssAnon and RssFile of the broker in MiB."""
+        out = {}
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    key, _, rest = line.partition(":")
+                    if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                        out[key] = int(rest.split()[0]) / 1024
+        except (OSError, ValueError, IndexError):
+            pass
+        return out
 
     def stop(self):
         if self.proc.poll() is None:
@@ -294,6 +323,53 @@ def worker_produce(a):
                       "undelivered": left, "errors": state["errors"]}))
 
 
+def worker_fill(a):
+    """Produces `count` records, round robin over its partitions, as fast as
+    librdkafka takes them, from `start_at` for at most `seconds`; reports the
+    records acknowledged and when the last acknowledgement came."""
+    from confluent_kafka import Producer
+    p = Producer({
+        "bootstrap.servers": a.bootstrap,
+        "acks": "all",
+        "enable.idempotence": False,
+        "linger.ms": a.linger_ms,
+        "batch.size": a.batch_bytes,
+        "batch.num.messages": 1_000_000,
+        "message.max.bytes": 8 * MiB,
+        "compression.type": "none",
+        "queue.buffering.max.kbytes": a.queue_kib,
+        "queue.buffering.max.messages": 2_000_000,
+    })
+    p.list_topics(a.topic, timeout=30)
+    value = os.urandom(a.record_bytes)
+    parts = [int(x) for x in a.partitions.split(",")]
+    state = {"acked": 0, "errors": []}
+
+    def dr(err, _msg):
+        if err is not None:
+            if len(state["errors"]) < 5:
+                state["errors"].append(str(err))
+            return
+        state["acked"] += 1
+
+    while time.time() < a.start_at:
+        time.sleep(0.001)
+    deadline = a.start_at + a.seconds
+    i = 0
+    while i < a.count and time.time() < deadline:
+        for _ in range(min(1000, a.count - i)):
+            try:
+                p.produce(a.topic, value=value, partition=parts[i % len(parts)], on_delivery=dr)
+                i += 1
+            except BufferError:
+                p.poll(0.005)
+                break
+        p.poll(0)
+    left = p.flush(max(1.0, deadline - time.time()))
+    print(json.dumps({"acked": state["acked"], "produced": i, "undelivered": left,
+                      "errors": state["errors"], "end": time.time()}))
+
+
 def worker_txn(a):
     """`threads` transactional producers (one librdkafka instance each), each
     repeating begin / produce `records` / flush / commit until the window ends.
@@ -387,6 +463,7 @@ def worker_args(argv):
     ap.add_argument("--records", type=int, default=10)
     ap.add_argument("--abort-every", type=int, default=0)
     ap.add_argument("--max-txns", type=int, default=0)
+    ap.add_argument("--count", type=int, default=0, help="_fill: records to produce")
     return ap.parse_args(argv)
 
 
@@ -705,12 +782,278 @@ def bench_fetch(args, work):
     return {key: max(v) for key, v in out.items()}
 
 
+# --- 5. retained data ------------------------------------------------------------
+
+RSS_TARGET_MIB = 300
+CLEAN_START_TARGET_S = 0.5
+KILL_START_TARGET_S = 2.0
+
+
+def mem_available_bytes():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * KiB
+    except (OSError, ValueError, IndexError):
+        pass
+    return float("nan")
+
+
+def drop_page_cache():
+    """sync, then drop the page cache (needs root and a writable /proc/sys).
+    Returns (done, why not)."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True, ""
+    except OSError as e:
+        return False, str(e)
+
+
+def rss_text(st):
+    nan = float("nan")
+    return (f"VmRSS {st.get('VmRSS', nan):.0f} MiB (anon {st.get('RssAnon', nan):.0f}, file "
+            f"{st.get('RssFile', nan):.0f}), peak VmHWM {st.get('VmHWM', nan):.0f} MiB")
+
+
+def segment_paths(data_dir, topic):
+    """{extension: [paths]} of the topic's segment files."""
+    out = {}
+    for path in glob.glob(os.path.join(data_dir, "logs", f"{topic}-*", "*")):
+        ext = path.rsplit(".", 1)[-1]
+        if ext in ("log", "index", "timeindex", "txnindex"):
+            out.setdefault(ext, []).append(path)
+    for paths in out.values():
+        paths.sort()
+    return out
+
+
+def retained_fill(args, b, topic, partitions, records, producers, limit_s):
+    """`records` x `args.record_bytes` into `partitions` partitions from `producers`
+    processes (producer k writes partitions k, k + producers, ...). Prints
+    progress every 30 s. Returns (records acked, MB/s of values, seconds)."""
+    producers = max(1, min(producers, partitions))
+    start_at = time.time() + 3
+    cmds = []
+    for k in range(producers):
+        count = records // producers + (1 if k < records % producers else 0)
+        cmds.append(["_fill", "--bootstrap", b.bootstrap, "--topic", topic,
+                     "--partitions", ",".join(str(p) for p in range(k, partitions, producers)),
+                     "--start-at", str(start_at), "--seconds", str(limit_s),
+                     "--record-bytes", str(args.record_bytes), "--linger-ms", "5",
+                     "--batch-bytes", str(MiB), "--count", str(count)])
+    logs = os.path.join(b.data_dir, "logs")
+    done = threading.Event()
+
+    def progress():
+        while not done.wait(30):
+            say(f"   ... {time.time() - start_at:5.0f} s: {dir_bytes(logs) / GiB:6.2f} GiB on disk, "
+                f"broker {rss_text(b.status_mib())}")
+
+    ticker = threading.Thread(target=progress, daemon=True)
+    ticker.start()
+    cpu_b0 = b.cpu_seconds()
+    try:
+        results, cpu_clients = run_workers(cmds, limit_s + 120)
+    finally:
+        done.set()
+    acked = sum(r["acked"] for r in results)
+    errors = [e for r in results for e in r["errors"]]
+    end = max((r["end"] for r in results), default=time.time())
+    seconds = max(1e-9, end - start_at)
+    mbps = acked * args.record_bytes / seconds / 1e6
+    say(f"   {acked:,} of {records:,} records acked in {seconds:.1f} s: {mbps:.1f} MB/s of values, "
+        f"{acked / seconds:,.0f} records/s; CPU broker {b.cpu_seconds() - cpu_b0:.1f} s, "
+        f"producers {cpu_clients:.1f} s"
+        + (f"; errors: {errors[:3]}" if errors else "")
+        + (f"; WARNING: {len(results)} of {producers} producer processes reported"
+           if len(results) < producers else ""))
+    return acked, mbps, seconds
+
+
+def retained_broker_read(args, b, topic, partitions, log_bytes, records, limit_s):
+    """One consumer reads every partition from offset 0 to its end: (MB/s of log
+    bytes, how), or None. doze-bench (Fetch v12, records not decoded) when
+    `--loadgen` is there, else a confluent-kafka consumer."""
+    cpu_b0 = b.cpu_seconds()
+    if os.access(args.loadgen, os.X_OK):
+        r = run_loadgen(args, ["fetch", "--bootstrap", b.bootstrap, "--topic", topic,
+                               "--partitions", str(partitions), "--isolation", "0",
+                               "--seconds", str(int(limit_s)), "--repeat", "1"], limit_s + 60)
+        if not r:
+            return None
+        return r["mbps"], (f"doze-bench: {r['bytes'] / GiB:.2f} GiB in {r['seconds']:.1f} s, "
+                           f"{r['fetches']:,} fetches, broker CPU {b.cpu_seconds() - cpu_b0:.1f} s")
+    _values, got, el = consume_all(b.bootstrap, topic, partitions, "read_uncommitted", limit_s)
+    read = log_bytes * min(1.0, got / max(1, records))
+    return read / el / 1e6, (f"confluent-kafka consumer: {got:,} of {records:,} records in {el:.1f} s"
+                             f"{' (PARTIAL: time limit)' if got < records else ''}, broker CPU "
+                             f"{b.cpu_seconds() - cpu_b0:.1f} s")
+
+
+def raw_read(paths, limit_s):
+    """Sequential read of `paths` with 8 MiB reads: (MB/s, bytes, seconds, complete)."""
+    buf = bytearray(8 * MiB)
+    total = 0
+    t0 = time.monotonic()
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            try:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            except (AttributeError, OSError):
+                pass
+            while True:
+                n = f.readinto(buf)
+                if not n:
+                    break
+                total += n
+                if time.monotonic() - t0 > limit_s:
+                    el = time.monotonic() - t0
+                    return total / el / 1e6, total, el, False
+    el = max(1e-9, time.monotonic() - t0)
+    return total / el / 1e6, total, el, True
+
+
+def bench_retained(args, work):
+    section(f"5. retained data: {args.retained_gib:g} GiB of {args.record_bytes} B records in "
+            f"{args.retained_partitions} partitions (broker RSS, start-up, fetch vs raw read)")
+    gib = args.retained_gib
+    free = shutil.disk_usage(work).free
+    if free < gib * GiB * 1.2:
+        scaled = math.floor(free / 1.2 / GiB * 10) / 10
+        say(f"WARNING: {free / GiB:.1f} GiB free on {work}; {gib:g} GiB retained needs "
+            f"{gib * 1.2:.1f} GiB: scaled down to {scaled:g} GiB")
+        gib = scaled
+    if gib < 0.1:
+        say("SKIPPED: less than 0.1 GiB would fit")
+        return None
+    limit_s = args.retained_max_s
+    parts = args.retained_partitions
+    topic = "bench-retained"
+    records = int(gib * GiB) // args.record_bytes
+    data = os.path.join(work, "retained")
+    out = {"gib": gib, "rss": {}}
+    b = None
+    try:
+        b = BrokerProc(args.binary, data, args.set, ready_timeout_s=args.retained_start_timeout_s)
+        create_topic(b.bootstrap, topic, parts)
+        say(f"a. produce: {args.retained_producers} confluent-kafka producer processes, acks=all, "
+            f"linger.ms=5, batch.size=1MiB, compression none; at most {limit_s:.0f} s")
+        acked, out["produce_mbps"], _ = retained_fill(args, b, topic, parts, records,
+                                                      args.retained_producers, limit_s)
+        st = b.status_mib()
+        out["rss"]["after produce"] = st.get("VmRSS", float("nan"))
+        say(f"   broker after producing: {rss_text(st)} "
+            f"(target VmRSS <= {RSS_TARGET_MIB} MiB)")
+        files = segment_paths(data, topic)
+        log_bytes = sum(os.path.getsize(p) for p in files.get("log", []))
+        index_bytes = sum(os.path.getsize(p) for ext in ("index", "timeindex", "txnindex")
+                          for p in files.get(ext, []))
+        say(f"   on disk: {log_bytes / GiB:.2f} GiB in {len(files.get('log', []))} .log files; "
+            f"index files {index_bytes / MiB:.1f} MiB ("
+            + ", ".join(f"{len(files.get(ext, []))} .{ext}" for ext in ("index", "timeindex", "txnindex"))
+            + ")")
+
+        say("b. SIGTERM, then start on the same data dir")
+        t0 = time.monotonic()
+        rc = b.stop()
+        say(f"   stopped (exit {rc}) in {time.monotonic() - t0:.2f} s")
+        b = BrokerProc(args.binary, data, args.set, ready_timeout_s=args.retained_start_timeout_s)
+        out["clean_start_s"] = b.ready_s
+        time.sleep(1)
+        st = b.status_mib()
+        out["rss"]["after clean start"] = st.get("VmRSS", float("nan"))
+        say(f"   start-up to the ready line: {b.ready_s:.3f} s (target <= {CLEAN_START_TARGET_S} s); "
+            f"1 s later: {rss_text(st)}")
+
+        topup = args.retained_topup_mib * MiB // args.record_bytes
+        if topup:
+            say(f"c. {args.retained_topup_mib} MiB more (1 producer process), then kill -9 at once "
+                f"(a crash under load: what lies above the recovery point is scanned), and start")
+            topup, _, _ = retained_fill(args, b, topic, parts, topup, 1, limit_s)
+        else:
+            say("c. kill -9, and start")
+        b.proc.kill()
+        b.proc.wait(30)
+        b = BrokerProc(args.binary, data, args.set, ready_timeout_s=args.retained_start_timeout_s)
+        out["kill_start_s"] = b.ready_s
+        time.sleep(1)
+        st = b.status_mib()
+        out["rss"]["after kill -9 start"] = st.get("VmRSS", float("nan"))
+        say(f"   start-up to the ready line: {b.ready_s:.3f} s (target <= {KILL_START_TARGET_S} s); "
+            f"1 s later: {rss_text(st)}")
+
+        files = segment_paths(data, topic)
+        logs = files.get("log", [])
+        log_bytes = sum(os.path.getsize(p) for p in logs)
+        records = acked + topup
+        say(f"d. one consumer reads all {log_bytes / GiB:.2f} GiB from offset 0 "
+            f"({'doze-bench' if os.access(args.loadgen, os.X_OK) else 'confluent-kafka'}), "
+            f"and a raw sequential read of the same {len(logs)} .log files (8 MiB reads)")
+        if log_bytes > mem_available_bytes():
+            say(f"   note: the log is larger than MemAvailable "
+                f"({mem_available_bytes() / GiB:.1f} GiB): 'warm' is partly cold")
+        can_drop, why = drop_page_cache()
+        if not can_drop:
+            say(f"   cannot drop the page cache ({why}): warm only")
+        temps = ("cold", "warm") if can_drop else ("warm",)
+        for temp in temps:
+            if temp == "cold":
+                drop_page_cache()
+            r = retained_broker_read(args, b, topic, parts, log_bytes, records, limit_s)
+            if r:
+                out[("broker", temp)] = r[0]
+                say(f"   broker {temp}: {r[0]:8.1f} MB/s ({r[1]})")
+        for temp in temps:
+            if temp == "cold":
+                drop_page_cache()
+            mbps, n, el, complete = raw_read(logs, limit_s)
+            out[("raw", temp)] = mbps
+            say(f"   raw    {temp}: {mbps:8.1f} MB/s ({n / GiB:.2f} GiB in {el:.1f} s"
+                f"{'' if complete else ', PARTIAL: time limit'})")
+        for temp in temps:
+            br, raw = out.get(("broker", temp)), out.get(("raw", temp))
+            if br and raw:
+                say(f"   {temp}: broker / raw = {br / raw:.2f}")
+        st = b.status_mib()
+        out["rss"]["after fetch"] = st.get("VmRSS", float("nan"))
+        say(f"   broker after the reads: {rss_text(st)}")
+    finally:
+        if b is not None:
+            rc = b.stop()
+            if rc not in (0, -9):
+                say(f"WARNING: broker exited {rc} on SIGTERM (log {b.log_path})")
+        shutil.rmtree(data, ignore_errors=True)
+        say(f"removed {data}")
+    return out
+
+
+def summary_retained(r):
+    worst = max(r["rss"].values(), default=float("nan"))
+    say(f"retained {r['gib']:g} GiB: produce {r['produce_mbps']:.1f} MB/s; broker VmRSS "
+        + ", ".join(f"{k} {v:.0f} MiB" for k, v in r["rss"].items())
+        + f" (target <= {RSS_TARGET_MIB} MiB) {'OK' if worst <= RSS_TARGET_MIB else 'MISSED'}")
+    for key, label, target in (("clean_start_s", "clean start", CLEAN_START_TARGET_S),
+                               ("kill_start_s", "start after kill -9", KILL_START_TARGET_S)):
+        v = r.get(key)
+        if v is not None:
+            say(f"retained {r['gib']:g} GiB: {label} {v:.3f} s (target <= {target} s) "
+                f"{'OK' if v <= target else 'MISSED'}")
+    for temp in ("cold", "warm"):
+        br, raw = r.get(("broker", temp)), r.get(("raw", temp))
+        if br and raw:
+            say(f"retained {r['gib']:g} GiB: fetch {temp} {br:.1f} MB/s vs raw read {raw:.1f} MB/s: "
+                f"ratio {br / raw:.2f}")
+
+
 # --- main ------------------------------------------------------------------------
 
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] in ("_produce", "_txn"):
+    if len(sys.argv) > 1 and sys.argv[1] in ("_produce", "_txn", "_fill"):
         a = worker_args(sys.argv[1:])
-        return worker_produce(a) if a.mode == "_produce" else worker_txn(a)
+        return {"_produce": worker_produce, "_txn": worker_txn, "_fill": worker_fill}[a.mode](a)
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=str(ROOT / "target/release/doze-kafka"))
@@ -721,7 +1064,7 @@ def main():
                     help="loadgen produce: alternations of broker and raw measurements")
     ap.add_argument("--work-dir", default=str(ROOT / "target/bench"),
                     help="parent of the temp dirs (raw files and broker data dirs share its filesystem)")
-    ap.add_argument("--sections", default="disk,produce,txn,fetch")
+    ap.add_argument("--sections", default="disk,produce,txn,fetch,retained")
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--chunk-kib", type=int, nargs="+", default=[64, 256, 1024, 4096])
     ap.add_argument("--raw-min-s", type=float, default=4, help="minimum seconds per raw chunk size")
@@ -740,10 +1083,21 @@ def main():
     ap.add_argument("--fetch-reps", type=int, default=2)
     ap.add_argument("--fetch-repeat", type=int, default=5, help="loadgen: whole-log reads per figure")
     ap.add_argument("--max-s", type=float, default=180, help="time limit per phase")
+    ap.add_argument("--retained-gib", type=float, default=20,
+                    help="retained: GiB of records to fill (0 skips the section)")
+    ap.add_argument("--retained-only", action="store_true", help="run only the retained section")
+    ap.add_argument("--retained-partitions", type=int, default=8)
+    ap.add_argument("--retained-producers", type=int, default=4, help="retained: producer processes")
+    ap.add_argument("--retained-topup-mib", type=int, default=256,
+                    help="retained: MiB produced just before the kill -9 (0: none)")
+    ap.add_argument("--retained-max-s", type=float, default=900,
+                    help="retained: time limit of the fill and of each whole read")
+    ap.add_argument("--retained-start-timeout-s", type=float, default=300,
+                    help="retained: how long a start-up may take before the section gives up")
     ap.add_argument("--set", action="append", default=[], help="broker --set key=value")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (broker logs)")
     args = ap.parse_args()
-    sections = set(args.sections.split(","))
+    sections = {"retained"} if args.retained_only else set(args.sections.split(","))
 
     os.makedirs(args.work_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="doze-bench-", dir=args.work_dir)
@@ -751,7 +1105,7 @@ def main():
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, "
           f"work dir {work}", flush=True)
     raw, fsync_small = {}, [float("inf"), 0.0]
-    produce = txn = fetch = None
+    produce = txn = fetch = retained = None
     try:
         if "disk" in sections or "produce" in sections or "txn" in sections:
             section("1. raw sequential write + fdatasync (one file, O_APPEND)")
@@ -769,8 +1123,10 @@ def main():
             txn = bench_txn(args, work, fsync_small)
         if "fetch" in sections:
             fetch = bench_fetch(args, work)
+        if "retained" in sections and args.retained_gib > 0:
+            retained = bench_retained(args, work)
 
-        section("5. summary (targets from issues 2 and 4)")
+        section("6. summary (every figure beside its target)")
         for client, r in (produce or {}).items():
             ratio = r["mbps"] / r["raw"]
             if len(r.get("pairs", [])) > 1:
@@ -794,6 +1150,8 @@ def main():
             if rc and ru:
                 say(f"fetch ({client}): read_committed {rc:.1f} MB/s vs read_uncommitted {ru:.1f} MB/s "
                     f"(best of each): ratio {rc / ru:.2f} (target >= 0.90) {'OK' if rc / ru >= 0.9 else 'MISSED'}")
+        if retained:
+            summary_retained(retained)
     finally:
         if args.keep:
             print(f"kept {work}")

@@ -2,7 +2,9 @@
 
 Only what the tests need: InitProducerId v0 and Produce v3 with record batches
 built by kafka-python's DefaultRecordBatchBuilder, so a test controls producer
-id, epoch and sequence numbers byte for byte (a real client hides them).
+id, epoch and sequence numbers byte for byte (a real client hides them); and
+Fetch v4 for one partition, so a test sees exactly whether the broker answered,
+closed the connection, or left the request hanging (a real client retries).
 """
 
 import socket
@@ -12,6 +14,7 @@ import time
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 API_PRODUCE = 0
+API_FETCH = 1
 API_INIT_PRODUCER_ID = 22
 
 
@@ -78,6 +81,33 @@ class RawConn:
         assert n_parts == 1
         _idx, err, base_offset, _lat = struct.unpack(">ihqq", r[pos + 4:pos + 26])
         return err, base_offset
+
+    def fetch(self, topic, partition, offset, max_wait_ms=500, partition_max_bytes=1 << 20,
+              max_bytes=4 << 20, isolation_level=0):
+        """Fetch v4 of one partition from `offset`; returns (error_code, high_watermark,
+        records bytes). A broker that closes the connection raises ConnectionError; one
+        that never completes the response raises socket.timeout (the socket's timeout)."""
+        body = (struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, isolation_level)
+                + struct.pack(">i", 1) + _str(topic)
+                + struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, partition_max_bytes))
+        r = self.request(API_FETCH, 4, body)
+        # throttle_time_ms, [topic, [partition, error_code, high_watermark,
+        # last_stable_offset, aborted_transactions, records]]
+        pos = 4
+        n_topics = struct.unpack(">i", r[pos:pos + 4])[0]
+        assert n_topics == 1, f"Fetch answered {n_topics} topics"
+        name_len = struct.unpack(">h", r[pos + 4:pos + 6])[0]
+        pos += 6 + name_len
+        n_parts = struct.unpack(">i", r[pos:pos + 4])[0]
+        assert n_parts == 1, f"Fetch answered {n_parts} partitions"
+        _idx, err, hw, _lso = struct.unpack(">ihqq", r[pos + 4:pos + 26])
+        pos += 26
+        n_aborted = struct.unpack(">i", r[pos:pos + 4])[0]
+        pos += 4 + max(0, n_aborted) * 16
+        rec_len = struct.unpack(">i", r[pos:pos + 4])[0]
+        records = b"" if rec_len < 0 else r[pos + 4:pos + 4 + rec_len]
+        assert len(records) == max(0, rec_len), "Fetch response shorter than its records length"
+        return err, hw, records
 
 
 def build_batch(values, producer_id=-1, epoch=-1, base_sequence=-1, transactional=False):
