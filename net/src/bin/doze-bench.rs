@@ -56,7 +56,8 @@ mod real {
     const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     const NOT_ENOUGH_REPLICAS: i16 = 19;
     const RETRY_BACKOFF: Duration = Duration::from_millis(5);
-    const RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+    /// A fetch asks for 64 MiB of records; the frame adds headers around them.
+    const RESPONSE_BYTES_MAX: usize = 65 * 1024 * 1024;
 
     #[derive(Parser)]
     struct Args {
