@@ -73,6 +73,26 @@ fn page_size() -> usize {
     4096
 }
 
+/// Allocations at least this large are mmapped by glibc and returned to the
+/// system when freed (see `return_large_frees_to_the_system`).
+const MMAP_THRESHOLD_BYTES: i32 = 128 * 1024;
+
+/// Makes glibc give large freed blocks back to the system. By default glibc
+/// raises its mmap threshold each time a mmapped block is freed (up to 32
+/// MiB), after which request frames and record buffers of ~1 MiB come from
+/// the heap, and a heap fragmented by them is never trimmed: `make bench`
+/// saw a broker at 1.4 GiB RSS after producing 20 GiB (35 MiB after a
+/// restart). Setting the threshold fixes it (and turns the adjustment off);
+/// the cost is an mmap/munmap pair per large buffer. Called once, first
+/// thing in `main`.
+pub fn return_large_frees_to_the_system() {
+    // SAFETY: mallopt only sets glibc tunables; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD_BYTES);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
