@@ -6,9 +6,19 @@ use crate::broker::Broker;
 use crate::producer::ProducerStates;
 use crate::topics::PartitionKey;
 
-/// Appends a transaction marker of `producer_id` to a partition; returns its
-/// offset, or None if the partition is gone (or offline). An abort of a
-/// transaction that wrote here is booked in the segment's `.txnindex`.
+/// Why a marker was not appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MarkerRefused {
+    /// The partition is gone (its topic deleted): nothing left to mark.
+    Gone,
+    /// The partition is offline after a failed read: try again (it comes
+    /// back with a restart, which carries the decision out anyway).
+    Offline,
+}
+
+/// Appends a transaction marker of `producer_id` to a partition and returns
+/// its offset. An abort of a transaction that wrote here is booked in the
+/// segment's `.txnindex`.
 pub(crate) fn append_marker(
     b: &mut Broker,
     key: &PartitionKey,
@@ -16,11 +26,14 @@ pub(crate) fn append_marker(
     epoch: i16,
     commit: bool,
     now_ms: i64,
-) -> Option<i64> {
+) -> Result<i64, MarkerRefused> {
     if b.offline.contains(key) {
-        return None;
+        return Err(MarkerRefused::Offline);
     }
-    let log = b.topics.partition_mut_by_key(key)?;
+    let log = b
+        .topics
+        .partition_mut_by_key(key)
+        .ok_or(MarkerRefused::Gone)?;
     let mut info = log.append(
         crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms),
         now_ms,
@@ -39,7 +52,7 @@ pub(crate) fn append_marker(
     for op in info.ops {
         b.emit_disk(key.clone(), op);
     }
-    Some(info.base_offset)
+    Ok(info.base_offset)
 }
 
 /// The partition's producer state (empty for a partition never written).
@@ -48,21 +61,45 @@ pub(crate) fn producer_states<'a>(b: &'a mut Broker, key: &PartitionKey) -> &'a 
 }
 
 /// After a failed sync: cuts the partition back to its high watermark, its
-/// producer and transaction state with it, and emits the cut.
+/// producer and transaction state with it, and emits the cut (and the
+/// repair of the index files of the segment kept).
 pub(crate) fn truncate_to_durable(b: &mut Broker, key: &PartitionKey) {
-    let Some(hw) = b.topics.partition_by_key(key).map(|l| l.high_watermark()) else {
+    let Some(log) = b.topics.partition_by_key(key) else {
         return;
     };
-    let aborted_cut = b
-        .partition_txns
-        .get_mut(key)
-        .map(|t| t.truncate_above(hw))
-        .unwrap_or_default();
+    let hw = log.high_watermark();
+    let hw_segment = log.high_watermark_position().segment_base;
+    let aborted_kept = match b.partition_txns.get_mut(key) {
+        Some(txns) => {
+            txns.truncate_above(hw);
+            txns.aborted_in(hw_segment, i64::MAX)
+        }
+        None => Vec::new(),
+    };
     if let Some(states) = b.producer_states.get_mut(key) {
         states.truncate_above(hw);
     }
     let log = b.topics.partition_mut_by_key(key).expect("present above");
-    let ops = log.truncate_to_durable(&aborted_cut);
+    let ops = log.truncate_to_durable(&aborted_kept);
+    for op in ops {
+        b.emit_disk(key.clone(), op);
+    }
+}
+
+/// Repairs a segment's index files from memory (after a failed sync).
+pub(crate) fn repair_indexes(b: &mut Broker, key: &PartitionKey, segment_base: i64) {
+    let Some(log) = b.topics.partition_mut_by_key(key) else {
+        return;
+    };
+    let Some((from, to)) = log.segment_span(segment_base) else {
+        return;
+    };
+    let aborted = b
+        .partition_txns
+        .get(key)
+        .map(|t| t.aborted_in(from, to))
+        .unwrap_or_default();
+    let ops = log.repair_indexes(segment_base, &aborted);
     for op in ops {
         b.emit_disk(key.clone(), op);
     }

@@ -15,6 +15,10 @@
 //!    the boot sync is done; then every recovered partition gets a new
 //!    checkpoint, so the next start reads nothing twice.
 //!
+//! A partition whose checkpoint cannot be used (an index file it vouches for
+//! is missing or damaged) has the checkpoint deleted from meta.db first, and
+//! only then are its index files rewritten and its segments read.
+//!
 //! A recovery read that keeps failing takes its partition offline (answered
 //! KAFKA_STORAGE_ERROR until a restart), as Kafka takes a failed log dir offline.
 
@@ -37,6 +41,10 @@ const RECOVERY_READ_TRIES: u32 = 3;
 
 struct PartitionBoot {
     recovery: LogRecovery,
+    /// A checkpoint it could not use must be gone from meta.db before the
+    /// index files it vouched for are rewritten (a crash midway would leave
+    /// short files under a checkpoint that trusts them): the repairs wait here.
+    held_ops: Option<Vec<DiskOp>>,
     producers: ProducerStates,
     txns: PartitionTxns,
     checkpoint_offset: Option<i64>,
@@ -113,6 +121,7 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
             continue;
         };
         let record = checkpoints.remove(&(key.id.hyphenated().to_string(), key.partition));
+        let checkpoint_existed = record.is_some();
         let mut recovery = LogRecovery::start(
             dir,
             segment_bytes,
@@ -126,17 +135,21 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
             None => (ProducerStates::default(), Vec::new()),
         };
         let txns = PartitionTxns::from_boot(&ongoing, recovery.take_aborted());
-        for op in recovery.take_ops() {
-            if let DiskOp::Adopt { dir, segment_base } = &op {
-                boot.adopted.push((key.clone(), dir.clone(), *segment_base));
-            }
-            b.emit_disk(key.clone(), op);
-        }
-        boot.queue.push_back(key.clone());
+        let unused_checkpoint = checkpoint_existed && !used;
+        let ops = recovery.take_ops();
+        let held_ops = if unused_checkpoint {
+            drop_checkpoint(b, &key);
+            Some(ops)
+        } else {
+            emit_repairs(b, &mut boot, &key, ops);
+            boot.queue.push_back(key.clone());
+            None
+        };
         boot.partitions.insert(
             key,
             PartitionBoot {
                 recovery,
+                held_ops,
                 producers,
                 txns,
                 checkpoint_offset,
@@ -144,6 +157,41 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
             },
         );
     }
+    b.booting = Some(boot);
+    pump(b);
+}
+
+/// Emits a partition's repairs, noting the segments it adopts.
+fn emit_repairs(b: &mut Broker, boot: &mut Boot, key: &PartitionKey, ops: Vec<DiskOp>) {
+    for op in ops {
+        if let DiskOp::Adopt { dir, segment_base } = &op {
+            boot.adopted.push((key.clone(), dir.clone(), *segment_base));
+        }
+        b.emit_disk(key.clone(), op);
+    }
+}
+
+fn drop_checkpoint(b: &mut Broker, key: &PartitionKey) {
+    let ops = vec![crate::io::MetaOp::Delete {
+        key: checkpoint::key(&key.id, key.partition),
+    }];
+    b.emit_meta(ops, crate::api::MetaAction::CheckpointDropped(key.clone()));
+}
+
+/// The checkpoint a partition could not use is gone (or the delete failed:
+/// then it is tried again): its repairs go out and its scan starts.
+pub(crate) fn checkpoint_dropped(b: &mut Broker, key: PartitionKey, stored: bool) {
+    if !stored {
+        return drop_checkpoint(b, &key);
+    }
+    let mut boot = b.booting.take().expect("booting");
+    let held = boot
+        .partitions
+        .get_mut(&key)
+        .and_then(|p| p.held_ops.take())
+        .expect("a partition waits for its checkpoint to go");
+    emit_repairs(b, &mut boot, &key, held);
+    boot.queue.push_back(key);
     b.booting = Some(boot);
     pump(b);
 }
@@ -173,7 +221,7 @@ fn pump(b: &mut Broker) {
         }
     }
     let boot = b.booting.as_ref().expect("booting");
-    if boot.reads.is_empty() && boot.queue.is_empty() && !boot.resumed {
+    if boot.partitions.is_empty() && boot.reads.is_empty() && !boot.resumed {
         logs_recovered(b);
     }
 }
@@ -271,12 +319,15 @@ pub(crate) fn sync_done(b: &mut Broker, ok: bool) {
     if ok {
         return serve(b);
     }
-    // Nothing may be served as durable that is not: adopt again, sync again.
+    // Nothing may be served as durable that is not: adopt again, repair the
+    // index files recovery wrote (the failure may have lost some of their
+    // appends), sync again.
     let boot = b.booting.as_mut().expect("booting");
     let adopted = boot.adopted.clone();
     boot.sync_io = None;
     for (key, dir, segment_base) in adopted {
-        b.emit_disk(key, DiskOp::Adopt { dir, segment_base });
+        b.emit_disk(key.clone(), DiskOp::Adopt { dir, segment_base });
+        crate::partition::repair_indexes(b, &key, segment_base);
     }
     b.request_sync();
     let io = b.sync_in_flight_io();

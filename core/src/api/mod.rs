@@ -63,6 +63,8 @@ pub enum MetaAction {
     DeleteGroups(delete_groups::PendingDeleteGroups),
     Txn(crate::txn::write::TxnWrite),
     Checkpoint(crate::checkpoint::PendingCheckpoint),
+    /// A checkpoint start-up could not use was deleted (`crate::recovery`).
+    CheckpointDropped(crate::topics::PartitionKey),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -146,6 +148,7 @@ pub(crate) fn apply_meta(b: &mut Broker, action: MetaAction, stored: bool) {
         MetaAction::DeleteGroups(p) => delete_groups::apply(b, p, stored),
         MetaAction::Txn(w) => crate::txn::write::done(b, w, stored),
         MetaAction::Checkpoint(p) => crate::checkpoint::written(b, p, stored),
+        MetaAction::CheckpointDropped(key) => crate::recovery::checkpoint_dropped(b, key, stored),
     }
     // Admin requests that waited for this change run again, in arrival order.
     for (ctx, request) in std::mem::take(&mut b.deferred_admin) {

@@ -92,7 +92,7 @@ pub struct AppendInfo {
 
 /// The log's end at the moment a `DiskOp::Sync` is emitted: once that sync
 /// completes OK, everything below `log_end_offset` is durable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SyncPoint {
     log_end_offset: i64,
     end: LogPosition,
@@ -100,6 +100,10 @@ pub struct SyncPoint {
     /// The largest timestamp of the end's segment and the last offset of the
     /// batch holding it: once durable, what a later truncation keeps of it.
     max_timestamp: (i64, i64),
+    /// The index file lengths of the last two segments (the only ones index
+    /// entries are appended to: the active one, and the one a roll gave its
+    /// final time entry), durable once this sync is.
+    index_bytes: Vec<(i64, [u64; 3])>,
     /// Points captured before a `truncate_to_durable` are void: after a failed
     /// sync, a later sync's success says nothing about the pages lost earlier.
     generation: u64,
@@ -387,6 +391,13 @@ impl PartitionLog {
             max_timestamp: self.segments.back().map_or((batch::NO_TIMESTAMP, -1), |s| {
                 (s.max_timestamp_ms, s.offset_of_max_timestamp)
             }),
+            index_bytes: self
+                .segments
+                .iter()
+                .rev()
+                .take(2)
+                .map(|s| (s.base_offset, s.index_bytes()))
+                .collect(),
             generation: self.sync_generation,
         }
     }
@@ -408,31 +419,34 @@ impl PartitionLog {
             self.durable_max_timestamp = point.max_timestamp;
         }
         self.durable_bytes = self.durable_bytes.max(point.appended_bytes);
+        for (base, bytes) in &point.index_bytes {
+            if let Some(segment) = self.segments.iter_mut().find(|s| s.base_offset == *base) {
+                for (durable, now) in segment.durable_index_bytes.iter_mut().zip(bytes) {
+                    *durable = (*durable).max(*now);
+                }
+            }
+        }
     }
 
     /// After a failed sync: drops everything above the high watermark and
     /// returns the ops that cut the files to match (the segment holding the
-    /// high watermark is cut there, with its index files; every later segment
-    /// is deleted). Afterwards `log_end_offset() == high_watermark()`.
-    /// `aborted_cut` are the aborted transactions whose markers were cut
-    /// (`PartitionTxns::truncate_above`): their `.txnindex` entries go too.
-    pub fn truncate_to_durable(&mut self, aborted_cut: &[AbortedTxn]) -> Vec<DiskOp> {
+    /// high watermark is cut there and its index files repaired; every later
+    /// segment is deleted). Afterwards `log_end_offset() == high_watermark()`.
+    /// `aborted_kept` are the aborted transactions whose markers lie in the
+    /// high watermark's segment below it (`PartitionTxns::aborted_in` after
+    /// `truncate_above`): its `.txnindex` holds exactly those.
+    pub fn truncate_to_durable(&mut self, aborted_kept: &[AbortedTxn]) -> Vec<DiskOp> {
         self.sync_generation += 1;
         self.appended_bytes = self.durable_bytes;
         let hw = self.high_watermark;
-        if self.log_end_offset == hw {
-            return Vec::new();
-        }
         let cut = self.high_watermark_position;
         let mut ops = Vec::new();
-        let mut next_base = i64::MAX;
         while self
             .segments
             .back()
             .is_some_and(|s| s.base_offset > cut.segment_base)
         {
             let gone = self.segments.pop_back().expect("checked");
-            next_base = gone.base_offset;
             ops.push(DiskOp::DeleteSegment {
                 dir: self.dir.clone(),
                 segment_base: gone.base_offset,
@@ -447,14 +461,14 @@ impl PartitionLog {
                     segment.base_offset, cut.segment_base,
                     "the high watermark's segment is retained"
                 );
-                // Aborts whose marker sat in a later segment left with it.
-                let cut_here = aborted_cut
-                    .iter()
-                    .filter(|a| a.last_offset >= segment.base_offset && a.last_offset < next_base)
-                    .count() as u64;
-                let kept = segment.txn_entries.saturating_sub(cut_here);
-                let kept_max = self.durable_max_timestamp;
-                ops.extend(segment.truncate(&dir, cut.position, hw, kept, kept_max));
+                if self.log_end_offset > hw {
+                    let kept_max = self.durable_max_timestamp;
+                    ops.push(segment.truncate(&dir, cut.position, hw, kept_max));
+                }
+                // Even with no batch cut, the failed sync may have lost index
+                // appends (an entry of a durable batch, a roll's final time
+                // entry): the index files are repaired from memory.
+                ops.extend(segment.repair_index_ops(&dir, aborted_kept));
             }
             None => {
                 // Nothing was durable in any segment: the log is empty at hw.
@@ -468,6 +482,32 @@ impl PartitionLog {
             "truncation stays above the log start"
         );
         ops
+    }
+
+    /// The offsets a segment's batches lie in: from its base up to the next
+    /// segment's base (unbounded for the active one).
+    pub fn segment_span(&self, segment_base: i64) -> Option<(i64, i64)> {
+        let i = self
+            .segments
+            .iter()
+            .position(|s| s.base_offset == segment_base)?;
+        let next = self.segments.get(i + 1).map_or(i64::MAX, |s| s.base_offset);
+        Some((segment_base, next))
+    }
+
+    /// Repairs a segment's index files from memory after a failed sync (see
+    /// `Segment::repair_index_ops`). `aborted` are the aborted transactions
+    /// whose markers lie in the segment.
+    pub fn repair_indexes(&mut self, segment_base: i64, aborted: &[AbortedTxn]) -> Vec<DiskOp> {
+        let dir = self.dir.clone();
+        match self
+            .segments
+            .iter_mut()
+            .find(|s| s.base_offset == segment_base)
+        {
+            Some(segment) => segment.repair_index_ops(&dir, aborted),
+            None => Vec::new(),
+        }
     }
 
     /// Removes the partition's directory and everything in it (topic deletion).

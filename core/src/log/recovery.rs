@@ -517,6 +517,9 @@ fn closed_segment(
     segment.offset_index = offsets;
     segment.time_index = times;
     segment.txn_entries = txns.len() as u64;
+    // Below the recovery point the index files are synced (the checkpoint
+    // vouches), as far as memory holds them.
+    segment.durable_index_bytes = segment.index_bytes();
     aborted.extend(txns);
     Some(segment)
 }
@@ -556,6 +559,9 @@ fn checkpoint_segment(
     segment.offset_index = offsets;
     segment.time_index = times;
     segment.txn_entries = txns.len() as u64;
+    // Below the recovery point the index files are synced (the checkpoint
+    // vouches), as far as memory holds them.
+    segment.durable_index_bytes = segment.index_bytes();
     aborted.extend(txns);
     Some(segment)
 }

@@ -8,7 +8,7 @@ use crate::batch::{BatchHeader, NO_TIMESTAMP};
 use crate::io::{DiskOp, PartitionDir, SegmentFile};
 
 /// One segment, `{base_offset:020}.log` and its index files.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Segment {
     /// The file's name: at or below the base offset of its first batch.
     pub base_offset: i64,
@@ -27,10 +27,38 @@ pub struct Segment {
     pub(super) time_index: Vec<TimeEntry>,
     /// Entries in the `.txnindex`.
     pub(super) txn_entries: u64,
+    /// Bytes of the `.index`, `.timeindex` and `.txnindex` known synced
+    /// (what a failed sync cannot have taken): a repair cuts the files back
+    /// to these, never below, and appends the rest again.
+    pub(super) durable_index_bytes: [u64; 3],
     /// Bytes appended since the last offset index entry (Kafka's
     /// bytesSinceLastIndexEntry).
     pub(super) bytes_since_index_entry: u64,
 }
+
+/// Two segments are equal when they hold the same: what is known synced of
+/// their index files is bookkeeping of the run, not content.
+impl PartialEq for Segment {
+    fn eq(&self, other: &Self) -> bool {
+        let content = |s: &Self| {
+            (
+                s.base_offset,
+                s.size_bytes,
+                s.next_offset,
+                s.max_timestamp_ms,
+                s.offset_of_max_timestamp,
+                s.last_append_ms,
+                s.txn_entries,
+                s.bytes_since_index_entry,
+            )
+        };
+        content(self) == content(other)
+            && self.offset_index == other.offset_index
+            && self.time_index == other.time_index
+    }
+}
+
+impl Eq for Segment {}
 
 impl Segment {
     pub(super) fn new(base_offset: i64) -> Self {
@@ -45,6 +73,7 @@ impl Segment {
             offset_index: Vec::new(),
             time_index: Vec::new(),
             txn_entries: 0,
+            durable_index_bytes: [0; 3],
             bytes_since_index_entry: 0,
         }
     }
@@ -175,19 +204,19 @@ impl Segment {
     }
 
     /// Cuts the segment to its batches below `position` (which end at
-    /// `next_offset`), with the index entries that point there, and returns
-    /// the ops that cut the files. The largest timestamp is kept unless the
-    /// batch holding it was cut, then it becomes `kept_max` (the largest
-    /// timestamp of the batches kept and the last offset of the batch holding
-    /// it, as captured when they were made durable).
+    /// `next_offset`) with the index entries that point there, and returns
+    /// the op that cuts the `.log` (the index files are repaired apart,
+    /// `repair_index_ops`). The largest timestamp is kept unless the batch
+    /// holding it was cut, then it becomes `kept_max` (the largest timestamp
+    /// of the batches kept and the last offset of the batch holding it, as
+    /// captured when they were made durable).
     pub(super) fn truncate(
         &mut self,
         dir: &PartitionDir,
         position: u64,
         next_offset: i64,
-        txn_entries: u64,
         kept_max: (i64, i64),
-    ) -> Vec<DiskOp> {
+    ) -> DiskOp {
         assert!(position <= self.size_bytes, "truncation only shortens");
         self.size_bytes = position;
         self.next_offset = next_offset;
@@ -209,20 +238,71 @@ impl Segment {
             Some(e) => position - u64::from(e.position),
             None => position,
         };
-        assert!(txn_entries <= self.txn_entries, "truncation only shortens");
-        self.txn_entries = txn_entries;
-        self.cut_ops(dir)
-    }
-
-    /// Truncates of every file of the segment to what memory holds.
-    pub(super) fn cut_ops(&self, dir: &PartitionDir) -> Vec<DiskOp> {
-        let mut ops = vec![DiskOp::Truncate {
+        DiskOp::Truncate {
             dir: dir.clone(),
             segment_base: self.base_offset,
             file: SegmentFile::Log,
-            len: self.size_bytes,
-        }];
-        ops.extend(self.index_cut_ops(dir));
+            len: position,
+        }
+    }
+
+    /// The lengths of the three index files as memory holds them.
+    pub(super) fn index_bytes(&self) -> [u64; 3] {
+        [
+            (self.offset_index.len() * index::OFFSET_ENTRY_BYTES) as u64,
+            (self.time_index.len() * index::TIME_ENTRY_BYTES) as u64,
+            self.txn_entries * index::TXN_ENTRY_BYTES as u64,
+        ]
+    }
+
+    /// Repairs the segment's index files after a failed sync, from what
+    /// memory holds (and `aborted`, the segment's aborted transactions): the
+    /// sync may have lost appends or left torn ones, and truncating a file
+    /// to the length memory expects would pad it with zeros. Each file is cut
+    /// back to its synced prefix (which the failure cannot have touched, so a
+    /// crash midway never leaves less than was synced) and the rest appended.
+    pub(super) fn repair_index_ops(
+        &mut self,
+        dir: &PartitionDir,
+        aborted: &[index::AbortedTxn],
+    ) -> Vec<DiskOp> {
+        self.txn_entries = aborted.len() as u64;
+        let mut offsets =
+            BytesMut::with_capacity(self.offset_index.len() * index::OFFSET_ENTRY_BYTES);
+        self.offset_index
+            .iter()
+            .for_each(|e| e.encode(&mut offsets));
+        let mut times = BytesMut::with_capacity(self.time_index.len() * index::TIME_ENTRY_BYTES);
+        self.time_index.iter().for_each(|e| e.encode(&mut times));
+        let mut txns = BytesMut::with_capacity(aborted.len() * index::TXN_ENTRY_BYTES);
+        aborted
+            .iter()
+            .for_each(|a| txns.extend_from_slice(&a.encode()));
+        let mut ops = Vec::new();
+        let files = [
+            (SegmentFile::OffsetIndex, offsets),
+            (SegmentFile::TimeIndex, times),
+            (SegmentFile::TxnIndex, txns),
+        ];
+        for (i, (file, bytes)) in files.into_iter().enumerate() {
+            let synced = self.durable_index_bytes[i].min(bytes.len() as u64);
+            self.durable_index_bytes[i] = synced;
+            ops.push(DiskOp::Truncate {
+                dir: dir.clone(),
+                segment_base: self.base_offset,
+                file,
+                len: synced,
+            });
+            let rest = bytes.freeze().slice(synced as usize..);
+            if !rest.is_empty() {
+                ops.push(DiskOp::Append {
+                    dir: dir.clone(),
+                    segment_base: self.base_offset,
+                    file,
+                    bytes: rest,
+                });
+            }
+        }
         ops
     }
 

@@ -8,8 +8,8 @@
 //!    that records the transaction complete;
 //! 4. only then are the waiting EndTxn requests answered with success.
 //!
-//! A marker cut away by a failed sync, or a failed meta.db write, leaves the
-//! decision standing: the waiting EndTxn requests are answered
+//! A marker cut away by a failed sync, a partition offline after a failed
+//! read, or a failed meta.db write, leaves the decision standing: the waiting EndTxn requests are answered
 //! CONCURRENT_TRANSACTIONS (what Kafka answers while markers are written),
 //! and the coordinator tries again after `TXN_RETRY_BACKOFF_MS` on its own.
 //! The other decision is never carried out instead.
@@ -27,6 +27,7 @@ use crate::group::{offset_key, OffsetRecord};
 use crate::io::MetaOp;
 use crate::limits::TXN_RETRY_BACKOFF_MS;
 use crate::meta;
+use crate::partition::MarkerRefused;
 use crate::topics::PartitionKey;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,18 +109,25 @@ fn write_markers(b: &mut Broker, id: &str) {
         .map(|(k, _)| k.clone())
         .collect();
     let now_ms = b.now_ms;
+    let mut unavailable = false;
     for key in missing {
-        let Some(offset) = crate::partition::append_marker(b, &key, pid, epoch, commit, now_ms)
-        else {
+        match crate::partition::append_marker(b, &key, pid, epoch, commit, now_ms) {
+            Ok(offset) => {
+                completion_mut(b, id).markers.insert(key, Some(offset));
+            }
             // The partition is gone: nothing to mark.
-            completion_mut(b, id).markers.remove(&key);
-            continue;
-        };
-        let c = completion_mut(b, id);
-        c.markers.insert(key, Some(offset));
+            Err(MarkerRefused::Gone) => {
+                completion_mut(b, id).markers.remove(&key);
+            }
+            // Offline: the decision stands; the marker is written later.
+            Err(MarkerRefused::Offline) => unavailable = true,
+        }
+    }
+    b.request_sync();
+    if unavailable {
+        return retry_later(b, id);
     }
     completion_mut(b, id).phase = Phase::Markers;
-    b.request_sync();
     progress(b, id);
 }
 

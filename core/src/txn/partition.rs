@@ -78,6 +78,11 @@ impl PartitionTxns {
             first_offset < marker_offset,
             "a marker follows its transaction's data"
         );
+        // Kafka's AbortedTxn keeps the LSO once this one is over.
+        let last_stable_offset = self
+            .ongoing_by_offset
+            .first()
+            .map_or(marker_offset + 1, |(offset, _)| *offset);
         self.unsynced.push_back(Completion {
             producer_id,
             first_offset,
@@ -91,7 +96,7 @@ impl PartitionTxns {
             producer_id,
             first_offset,
             last_offset: marker_offset,
-            last_stable_offset: self.first_unstable_offset().unwrap_or(marker_offset + 1),
+            last_stable_offset,
         };
         self.push_aborted(aborted);
         Some(aborted)
@@ -162,9 +167,25 @@ impl PartitionTxns {
         view.ongoing().collect()
     }
 
-    /// First offset of the oldest open transaction.
+    /// First offset of the oldest transaction not known to be over: open,
+    /// or ended by a marker not yet durable (Kafka moves the LSO past a
+    /// transaction only once its marker is below the high watermark; a
+    /// failed sync can still take a marker back).
     pub fn first_unstable_offset(&self) -> Option<i64> {
-        self.ongoing_by_offset.first().map(|(offset, _)| *offset)
+        let open = self.ongoing_by_offset.first().map(|(offset, _)| *offset);
+        let unsynced = self.unsynced.iter().map(|c| c.first_offset).min();
+        open.into_iter().chain(unsynced).min()
+    }
+
+    /// Aborted transactions whose marker lies in `[from, to)` (a segment's
+    /// `.txnindex` entries).
+    pub fn aborted_in(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        self.aborted[start..]
+            .iter()
+            .take_while(|a| a.last_offset < to)
+            .copied()
+            .collect()
     }
 
     pub fn is_ongoing(&self, producer_id: i64) -> bool {
@@ -217,8 +238,15 @@ mod tests {
         t.on_data(1, 5); // same transaction, no change
         assert_eq!(t.first_unstable_offset(), Some(0));
         assert!(t.on_marker(1, false, 6).is_some());
+        assert_eq!(
+            t.first_unstable_offset(),
+            Some(0),
+            "held until the marker is durable"
+        );
+        t.mark_durable(7);
         assert_eq!(t.first_unstable_offset(), Some(3));
         assert_eq!(t.on_marker(2, true, 7), None);
+        t.mark_durable(8);
         assert_eq!(t.first_unstable_offset(), None);
         assert_eq!(
             t.aborted_overlapping(0, 10),
