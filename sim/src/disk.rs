@@ -1,19 +1,26 @@
-//! SimDisk: partition segment files that know which of their bytes are
-//! durable. Every file has `data` (what a read returns: the page cache) and
-//! `synced_len` (the prefix that survives a power cut).
+//! SimDisk: the segment files of every partition (`.log`, `.index`,
+//! `.timeindex`, `.txnindex`), each knowing which of its bytes are durable.
+//! Every file has `data` (what a read returns: the page cache), `synced_len`
+//! (the prefix that survives a power cut) and `durable` (whether its
+//! directory entry does: a file created since the last sync that covered it
+//! may vanish whole at a power cut).
 //!
 //! The model follows the net driver's disk worker (net/src/disk.rs): ops are
 //! carried out in the order the core emitted them; a `Sync` fdatasyncs the
-//! files touched since the previous `Sync` and promises only what was written
-//! *before* it was issued, so an append made while a sync is in flight rides
-//! the next one. A write error (a full disk) is kept and reported by the next
-//! `Sync`, as on Linux where a failed write-back surfaces at fsync.
+//! files touched (or adopted) since the previous `Sync` and promises only
+//! what was written *before* it was issued, so an append made while a sync is
+//! in flight rides the next one. A write error (a full disk) is kept and
+//! reported by the next `Sync`, as on Linux where a failed write-back
+//! surfaces at fsync. A `Read` sees every op emitted before it.
 //!
 //! Faults: a failed fsync (nothing new becomes durable), a full disk (appends
 //! write a short prefix and fail), a process crash (the page cache survives:
 //! nothing is lost, nothing new is durable), a power cut (unsynced bytes are
 //! lost, except that a random prefix of a file's unsynced tail may have been
-//! written back: whole batches and a torn one).
+//! written back: whole batches and a torn one). Each file is cut on its own,
+//! so a power cut may keep a `.log`'s unsynced tail and lose its index
+//! entries, or the other way round: a crash between a segment roll and its
+//! index. Read errors are decided by the world (`World::disk_read`).
 //!
 //! Simplification: truncates and deletes are durable at once. The core only
 //! cuts what is not durable or not valid, and a cut that came back after a
@@ -23,23 +30,33 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
-use doze_core::{BootState, DiskOp, IoError, IoId, PartitionDir};
+use doze_core::{BootState, DiskOp, FileRange, IoError, IoId, PartitionDir, SegmentFile};
 use rand::RngExt;
 
-pub type FileKey = (PartitionDir, i64);
+/// One file: a partition directory, a segment's base offset, and which of
+/// the segment's four files.
+pub type FileKey = (PartitionDir, i64, SegmentFile);
 
 #[derive(Clone, Debug, Default)]
 pub struct SimFile {
     pub data: Vec<u8>,
     /// The prefix of `data` that survives a power cut.
     pub synced_len: usize,
+    /// The file itself survives a power cut (a sync covered it since it was
+    /// created).
+    pub durable: bool,
+    /// Which incarnation of the name this is: a file deleted and created
+    /// again is another file, which a sync issued for the first must not
+    /// make durable.
+    incarnation: u64,
 }
 
 /// A `Sync` issued and not completed: what it will make durable.
 struct SyncInFlight {
     io: IoId,
-    /// Each file dirty when the sync was issued, with its length then.
-    covers: Vec<(FileKey, usize)>,
+    /// Each file dirty when the sync was issued, its incarnation and its
+    /// length then.
+    covers: Vec<(FileKey, u64, usize)>,
     /// A write error since the previous sync, reported by this one.
     write_error: Option<String>,
 }
@@ -47,16 +64,30 @@ struct SyncInFlight {
 #[derive(Default)]
 pub struct SimDisk {
     files: BTreeMap<FileKey, SimFile>,
-    /// Files written or cut since the last `Sync` was issued, by this process.
+    /// Files written, cut or adopted since the last `Sync` was issued, by
+    /// this process.
     dirty: BTreeSet<FileKey>,
     write_error: Option<String>,
     syncs: VecDeque<SyncInFlight>,
+    next_incarnation: u64,
     /// While true, appends fail with ENOSPC after writing a short prefix.
     pub full: bool,
+    /// Planted (harness side): `Adopt` is ignored, as by a driver that never
+    /// fsyncs what it found at start-up.
+    pub ignore_adopt: bool,
     pub bytes_appended: u64,
+    pub bytes_read: u64,
 }
 
 impl SimDisk {
+    /// An empty disk; `ignore_adopt` plants `PlantedBug::IgnoreAdopt`.
+    pub fn new(ignore_adopt: bool) -> Self {
+        Self {
+            ignore_adopt,
+            ..Self::default()
+        }
+    }
+
     pub fn files(&self) -> &BTreeMap<FileKey, SimFile> {
         &self.files
     }
@@ -65,21 +96,37 @@ impl SimDisk {
         !self.syncs.is_empty()
     }
 
-    /// Carries out one disk op. Returns a one-line summary for the trace.
+    /// The file, created empty (not durable) when absent.
+    fn file_mut(&mut self, key: &FileKey) -> &mut SimFile {
+        if !self.files.contains_key(key) {
+            self.next_incarnation += 1;
+            let file = SimFile {
+                incarnation: self.next_incarnation,
+                ..SimFile::default()
+            };
+            self.files.insert(key.clone(), file);
+        }
+        self.files.get_mut(key).expect("inserted above")
+    }
+
+    /// Carries out one disk op (every kind but `Read`, which the world
+    /// carries out with `read`). Returns a one-line summary for the trace.
     pub fn apply(&mut self, op: DiskOp, rng: &mut impl rand::Rng) -> String {
         match op {
             DiskOp::Append {
                 dir,
                 segment_base,
+                file,
                 bytes,
             } => {
-                let key = (dir, segment_base);
-                let file = self.files.entry(key.clone()).or_default();
+                let key = (dir, segment_base, file);
                 self.dirty.insert(key.clone());
-                if self.full {
+                let full = self.full;
+                let f = self.file_mut(&key);
+                if full && !bytes.is_empty() {
                     // write(2) on a full disk: a short write, then ENOSPC.
                     let written_bytes = rng.random_range(0..=bytes.len());
-                    file.data.extend_from_slice(&bytes[..written_bytes]);
+                    f.data.extend_from_slice(&bytes[..written_bytes]);
                     self.write_error
                         .get_or_insert_with(|| "ENOSPC: no space left on device".into());
                     return format!(
@@ -88,19 +135,21 @@ impl SimDisk {
                         bytes.len()
                     );
                 }
-                file.data.extend_from_slice(&bytes);
+                f.data.extend_from_slice(&bytes);
+                let len = f.data.len();
                 self.bytes_appended += bytes.len() as u64;
-                format!(
-                    "append {} +{}B -> {}B",
-                    name(&key),
-                    bytes.len(),
-                    file.data.len()
-                )
+                if bytes.is_empty() {
+                    return format!("create {}", name(&key));
+                }
+                format!("append {} +{}B -> {len}B", name(&key), bytes.len())
             }
             DiskOp::Sync { io } => {
                 let covers = std::mem::take(&mut self.dirty)
                     .into_iter()
-                    .filter_map(|key| self.files.get(&key).map(|f| (key.clone(), f.data.len())))
+                    .filter_map(|key| {
+                        let f = self.files.get(&key)?;
+                        Some((key, f.incarnation, f.data.len()))
+                    })
                     .collect::<Vec<_>>();
                 let summary = format!("sync#{io} issued covering {} files", covers.len());
                 self.syncs.push_back(SyncInFlight {
@@ -113,28 +162,85 @@ impl SimDisk {
             DiskOp::Truncate {
                 dir,
                 segment_base,
+                file,
                 len,
             } => {
-                let key = (dir, segment_base);
-                let file = self.files.entry(key.clone()).or_default();
-                let len = usize::try_from(len).expect("a segment length fits in memory");
-                file.data.truncate(len);
-                file.synced_len = file.synced_len.min(len);
+                let key = (dir, segment_base, file);
                 self.dirty.insert(key.clone());
-                format!("truncate {} to {len}B", name(&key))
+                let f = self.file_mut(&key);
+                let len = usize::try_from(len).expect("a segment length fits in memory");
+                let before = f.data.len();
+                // ftruncate(2): a longer length pads with zeros.
+                f.data.resize(len, 0);
+                f.synced_len = f.synced_len.min(len);
+                if before == len {
+                    return format!("truncate {} to {len}B (unchanged)", name(&key));
+                }
+                format!("truncate {} from {before}B to {len}B", name(&key))
             }
             DiskOp::DeleteSegment { dir, segment_base } => {
-                let key = (dir, segment_base);
-                self.files.remove(&key);
-                self.dirty.remove(&key);
-                format!("delete segment {}", name(&key))
+                let gone = |(d, b, _): &FileKey| *d == dir && *b == segment_base;
+                let before = self.files.len();
+                self.files.retain(|k, _| !gone(k));
+                self.dirty.retain(|k| !gone(k));
+                format!(
+                    "delete segment {}/{segment_base} ({} files)",
+                    dir.dir_name(),
+                    before - self.files.len()
+                )
             }
             DiskOp::DeletePartition { dir } => {
-                self.files.retain(|(d, _), _| *d != dir);
-                self.dirty.retain(|(d, _)| *d != dir);
+                self.files.retain(|(d, _, _), _| *d != dir);
+                self.dirty.retain(|(d, _, _)| *d != dir);
                 format!("delete partition {}", dir.dir_name())
             }
+            DiskOp::Adopt { dir, segment_base } => {
+                let keys: Vec<FileKey> = self
+                    .files
+                    .keys()
+                    .filter(|(d, b, _)| *d == dir && *b == segment_base)
+                    .cloned()
+                    .collect();
+                let unsynced: usize = keys
+                    .iter()
+                    .map(|k| self.files[k].data.len() - self.files[k].synced_len)
+                    .sum();
+                if self.ignore_adopt {
+                    return format!(
+                        "adopt {}/{segment_base} IGNORED (planted bug; {unsynced}B unsynced)",
+                        dir.dir_name()
+                    );
+                }
+                let count = keys.len();
+                self.dirty.extend(keys);
+                format!(
+                    "adopt {}/{segment_base} ({count} files, {unsynced}B unsynced)",
+                    dir.dir_name()
+                )
+            }
+            DiskOp::Read { .. } => unreachable!("reads are carried out with SimDisk::read"),
         }
+    }
+
+    /// What a reader sees of `range` now: exactly its bytes, or an error
+    /// when the file is absent or shorter than the range.
+    pub fn read(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
+        let key = (range.dir.clone(), range.segment_base, range.file);
+        let Some(f) = self.files.get(&key) else {
+            return Err(IoError(format!("ENOENT: {} is absent", name(&key))));
+        };
+        let start = usize::try_from(range.position).unwrap_or(usize::MAX);
+        let end = start.saturating_add(usize::try_from(range.len).unwrap_or(usize::MAX));
+        let Some(bytes) = f.data.get(start..end) else {
+            return Err(IoError(format!(
+                "short read: {} holds {}B, asked {}..{end}",
+                name(&key),
+                f.data.len(),
+                range.position
+            )));
+        };
+        self.bytes_read += range.len;
+        Ok(Bytes::copy_from_slice(bytes))
     }
 
     /// Completes the oldest sync in flight, which must be `io` (the core has
@@ -157,12 +263,17 @@ impl SimDisk {
         if lie {
             return Ok(());
         }
-        for (key, len) in sync.covers {
-            if let Some(file) = self.files.get_mut(&key) {
-                // A file cut after the sync was issued keeps only what is left.
-                let durable_len = len.min(file.data.len());
-                file.synced_len = file.synced_len.max(durable_len);
+        for (key, incarnation, len) in sync.covers {
+            let Some(file) = self.files.get_mut(&key) else {
+                continue;
+            };
+            if file.incarnation != incarnation {
+                continue; // deleted and created again since the sync was issued
             }
+            // A file cut after the sync was issued keeps only what is left.
+            let durable_len = len.min(file.data.len());
+            file.synced_len = file.synced_len.max(durable_len);
+            file.durable = true;
         }
         Ok(())
     }
@@ -177,11 +288,20 @@ impl SimDisk {
 
     /// The machine lost power: unsynced bytes are gone, except a random
     /// prefix of a file's unsynced tail that write-back had reached (which
-    /// may end inside a batch: a torn write). Returns the bytes lost.
-    pub fn power_cut(&mut self, rng: &mut impl rand::Rng) -> u64 {
+    /// may end inside a batch or an index entry: a torn write); a file no
+    /// sync covered since its creation may be gone whole. Each file on its
+    /// own. Returns (bytes lost, files lost).
+    pub fn power_cut(&mut self, rng: &mut impl rand::Rng) -> (u64, u64) {
         self.crash();
         let mut lost_bytes = 0u64;
-        for file in self.files.values_mut() {
+        let mut lost_files = Vec::new();
+        for (key, file) in self.files.iter_mut() {
+            if !file.durable && rng.random_bool(0.5) {
+                // Its directory entry never reached the disk.
+                lost_bytes += (file.data.len() - file.synced_len) as u64;
+                lost_files.push(key.clone());
+                continue;
+            }
             let unsynced = file.data.len() - file.synced_len;
             let kept = if unsynced > 0 && rng.random_bool(0.5) {
                 rng.random_range(0..=unsynced)
@@ -192,43 +312,98 @@ impl SimDisk {
             file.data.truncate(file.synced_len + kept);
             // What reached the platter is durable now.
             file.synced_len = file.data.len();
+            file.durable = true;
         }
-        lost_bytes
+        for key in &lost_files {
+            self.files.remove(key);
+        }
+        (lost_bytes, lost_files.len() as u64)
     }
 
-    /// fsyncs every file, as a driver must at start-up: after a process
-    /// crash the page cache still holds bytes that were never synced, and the
-    /// core treats everything it recovers as durable (it serves it, and
-    /// answers resent batches from it), so the driver makes it so first.
-    pub fn sync_everything(&mut self) -> u64 {
-        let mut synced_bytes = 0;
-        for file in self.files.values_mut() {
-            synced_bytes += (file.data.len() - file.synced_len) as u64;
-            file.synced_len = file.data.len();
-        }
-        synced_bytes
-    }
-
-    /// What a starting broker finds: every file as it is now.
-    pub fn boot_state(&self, meta: Vec<(Vec<u8>, Vec<u8>)>) -> BootState {
-        let mut parts: BTreeMap<PartitionDir, Vec<RecoveredSegment>> = BTreeMap::new();
-        for ((dir, base), f) in &self.files {
-            let segment = RecoveredSegment {
-                base_offset: *base,
-                bytes: Bytes::from(f.data.clone()),
+    /// Bytes a power cut now could take away (a file no sync covered since
+    /// its creation may vanish with all it holds), and the files holding
+    /// them. An empty file that vanishes takes nothing.
+    pub fn unsynced(&self) -> (u64, Vec<String>) {
+        let mut bytes = 0u64;
+        let mut names = Vec::new();
+        for (key, f) in &self.files {
+            let at_risk = if f.durable {
+                f.data.len() - f.synced_len
+            } else {
+                f.data.len()
             };
-            parts.entry(dir.clone()).or_default().push(segment);
+            if at_risk > 0 {
+                bytes += at_risk as u64;
+                let whole = if f.durable { "" } else { ", the file itself" };
+                names.push(format!("{} (+{at_risk}B{whole})", name(key)));
+            }
+        }
+        (bytes, names)
+    }
+
+    /// Deletes index files (`.index`, `.timeindex`, `.txnindex`) while the
+    /// broker is down, each with chance `p`, at least one when any exists:
+    /// the core must rebuild them from the batch headers. Returns their names.
+    pub fn lose_index_files(&mut self, p: f64, rng: &mut impl rand::Rng) -> Vec<String> {
+        let indexes: Vec<FileKey> = self
+            .files
+            .keys()
+            .filter(|(_, _, kind)| *kind != SegmentFile::Log)
+            .cloned()
+            .collect();
+        if indexes.is_empty() {
+            return Vec::new();
+        }
+        let mut lost: Vec<FileKey> = indexes
+            .iter()
+            .filter(|_| rng.random_bool(p))
+            .cloned()
+            .collect();
+        if lost.is_empty() {
+            lost.push(indexes[rng.random_range(0..indexes.len())].clone());
+        }
+        for key in &lost {
+            self.files.remove(key);
+        }
+        lost.iter().map(name).collect()
+    }
+
+    /// What a starting broker finds: every segment with any file present,
+    /// the `.log`'s length and the index files' contents as a reader sees
+    /// them now. No segment data, no fsync.
+    pub fn boot_state(&self, meta: Vec<(Vec<u8>, Vec<u8>)>) -> BootState {
+        let mut parts: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
+        for ((dir, base, kind), f) in &self.files {
+            let segment = parts
+                .entry(dir.clone())
+                .or_default()
+                .entry(*base)
+                .or_insert_with(|| RecoveredSegment {
+                    base_offset: *base,
+                    ..RecoveredSegment::default()
+                });
+            let contents = Some(Bytes::from(f.data.clone()));
+            match kind {
+                SegmentFile::Log => segment.log_bytes = Some(f.data.len() as u64),
+                SegmentFile::OffsetIndex => segment.offset_index = contents,
+                SegmentFile::TimeIndex => segment.time_index = contents,
+                SegmentFile::TxnIndex => segment.txn_index = contents,
+            }
         }
         let partitions = parts
             .into_iter()
-            .map(|(dir, segments)| RecoveredPartition { dir, segments })
+            .map(|(dir, segments)| RecoveredPartition {
+                dir,
+                segments: segments.into_values().collect(),
+            })
             .collect();
         BootState { meta, partitions }
     }
 }
 
-fn name((dir, base): &FileKey) -> String {
-    format!("{}/{base}", dir.dir_name())
+/// `sim-topic-0/00000000000000000042.index`.
+pub fn name((dir, base, kind): &FileKey) -> String {
+    format!("{}/{}", dir.dir_name(), kind.file_name(*base))
 }
 
 #[cfg(test)]
@@ -237,17 +412,35 @@ mod tests {
     use rand::rngs::ChaCha8Rng;
     use rand::SeedableRng;
 
-    fn append(disk: &mut SimDisk, rng: &mut ChaCha8Rng, bytes: &[u8]) {
+    fn dir() -> PartitionDir {
+        PartitionDir::new("t", 0)
+    }
+
+    fn append_to(disk: &mut SimDisk, rng: &mut ChaCha8Rng, file: SegmentFile, bytes: &[u8]) {
         let op = DiskOp::Append {
-            dir: PartitionDir::new("t", 0),
+            dir: dir(),
             segment_base: 0,
+            file,
             bytes: Bytes::copy_from_slice(bytes),
         };
         disk.apply(op, rng);
     }
 
+    fn append(disk: &mut SimDisk, rng: &mut ChaCha8Rng, bytes: &[u8]) {
+        append_to(disk, rng, SegmentFile::Log, bytes);
+    }
+
+    fn sync(disk: &mut SimDisk, rng: &mut ChaCha8Rng, io: IoId) {
+        disk.apply(DiskOp::Sync { io }, rng);
+        disk.complete_sync(io, false, false).unwrap();
+    }
+
+    fn file_of(disk: &SimDisk, kind: SegmentFile) -> Option<&SimFile> {
+        disk.files().get(&(dir(), 0, kind))
+    }
+
     fn file(disk: &SimDisk) -> &SimFile {
-        &disk.files()[&(PartitionDir::new("t", 0), 0)]
+        file_of(disk, SegmentFile::Log).expect("the .log exists")
     }
 
     #[test]
@@ -278,6 +471,7 @@ mod tests {
         disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
         assert!(disk.complete_sync(2, false, true).is_ok());
         assert_eq!(file(&disk).synced_len, 0);
+        assert!(!file(&disk).durable);
     }
 
     #[test]
@@ -302,8 +496,7 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let mut disk = SimDisk::default();
             append(&mut disk, &mut rng, b"abc");
-            disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
-            disk.complete_sync(1, false, false).unwrap();
+            sync(&mut disk, &mut rng, 1);
             append(&mut disk, &mut rng, b"defgh");
             disk.crash();
             assert_eq!(file(&disk).data, b"abcdefgh");
@@ -316,5 +509,110 @@ mod tests {
             );
             assert_eq!(f.synced_len, f.data.len());
         }
+    }
+
+    #[test]
+    fn power_cut_cuts_each_file_on_its_own() {
+        // Over a few seeds, a .log keeps its unsynced tail while its index
+        // loses its own, and the other way round.
+        let (mut log_only, mut index_only) = (false, false);
+        for seed in 0..200 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut disk = SimDisk::default();
+            append(&mut disk, &mut rng, b"");
+            append_to(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"");
+            sync(&mut disk, &mut rng, 1);
+            append(&mut disk, &mut rng, b"batch");
+            append_to(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"entry");
+            disk.power_cut(&mut rng);
+            let log = file(&disk).data.len();
+            let index = file_of(&disk, SegmentFile::OffsetIndex).unwrap().data.len();
+            log_only |= log == 5 && index == 0;
+            index_only |= log == 0 && index == 5;
+        }
+        assert!(log_only && index_only);
+    }
+
+    #[test]
+    fn a_file_never_synced_may_vanish_at_a_power_cut() {
+        let mut vanished = false;
+        for seed in 0..50 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut disk = SimDisk::default();
+            append(&mut disk, &mut rng, b"");
+            disk.power_cut(&mut rng);
+            vanished |= file_of(&disk, SegmentFile::Log).is_none();
+        }
+        assert!(vanished);
+    }
+
+    #[test]
+    fn adopt_makes_the_next_sync_cover_what_a_dead_process_left() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append(&mut disk, &mut rng, b"abc");
+        append_to(&mut disk, &mut rng, SegmentFile::TimeIndex, b"t");
+        disk.crash();
+        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.complete_sync(1, false, false).unwrap();
+        assert_eq!(file(&disk).synced_len, 0, "the new process touched nothing");
+        let adopt = DiskOp::Adopt {
+            dir: dir(),
+            segment_base: 0,
+        };
+        disk.apply(adopt, &mut rng);
+        sync(&mut disk, &mut rng, 2);
+        assert_eq!(file(&disk).synced_len, 3);
+        assert!(file(&disk).durable);
+        let t = file_of(&disk, SegmentFile::TimeIndex).unwrap();
+        assert_eq!(t.synced_len, 1);
+        assert_eq!(disk.unsynced().0, 0);
+    }
+
+    #[test]
+    fn a_sync_does_not_cover_a_file_deleted_and_created_again() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append(&mut disk, &mut rng, b"abc");
+        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(DiskOp::DeletePartition { dir: dir() }, &mut rng);
+        append(&mut disk, &mut rng, b"xyzw");
+        disk.complete_sync(1, false, false).unwrap();
+        assert_eq!(file(&disk).synced_len, 0);
+        assert!(!file(&disk).durable);
+    }
+
+    #[test]
+    fn reads_see_the_page_cache_and_fail_past_the_end() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append(&mut disk, &mut rng, b"abcdef");
+        let range = |position, len| FileRange {
+            dir: dir(),
+            segment_base: 0,
+            file: SegmentFile::Log,
+            position,
+            len,
+        };
+        assert_eq!(&disk.read(&range(1, 3)).unwrap()[..], b"bcd");
+        assert!(disk.read(&range(4, 3)).is_err(), "short file");
+        let mut absent = range(0, 1);
+        absent.file = SegmentFile::TxnIndex;
+        assert!(disk.read(&absent).is_err(), "absent file");
+    }
+
+    #[test]
+    fn boot_state_lists_segments_with_their_index_files() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append(&mut disk, &mut rng, b"abc");
+        append_to(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
+        let state = disk.boot_state(Vec::new());
+        let s = &state.partitions[0].segments[0];
+        assert_eq!(s.log_bytes, Some(3));
+        assert_eq!(s.offset_index.as_deref(), Some(&b"12345678"[..]));
+        assert!(s.time_index.is_none() && s.txn_index.is_none());
+        let lost = disk.lose_index_files(1.0, &mut rng);
+        assert_eq!(lost, vec!["t-0/00000000000000000000.index".to_string()]);
     }
 }

@@ -46,10 +46,32 @@ pub enum FaultKind {
     FailMetaEndTxn,
     /// Armed: the power goes the moment a client reads an EndTxn success.
     PowerCutAfterEndTxn,
+    /// Armed: the next `DiskOp::Read` fails (EIO). Outside start-up, the
+    /// partition answers KAFKA_STORAGE_ERROR until a restart, which the
+    /// operator does a little later (a clean stop).
+    FailRead,
+    /// Armed: the next file range of a response cannot be read (EIO): the
+    /// frame is not sent, the connection closes, the partition goes offline
+    /// until the operator's restart.
+    FailResponseRead,
+    /// Armed: while the broker is next down, some `.index`, `.timeindex`
+    /// and `.txnindex` files are deleted; the core rebuilds them from the
+    /// batch headers.
+    LoseIndexFiles,
+    /// Armed: the next start is killed while it recovers (during its
+    /// recovery reads, or before its boot sync completes).
+    CrashDuringRecovery,
+    /// Armed: the power goes while the next start recovers.
+    PowerCutDuringRecovery,
+    /// The broker is stopped cleanly (`Input::Shutdown` until
+    /// `Output::Stopped`), then started again.
+    CleanStop,
+    /// Armed: the power goes right after the next clean stop.
+    PowerCutAfterStop,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 16] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::Crash,
         FaultKind::PowerCut,
         FaultKind::CrashDuringSync,
@@ -66,6 +88,13 @@ impl FaultKind {
         FaultKind::FailMarkerSync,
         FaultKind::FailMetaEndTxn,
         FaultKind::PowerCutAfterEndTxn,
+        FaultKind::FailRead,
+        FaultKind::FailResponseRead,
+        FaultKind::LoseIndexFiles,
+        FaultKind::CrashDuringRecovery,
+        FaultKind::PowerCutDuringRecovery,
+        FaultKind::CleanStop,
+        FaultKind::PowerCutAfterStop,
     ];
 
     pub fn name(self) -> &'static str {
@@ -86,6 +115,13 @@ impl FaultKind {
             FaultKind::FailMarkerSync => "fail-marker-sync",
             FaultKind::FailMetaEndTxn => "fail-meta-end-txn",
             FaultKind::PowerCutAfterEndTxn => "power-cut-after-end-txn",
+            FaultKind::FailRead => "fail-read",
+            FaultKind::FailResponseRead => "fail-response-read",
+            FaultKind::LoseIndexFiles => "lose-index-files",
+            FaultKind::CrashDuringRecovery => "crash-during-recovery",
+            FaultKind::PowerCutDuringRecovery => "power-cut-during-recovery",
+            FaultKind::CleanStop => "clean-stop",
+            FaultKind::PowerCutAfterStop => "power-cut-after-stop",
         }
     }
 
@@ -178,6 +214,11 @@ pub struct FaultMix {
     pub sync_fail_p: f64,
     pub sync_slow_p: f64,
     pub meta_fail_p: f64,
+    /// Chance that any one read (a `DiskOp::Read`, or a file range of a
+    /// response) fails with EIO. Each failure outside start-up takes a
+    /// partition offline until the operator restarts the broker, so the
+    /// rates are lower than the others'.
+    pub read_fail_p: f64,
     /// Random faults stop this long after the workload starts, so that the
     /// run can show it recovers and finishes (liveness) however hard the storm.
     pub heal_after_ms: i64,
@@ -190,6 +231,7 @@ impl FaultMix {
             sync_fail_p: 0.0,
             sync_slow_p: 0.0,
             meta_fail_p: 0.0,
+            read_fail_p: 0.0,
             heal_after_ms: i64::MAX,
         }
     }
@@ -207,12 +249,15 @@ impl FaultMix {
         let sync_fail_p = CHANCES[rng.random_range(0..CHANCES.len())];
         let sync_slow_p = CHANCES[rng.random_range(0..CHANCES.len())];
         let meta_fail_p = CHANCES[rng.random_range(0..CHANCES.len())];
+        const READ_CHANCES: [f64; 5] = [0.0, 0.0, 0.0, 0.005, 0.03];
+        let read_fail_p = READ_CHANCES[rng.random_range(0..READ_CHANCES.len())];
         let heal_after_ms = rng.random_range(2_000..=60_000);
         Self {
             mean_interval_ms,
             sync_fail_p,
             sync_slow_p,
             meta_fail_p,
+            read_fail_p,
             heal_after_ms,
         }
     }
@@ -224,11 +269,12 @@ impl FaultMix {
             .map(|(k, ms)| format!("{}~{}ms", k.name(), ms))
             .collect();
         format!(
-            "[{}] sync_fail_p={} sync_slow_p={} meta_fail_p={} heal_after={}",
+            "[{}] sync_fail_p={} sync_slow_p={} meta_fail_p={} read_fail_p={} heal_after={}",
             kinds.join(" "),
             self.sync_fail_p,
             self.sync_slow_p,
             self.meta_fail_p,
+            self.read_fail_p,
             if self.heal_after_ms == i64::MAX {
                 "never".to_string()
             } else {
@@ -253,13 +299,19 @@ pub enum PlantedBug {
     /// Core side: read_committed served up to the high watermark, not the
     /// LSO; read_committed readers see records of open transactions.
     ServeAboveLso,
+    /// Harness side: the disk ignores `DiskOp::Adopt`, as a driver that
+    /// never fsyncs what it found at start-up. Bytes a crashed process left
+    /// in the page cache are served (and resends answered from them) though
+    /// a power cut can still take them.
+    IgnoreAdopt,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 3] = [
+    pub const ALL: [PlantedBug; 4] = [
         PlantedBug::AckBeforeSync,
         PlantedBug::EndTxnBeforeMarkersDurable,
         PlantedBug::ServeAboveLso,
+        PlantedBug::IgnoreAdopt,
     ];
 
     pub fn name(self) -> &'static str {
@@ -267,6 +319,7 @@ impl PlantedBug {
             PlantedBug::AckBeforeSync => "ack-before-sync",
             PlantedBug::EndTxnBeforeMarkersDurable => "end-txn-before-markers-durable",
             PlantedBug::ServeAboveLso => "serve-above-lso",
+            PlantedBug::IgnoreAdopt => "ignore-adopt",
         }
     }
 
@@ -278,7 +331,7 @@ impl PlantedBug {
     /// `BrokerConfig::planted_bug`); harness-side bugs change nothing there.
     pub fn configure(self, config: &mut BrokerConfig) {
         config.planted_bug = match self {
-            PlantedBug::AckBeforeSync => None,
+            PlantedBug::AckBeforeSync | PlantedBug::IgnoreAdopt => None,
             PlantedBug::EndTxnBeforeMarkersDurable => {
                 Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable)
             }
@@ -290,7 +343,9 @@ impl PlantedBug {
     pub fn lying_fsync_p(self) -> f64 {
         match self {
             PlantedBug::AckBeforeSync => 0.25,
-            PlantedBug::EndTxnBeforeMarkersDurable | PlantedBug::ServeAboveLso => 0.0,
+            PlantedBug::EndTxnBeforeMarkersDurable
+            | PlantedBug::ServeAboveLso
+            | PlantedBug::IgnoreAdopt => 0.0,
         }
     }
 }

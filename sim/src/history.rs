@@ -71,13 +71,16 @@ pub struct GroupCommit {
 /// A batch of the final log, as the verifier read it back.
 pub type FinalBatch = crate::client::batches::BatchView;
 
-/// A high watermark in a fetch answer, with when that fetch was sent.
+/// A high watermark and last stable offset in a fetch answer, with when
+/// that fetch was sent and when its answer came.
 #[derive(Clone, Debug)]
 pub struct HwSeen {
     pub sent_ms: i64,
+    pub received_ms: i64,
     pub consumer: u32,
     pub partition: i32,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
 }
 
 #[derive(Default)]

@@ -37,8 +37,8 @@ pub fn run_one(
         scenario,
         seed,
         keep_trace,
+        echo_trace: false,
         plant,
-        boot_fsync: true,
     })
 }
 
@@ -48,21 +48,12 @@ pub fn run_with(cfg: RunConfig) -> RunResult {
 
 /// The command that replays a run, printed with every failure: the make
 /// target and the cargo command it stands for.
-pub fn replay_command(
-    scenario: &str,
-    seed: u64,
-    plant: Option<PlantedBug>,
-    boot_fsync: bool,
-) -> String {
+pub fn replay_command(scenario: &str, seed: u64, plant: Option<PlantedBug>) -> String {
     let mut make = format!("make replay SCENARIO={scenario} SEED={seed}");
     let mut flags = String::new();
     if let Some(bug) = plant {
         make.push_str(&format!(" PLANT_BUG={}", bug.name()));
         flags.push_str(&format!(" --plant-bug {}", bug.name()));
-    }
-    if !boot_fsync {
-        make.push_str(" SIM_FLAGS=--no-boot-fsync");
-        flags.push_str(" --no-boot-fsync");
     }
     format!("{make}   # or: cargo run -p doze-sim --release -- --scenario {scenario} --seed {seed}{flags} --trace")
 }

@@ -7,10 +7,11 @@
 //! Exits non-zero when any run breaks a promise, after printing the command
 //! that replays it.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 
 use clap::Parser;
-use doze_sim::sweep::{sweep, SweepConfig};
+use doze_sim::sweep::{panic_problem, sweep, SweepConfig};
 use doze_sim::{replay_command, run_with, PlantedBug, RunConfig, Scenario};
 
 #[derive(Parser, Debug)]
@@ -38,13 +39,9 @@ struct Args {
     #[arg(long)]
     keep_going: bool,
     /// Test only: plant a known bug to see that it is caught (ack-before-sync,
-    /// end-txn-before-markers-durable, serve-above-lso).
+    /// end-txn-before-markers-durable, serve-above-lso, ignore-adopt).
     #[arg(long)]
     plant_bug: Option<String>,
-    /// Model a driver that does not fsync the segments it finds at start-up
-    /// (see RunConfig::boot_fsync).
-    #[arg(long)]
-    no_boot_fsync: bool,
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
@@ -82,16 +79,21 @@ fn main() -> ExitCode {
     let cfg = RunConfig {
         scenario,
         seed: args.seed,
-        keep_trace: args.trace,
+        keep_trace: false,
+        echo_trace: args.trace,
         plant,
-        boot_fsync: !args.no_boot_fsync,
     };
-    let result = run_with(cfg);
-    if args.trace {
-        for line in &result.trace_lines {
-            println!("{line}");
+    let replay = replay_command(name, args.seed, plant);
+    let result = match catch_unwind(AssertUnwindSafe(|| run_with(cfg))) {
+        Ok(result) => result,
+        Err(payload) => {
+            // A broken invariant; the panic hook printed where (stderr).
+            println!("FAILED: 1 violations");
+            println!("  {}", panic_problem(&*payload));
+            println!("replay: {replay}");
+            return ExitCode::FAILURE;
         }
-    }
+    };
     println!("{}", result.setup);
     println!(
         "trace hash {:016x} ({} lines), {:.1} simulated s, {} records acknowledged, {} crashes, {} power cuts, {} syncs ({} failed, {} lied)",
@@ -105,6 +107,9 @@ fn main() -> ExitCode {
         result.stats.failed_syncs,
         result.stats.lying_syncs
     );
+    let mut disk = doze_sim::sweep::DiskFigures::default();
+    disk.add(&result.stats);
+    println!("disk: {}", disk.summary());
     if result.violations.is_empty() {
         println!("ok: every promise kept");
         return ExitCode::SUCCESS;
@@ -113,10 +118,7 @@ fn main() -> ExitCode {
     for v in result.violations.iter().take(20) {
         println!("  {v}");
     }
-    println!(
-        "replay: {}",
-        replay_command(&result.scenario, result.seed, plant, !args.no_boot_fsync)
-    );
+    println!("replay: {replay}");
     ExitCode::FAILURE
 }
 
@@ -127,7 +129,6 @@ fn run_sweep(args: &Args, plant: Option<PlantedBug>) -> ExitCode {
         plant,
         scenario: args.scenario.clone(),
         stop_at_first: !args.keep_going,
-        boot_fsync: !args.no_boot_fsync,
     };
     let every = (args.seeds / 10).max(1);
     let report = sweep(&cfg, |r, failure| {

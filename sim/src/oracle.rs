@@ -14,7 +14,10 @@
 //!    log (served data is never lost or replaced).
 //! 6. High watermarks never go back below acknowledged data: a fetch sent
 //!    after an acknowledgement sees a high watermark past it, across
-//!    restarts too, and so does the final read.
+//!    restarts too, and so does the final read. Neither the high watermark
+//!    nor the last stable offset ever goes back: a fetch sent after another
+//!    was answered sees both at least as far (both lie in durable data, and
+//!    a transaction that ended stays ended across restarts).
 //! 7. Transactions (`oracle_txn`): no aborted read, atomic outcomes that
 //!    match the EndTxn answers, fencing, exactly-once copying.
 
@@ -28,6 +31,9 @@ use crate::history::History;
 /// Violations found; empty when the run kept every promise.
 pub fn check(h: &History) -> Vec<String> {
     let mut out = h.violations.clone();
+    // What the fetches saw is checked even when the run got stuck: a stuck
+    // read_committed reader is often an LSO that went back.
+    check_monotonic_ends(h, &mut out);
     if !h.final_read_done {
         out.push("the final read-back did not finish, so the log could not be checked".into());
         return out;
@@ -173,6 +179,58 @@ fn check_high_watermarks(h: &History, out: &mut Vec<String>) {
                 ));
             }
         }
+    }
+}
+
+/// Reported problems of one kind beyond this many are only counted.
+const SHOWN_MAX: usize = 10;
+
+fn check_monotonic_ends(h: &History, out: &mut Vec<String>) {
+    let mut by_partition: BTreeMap<i32, Vec<&crate::history::HwSeen>> = BTreeMap::new();
+    for seen in &h.hws {
+        by_partition.entry(seen.partition).or_default().push(seen);
+    }
+    let mut problems = Vec::new();
+    for (p, mut answers) in by_partition {
+        answers.sort_by_key(|a| a.received_ms);
+        // Fetches by send time, each checked against the answers received
+        // strictly before it was sent.
+        let mut asked: Vec<&crate::history::HwSeen> = answers.clone();
+        asked.sort_by_key(|a| a.sent_ms);
+        let mut next = 0;
+        let mut best: Option<(i64, &crate::history::HwSeen)> = None;
+        let mut best_lso: Option<(i64, &crate::history::HwSeen)> = None;
+        for b in asked {
+            while next < answers.len() && answers[next].received_ms < b.sent_ms {
+                let a = answers[next];
+                if best.is_none_or(|(hw, _)| a.high_watermark > hw) {
+                    best = Some((a.high_watermark, a));
+                }
+                if best_lso.is_none_or(|(lso, _)| a.last_stable_offset > lso) {
+                    best_lso = Some((a.last_stable_offset, a));
+                }
+                next += 1;
+            }
+            if let Some((hw, a)) = best.filter(|(hw, _)| b.high_watermark < *hw) {
+                problems.push(format!(
+                    "p{p}: HIGH WATERMARK WENT BACK: a fetch of c{} sent at t={}ms got {}, below {hw} that c{} was answered at t={}ms",
+                    b.consumer, b.sent_ms, b.high_watermark, a.consumer, a.received_ms
+                ));
+            }
+            if let Some((lso, a)) = best_lso.filter(|(lso, _)| b.last_stable_offset < *lso) {
+                problems.push(format!(
+                    "p{p}: LAST STABLE OFFSET WENT BACK: a fetch of c{} sent at t={}ms got {}, below {lso} that c{} was answered at t={}ms",
+                    b.consumer, b.sent_ms, b.last_stable_offset, a.consumer, a.received_ms
+                ));
+            }
+        }
+    }
+    let count = problems.len();
+    out.extend(problems.into_iter().take(SHOWN_MAX));
+    if count > SHOWN_MAX {
+        out.push(format!(
+            "{count} high watermarks or last stable offsets went back in all"
+        ));
     }
 }
 

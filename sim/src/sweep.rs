@@ -20,8 +20,6 @@ pub struct SweepConfig {
     pub scenario: Option<String>,
     /// Stop at the first failing seed.
     pub stop_at_first: bool,
-    /// See `RunConfig::boot_fsync`.
-    pub boot_fsync: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -40,7 +38,62 @@ pub struct SweepReport {
     pub acked_records: u64,
     pub crashes: u64,
     pub power_cuts: u64,
+    /// The disk faults of the on-disk log, summed over the runs.
+    pub disk: DiskFigures,
     pub wall_secs: f64,
+}
+
+/// What the runs did to and with the on-disk log.
+#[derive(Clone, Debug, Default)]
+pub struct DiskFigures {
+    pub reads: u64,
+    pub response_ranges: u64,
+    pub failed_reads: u64,
+    pub failed_response_reads: u64,
+    pub index_files_lost: u64,
+    pub recovery_kills: u64,
+    pub clean_stops: u64,
+    pub operator_restarts: u64,
+    pub boots: u64,
+    pub boot_log_bytes_read: u64,
+    pub clean_boots: u64,
+    pub clean_boot_log_bytes_read: u64,
+}
+
+impl DiskFigures {
+    pub fn add(&mut self, s: &crate::world::Stats) {
+        self.reads += s.reads;
+        self.response_ranges += s.response_ranges;
+        self.failed_reads += s.failed_reads;
+        self.failed_response_reads += s.failed_response_reads;
+        self.index_files_lost += s.index_files_lost;
+        self.recovery_kills += s.recovery_kills;
+        self.clean_stops += s.clean_stops;
+        self.operator_restarts += s.operator_restarts;
+        self.boots += s.boots;
+        self.boot_log_bytes_read += s.boot_log_bytes_read;
+        self.clean_boots += s.clean_boots;
+        self.clean_boot_log_bytes_read += s.clean_boot_log_bytes_read;
+    }
+
+    pub fn summary(&self) -> String {
+        format!(
+            "{} reads and {} response ranges, {} of them failed ({} reads, {} ranges), {} index files lost, {} kills during recovery, {} clean stops ({} by the operator after a read error); {} starts read {} KiB of .log in all, the {} right after a clean stop {} B",
+            self.reads,
+            self.response_ranges,
+            self.failed_reads + self.failed_response_reads,
+            self.failed_reads,
+            self.failed_response_reads,
+            self.index_files_lost,
+            self.recovery_kills,
+            self.clean_stops,
+            self.operator_restarts,
+            self.boots,
+            self.boot_log_bytes_read / 1024,
+            self.clean_boots,
+            self.clean_boot_log_bytes_read
+        )
+    }
 }
 
 impl SweepReport {
@@ -54,7 +107,7 @@ impl SweepReport {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} seeds, {} failed; {:.1} seeds/s; {:.3} simulated hours ({:.1} s per seed); {} records acknowledged, {} crashes, {} power cuts",
+            "{} seeds, {} failed; {:.1} seeds/s; {:.3} simulated hours ({:.1} s per seed); {} records acknowledged, {} crashes, {} power cuts; {}",
             self.runs,
             self.failures.len(),
             self.seeds_per_sec(),
@@ -62,7 +115,8 @@ impl SweepReport {
             self.sim_ms as f64 / 1000.0 / self.runs.max(1) as f64,
             self.acked_records,
             self.crashes,
-            self.power_cuts
+            self.power_cuts,
+            self.disk.summary()
         )
     }
 }
@@ -83,7 +137,6 @@ pub fn run_guarded(
     scenario: &str,
     seed: u64,
     plant: Option<PlantedBug>,
-    boot_fsync: bool,
 ) -> Result<RunResult, String> {
     let scenario =
         Scenario::builtin(scenario).ok_or_else(|| format!("no scenario named {scenario:?}"))?;
@@ -91,17 +144,20 @@ pub fn run_guarded(
         scenario,
         seed,
         keep_trace: false,
+        echo_trace: false,
         plant,
-        boot_fsync,
     };
-    catch_unwind(AssertUnwindSafe(|| run_with(cfg))).map_err(|payload| {
-        let message = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic without a message".into());
-        format!("PANIC: {message}")
-    })
+    catch_unwind(AssertUnwindSafe(|| run_with(cfg))).map_err(|payload| panic_problem(&*payload))
+}
+
+/// A caught panic as a failure's problem: `PANIC: <its message>`.
+pub fn panic_problem(payload: &(dyn std::any::Any + Send)) -> String {
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("PANIC: {message}")
 }
 
 /// Runs the sweep, calling `progress` after every seed.
@@ -116,7 +172,7 @@ pub fn sweep(
             .scenario
             .clone()
             .unwrap_or_else(|| scenario_for_seed(seed).to_string());
-        let outcome = run_guarded(&scenario, seed, cfg.plant, cfg.boot_fsync);
+        let outcome = run_guarded(&scenario, seed, cfg.plant);
         report.runs += 1;
         let problems = match outcome {
             Ok(result) => {
@@ -124,6 +180,7 @@ pub fn sweep(
                 report.acked_records += result.stats.acked_records;
                 report.crashes += result.stats.crashes;
                 report.power_cuts += result.stats.power_cuts;
+                report.disk.add(&result.stats);
                 result.violations
             }
             Err(panic) => vec![panic],
@@ -133,7 +190,7 @@ pub fn sweep(
             progress(&report, None);
             continue;
         }
-        let replay = replay_command(&scenario, seed, cfg.plant, cfg.boot_fsync);
+        let replay = replay_command(&scenario, seed, cfg.plant);
         report.failures.push(Failure {
             scenario,
             seed,

@@ -11,17 +11,20 @@ const FNV_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 pub struct Trace {
-    /// Lines are kept only when asked for (`--trace`, a failing test).
+    /// Lines are kept only when asked for (a failing test).
     keep_lines: bool,
+    /// Lines are printed as they come (`--trace`).
+    echo: bool,
     lines: Vec<String>,
     hash: u64,
     count: u64,
 }
 
 impl Trace {
-    pub fn new(keep_lines: bool) -> Self {
+    pub fn new(keep_lines: bool, echo: bool) -> Self {
         Self {
             keep_lines,
+            echo,
             lines: Vec::new(),
             hash: FNV_OFFSET_BASIS,
             count: 0,
@@ -36,6 +39,9 @@ impl Trace {
             self.hash = self.hash.wrapping_mul(FNV_PRIME);
         }
         self.count += 1;
+        if self.echo {
+            println!("{line}");
+        }
         if self.keep_lines {
             self.lines.push(line);
         }
@@ -60,15 +66,15 @@ mod tests {
 
     #[test]
     fn same_lines_same_hash_and_order_matters() {
-        let mut a = Trace::new(false);
-        let mut b = Trace::new(true);
+        let mut a = Trace::new(false, false);
+        let mut b = Trace::new(true, false);
         for t in [&mut a, &mut b] {
             t.record(1, "x");
             t.record(2, "y");
         }
         assert_eq!(a.hash(), b.hash());
         assert_eq!(b.lines().len(), 2);
-        let mut c = Trace::new(false);
+        let mut c = Trace::new(false, false);
         c.record(2, "y");
         c.record(1, "x");
         assert_ne!(a.hash(), c.hash());

@@ -1,8 +1,9 @@
 //! Planted bugs are caught by the sweep within a bounded number of seeds,
 //! and the replay command it prints reproduces the failure through the
-//! `doze-sim` binary: a disk whose fsync sometimes lies (harness side), and
-//! the core's two transaction bugs (EndTxn answered before its markers are
-//! durable; read_committed served above the LSO).
+//! `doze-sim` binary: a disk whose fsync sometimes lies and a driver that
+//! ignores `DiskOp::Adopt` (harness side), and the core's two transaction
+//! bugs (EndTxn answered before its markers are durable; read_committed
+//! served above the LSO).
 
 use std::process::Command;
 
@@ -17,6 +18,25 @@ fn sweep_catches_the_lying_fsync_and_the_replay_reproduces_it() {
     catch_and_replay(
         PlantedBug::AckBeforeSync,
         &["LOST", "no longer holds", "high watermark"],
+    );
+}
+
+#[test]
+fn sweep_catches_a_driver_that_ignores_adopt() {
+    // A crashed process leaves unsynced bytes in the page cache; the next
+    // start serves them (and answers resends from them) as durable, so a
+    // power cut before anything syncs them again takes served records back:
+    // acknowledged or consumed ones, or input a copier already copied.
+    catch_and_replay(
+        PlantedBug::IgnoreAdopt,
+        &[
+            "LOST",
+            "no longer holds",
+            "high watermark",
+            "WENT BACK",
+            "NOT EXACTLY ONCE",
+            "TORN",
+        ],
     );
 }
 
@@ -56,7 +76,6 @@ fn catch_and_replay(bug: PlantedBug, names: &[&str]) {
         plant: Some(bug),
         scenario: None,
         stop_at_first: true,
-        boot_fsync: true,
     };
     let report = sweep(&cfg, |_, _| {});
     let failure = report
@@ -112,8 +131,8 @@ fn catch_and_replay(bug: PlantedBug, names: &[&str]) {
     assert!(stdout.lines().count() > 100, "--trace prints the history");
 
     // Without the bug, the same seed passes.
-    let clean = doze_sim::sweep::run_guarded(&failure.scenario, failure.seed, None, true)
-        .expect("no panic");
+    let clean =
+        doze_sim::sweep::run_guarded(&failure.scenario, failure.seed, None).expect("no panic");
     assert!(
         clean.violations.is_empty(),
         "without the planted bug the seed passes: {:?}",

@@ -10,7 +10,7 @@ fn every_scenario_passes_for_a_few_seeds() {
     let mut failures = Vec::new();
     for name in Scenario::builtin_names() {
         for seed in SEEDS {
-            let problems = match run_guarded(name, seed, None, true) {
+            let problems = match run_guarded(name, seed, None) {
                 Ok(result) => {
                     println!(
                         "{name} seed {seed}: ok, {:.1} simulated s, {} acked, {} crashes, {} power cuts, {} failed syncs",
@@ -28,7 +28,7 @@ fn every_scenario_passes_for_a_few_seeds() {
                 let shown: Vec<&String> = problems.iter().take(5).collect();
                 failures.push(format!(
                     "{name} seed {seed}: {shown:#?}\n  replay: {}",
-                    replay_command(name, seed, None, true)
+                    replay_command(name, seed, None)
                 ));
             }
         }
@@ -77,13 +77,38 @@ fn the_faults_each_scenario_names_really_happen() {
         ("copier-restarts", "copier process crashes"),
         ("power-cut-after-end-txn", "EndTxn success was read"),
         ("group-rebalance-during-transaction", "abort and rejoin"),
+        ("read-error-during-fetch", "EIO: injected read failure"),
+        (
+            "read-error-during-fetch",
+            "the operator restarts the broker",
+        ),
+        (
+            "lost-index-files",
+            "index files lost while the broker was down",
+        ),
+        (
+            "power-cut-during-recovery",
+            "fault: power cut while the broker recovers",
+        ),
+        (
+            "power-cut-during-recovery",
+            "fault: crash while the broker recovers",
+        ),
+        (
+            "clean-stop-then-power-cut",
+            "broker stopped cleanly (Output::Stopped)",
+        ),
+        (
+            "clean-stop-then-power-cut",
+            "fault: power cut right after a clean stop",
+        ),
     ];
     for (name, needle) in cases {
         let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), 0, true, None);
         assert!(
             r.trace_lines.iter().any(|l| l.contains(needle)),
             "{name}: no {needle:?} in its trace; replay: {}",
-            replay_command(name, 0, None, true)
+            replay_command(name, 0, None)
         );
     }
 }

@@ -13,7 +13,6 @@ fn sweep_of_random_seeds_keeps_every_promise() {
         plant: None,
         scenario: None,
         stop_at_first: false,
-        boot_fsync: true,
     };
     let report = sweep(&cfg, |_, failure| {
         if let Some(f) = failure {

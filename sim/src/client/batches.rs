@@ -29,8 +29,38 @@ pub struct BatchView {
     pub records: Vec<(i64, Bytes)>,
 }
 
-/// Decodes every batch of a fetch answer's records.
-pub fn decode(mut records: Bytes) -> Result<Vec<BatchView>, String> {
+/// Batch header bytes up to and including the length field: base offset
+/// (i64) and batch length (i32, the bytes after it).
+const LOG_OVERHEAD_BYTES: usize = 12;
+
+/// The whole batches at the front of a fetch answer's records. The broker
+/// sends a file range cut at max_bytes, as Kafka does, so the last batch may
+/// be partial; a consumer drops it without complaint (Kafka's
+/// ByteBufferLogInputStream stops at a batch that does not fit) and fetches
+/// it whole next time. A negative length is no cut: it is an error.
+pub fn whole_batches(records: &Bytes) -> Result<Bytes, String> {
+    let mut end = 0usize;
+    while let Some(header) = records.get(end..end + LOG_OVERHEAD_BYTES) {
+        let len = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+        let len = usize::try_from(len)
+            .map_err(|_| format!("batch length {len} at byte {end} of the records"))?;
+        let next = end + LOG_OVERHEAD_BYTES + len;
+        if next > records.len() {
+            break;
+        }
+        end = next;
+    }
+    Ok(records.slice(..end))
+}
+
+/// Decodes every whole batch of a fetch answer's records (a partial last
+/// one is dropped: `whole_batches`). The batches may start below the fetch
+/// offset; the caller skips the records it already has.
+pub fn decode(records: Bytes) -> Result<Vec<BatchView>, String> {
+    let mut records = whole_batches(&records)?;
+    if records.is_empty() {
+        return Ok(Vec::new());
+    }
     let sets = RecordBatchDecoder::decode_all(&mut records).map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(sets.len());
     for set in sets {
@@ -160,6 +190,24 @@ mod tests {
             transactional: true,
             control,
             records: vec![(base, Bytes::new())],
+        }
+    }
+
+    #[test]
+    fn a_partial_last_batch_is_dropped_silently() {
+        let one = encode(&[Bytes::from_static(b"a")], 1, 0, 0, false, 0);
+        let two = encode(&[Bytes::from_static(b"bb")], 1, 0, 1, false, 0);
+        let mut both = BytesMut::from(&one[..]);
+        both.extend_from_slice(&two);
+        let both = both.freeze();
+        for cut in 0..=both.len() {
+            let decoded = decode(both.slice(..cut)).expect("a cut answer decodes");
+            let expected = match cut {
+                c if c == both.len() => 2,
+                c if c >= one.len() => 1,
+                _ => 0,
+            };
+            assert_eq!(decoded.len(), expected, "cut at {cut}");
         }
     }
 

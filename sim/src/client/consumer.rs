@@ -189,9 +189,11 @@ impl Consumer {
                 if self.main {
                     cx.history.hws.push(HwSeen {
                         sent_ms,
+                        received_ms: cx.elapsed_ms,
                         consumer: self.client,
                         partition: p,
                         high_watermark: hw,
+                        last_stable_offset: part.last_stable_offset,
                     });
                 }
                 let aborted: Vec<(i64, i64)> = part

@@ -1,42 +1,88 @@
 //! The broker host: starts the core on what the disk holds, feeds it inputs,
-//! carries out its outputs (responses onto the network, disk ops onto the
-//! SimDisk, meta.db writes), completes I/O after a simulated latency, keeps
-//! its timer, and kills it (crash or power cut).
+//! carries out its outputs (responses onto the network, with the file ranges
+//! of Fetch responses read from the SimDisk; disk ops onto the SimDisk;
+//! meta.db writes), completes I/O after a simulated latency, keeps its timer,
+//! and takes it down: a crash, a power cut, or a clean stop.
 
-use doze_core::{Broker, DiskOp, Input, IoId, Output};
+use std::collections::BTreeMap;
+
+use bytes::BytesMut;
+use doze_core::log::recovery::LogCheckpoint;
+use doze_core::meta::MetaEntry;
+use doze_core::{
+    Broker, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId, Output, PartitionDir,
+    SegmentFile,
+};
 use rand::RngExt;
 
-use super::{Event, SyncFate, World};
+use super::{Event, Process, SyncFate, World};
 use crate::faults::FaultKind;
 
 const SYNC_LATENCY_MS: std::ops::RangeInclusive<i64> = 1..=10;
 const SLOW_SYNC_LATENCY_MS: std::ops::RangeInclusive<i64> = 100..=3000;
 const META_LATENCY_MS: std::ops::RangeInclusive<i64> = 1..=10;
+/// At least 1 ms, so that a kill aimed at "while this read is in flight"
+/// lands before it completes.
+const READ_LATENCY_MS: std::ops::RangeInclusive<i64> = 1..=3;
 const RESTART_DELAY_MS: std::ops::RangeInclusive<i64> = 20..=500;
+/// How long the operator takes to restart the broker after a read error.
+const OPERATOR_DELAY_MS: std::ops::RangeInclusive<i64> = 500..=3000;
+/// A clean stop waits for syncs (slow ones take up to 3 s each, failed ones
+/// are retried) and checkpoint writes; by then it is stuck.
+const STOP_TIMEOUT_MS: i64 = 60_000;
+/// Chance that a recovery read is the one an armed kill aims at (the boot
+/// sync always is, when no read was).
+const RECOVERY_KILL_AT_READ_P: f64 = 0.3;
+/// Chance that one index file is lost in a lose-index-files fault.
+const INDEX_LOSS_P: f64 = 0.4;
+/// Files named in a violation, at most.
+const NAMED_MAX: usize = 5;
 
 impl World {
     pub(super) fn start_broker(&mut self) {
         assert!(self.broker.is_none(), "one broker process at a time");
         self.start_pending = false;
-        if self.cfg.boot_fsync {
-            let synced_bytes = self.disk.sync_everything();
+        let mut clean_boot = std::mem::take(&mut self.process.clean_down);
+        if self.faults_on && self.armed.remove(&FaultKind::LoseIndexFiles) {
+            let lost = self.disk.lose_index_files(INDEX_LOSS_P, &mut self.rng);
+            self.stats.index_files_lost += lost.len() as u64;
             self.note(format!(
-                "driver fsyncs every segment before boot ({synced_bytes}B were unsynced)"
+                "fault: {} index files lost while the broker was down: {}",
+                lost.len(),
+                lost.join(" ")
             ));
+            // The core must read what the lost indexes described.
+            clean_boot &= lost.is_empty();
         }
         let state = self.disk.boot_state(self.meta.entries());
-        let bytes: usize = state
+        let segments: usize = state.partitions.iter().map(|p| p.segments.len()).sum();
+        let log_bytes: u64 = state
             .partitions
             .iter()
             .flat_map(|p| &p.segments)
-            .map(|s| s.bytes.len())
+            .filter_map(|s| s.log_bytes)
             .sum();
+        let index_files = state
+            .partitions
+            .iter()
+            .flat_map(|p| &p.segments)
+            .flat_map(|s| [&s.offset_index, &s.time_index, &s.txn_index])
+            .filter(|f| f.is_some())
+            .count();
         self.note(format!(
-            "broker starts (gen {}): {} meta keys, {} partitions, {bytes}B of segments",
+            "broker starts (gen {}{}): {} meta keys, {} partitions, {segments} segments, {log_bytes}B of .log, {index_files} index files",
             self.gen,
+            if clean_boot { ", after a clean stop" } else { "" },
             state.meta.len(),
             state.partitions.len()
         ));
+        self.stats.boots += 1;
+        self.process = Process {
+            booting: true,
+            clean_boot,
+            boot_checkpoints: recovery_points(&state.meta),
+            ..Process::default()
+        };
         self.broker = Some(Broker::new(self.broker_config.clone()));
         self.broker_input(Input::Boot(state));
     }
@@ -47,22 +93,60 @@ impl World {
         self.note(format!("broker <- {summary}"));
         let broker = self.broker.as_mut().expect("inputs go to a live broker");
         broker.handle(self.now_ms, input);
+        // The core has no timer while it recovers (`poll_timeout` is None
+        // until it serves): what it reads meanwhile is its recovery. Frames
+        // it parked run only once it serves, so no request read is issued
+        // by an input after which it still recovers.
+        let was_booting = self.process.booting;
+        self.process.booting = broker.poll_timeout().is_none();
+        if was_booting && !self.process.booting {
+            self.booted();
+        }
         while let Some(output) = self.broker.as_mut().and_then(|b| b.poll_output()) {
             self.carry_out(output);
         }
+        if std::mem::take(&mut self.process.stopped) {
+            self.stopped();
+            return;
+        }
         self.arm_tick();
+    }
+
+    /// The core serves: what its recovery read, for the trace and figures.
+    fn booted(&mut self) {
+        let bytes = self.process.boot_log_bytes;
+        self.note(format!(
+            "broker serves; its recovery read {bytes}B of .log{}",
+            if self.process.clean_boot {
+                " (a start after a clean stop)"
+            } else {
+                ""
+            }
+        ));
+        self.stats.boot_log_bytes_read += bytes;
+        if self.process.clean_boot {
+            self.stats.clean_boots += 1;
+            self.stats.clean_boot_log_bytes_read += bytes;
+        }
     }
 
     fn carry_out(&mut self, output: Output) {
         match output {
             Output::Response { conn, frame } => self.send_to_client(conn, frame),
+            Output::ResponseParts { conn, parts } => self.send_parts(conn, parts),
             Output::Close { conn } => self.broker_closed(conn),
+            Output::Disk(DiskOp::Read { io, range }) => self.disk_read(io, range),
             Output::Disk(op) => {
                 let sync_io = match &op {
                     DiskOp::Sync { io } => Some(*io),
                     _ => None,
                 };
-                if let DiskOp::Append { bytes, .. } = &op {
+                if let DiskOp::Append {
+                    file: SegmentFile::Log,
+                    bytes,
+                    ..
+                } = &op
+                {
                     self.marker_unsynced |= holds_control_batch(bytes);
                 }
                 let summary = self.disk.apply(op, &mut self.rng);
@@ -96,11 +180,238 @@ impl World {
                 self.queue
                     .push(at_ms, Event::MetaDone { gen: self.gen, io });
             }
+            Output::Stopped => {
+                assert!(
+                    self.process.stopping,
+                    "Output::Stopped without Input::Shutdown"
+                );
+                self.process.stopped = true;
+            }
         }
     }
 
     fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && self.swarm_active() && self.rng.random_bool(p)
+    }
+
+    /// Whether the next read fails with an injected EIO (`armed` names the
+    /// scripted fault that applies).
+    fn read_fails(&mut self, armed: FaultKind) -> bool {
+        (self.faults_on && self.armed.remove(&armed)) || self.chance(self.mix.read_fail_p)
+    }
+
+    /// Carries out a `DiskOp::Read` now (it sees every op emitted before it,
+    /// none after) and delivers the bytes after a latency.
+    fn disk_read(&mut self, io: IoId, range: FileRange) {
+        self.stats.reads += 1;
+        let booting = self.process.booting;
+        let injected = self.read_fails(FaultKind::FailRead);
+        let result = if injected {
+            self.stats.failed_reads += 1;
+            Err(IoError("EIO: injected read failure".into()))
+        } else {
+            self.disk.read(&range)
+        };
+        self.note(format!(
+            "disk read#{io}{} {} -> {}",
+            if booting { " (recovery)" } else { "" },
+            describe_range(&range),
+            match &result {
+                Ok(_) => "ok".to_string(),
+                Err(e) => format!("FAILED: {}", e.0),
+            }
+        ));
+        if injected {
+            // Outside start-up the partition is offline from now on; at
+            // start-up a read that keeps failing takes it offline too.
+            self.operator_restart();
+        } else if let Err(e) = &result {
+            // Nothing but the core touches the files it reads (lost index
+            // files are never read), so it asked for bytes it never wrote.
+            let what = format!(
+                "the core read {}, which the disk does not hold: {}",
+                describe_range(&range),
+                e.0
+            );
+            self.history.violation(self.elapsed_ms(), what.clone());
+            self.note(format!("VIOLATION {what}"));
+        }
+        if booting && range.file == SegmentFile::Log {
+            self.process.boot_log_bytes += range.len;
+            self.check_clean_boot_read(&range);
+        }
+        let latency_ms = self.rng.random_range(READ_LATENCY_MS);
+        if booting {
+            self.aim_recovery_kill(latency_ms, false);
+        }
+        let at_ms = self.now_ms + latency_ms;
+        let gen = self.gen;
+        self.queue.push(at_ms, Event::ReadDone { gen, io, result });
+    }
+
+    /// A start after a clean stop reads only indexes: every partition was
+    /// checkpointed at its end (`Input::Shutdown`), so no `.log` byte lies
+    /// above a recovery point, and the index files below are all there.
+    fn check_clean_boot_read(&mut self, range: &FileRange) {
+        if !self.process.clean_boot {
+            return;
+        }
+        let point = self.process.boot_checkpoints.get(&range.dir);
+        let above = point
+            .is_some_and(|c| (range.segment_base, range.position) >= (c.segment_base, c.position));
+        if above {
+            return;
+        }
+        let what = match point {
+            Some(c) => format!(
+                "after a clean stop, the restart read {} below its recovery point (segment {} position {}, offset {}): a clean start reads only indexes",
+                describe_range(range),
+                c.segment_base,
+                c.position,
+                c.offset
+            ),
+            None => format!(
+                "after a clean stop, the restart read {}, a partition without a recovery checkpoint: a clean stop checkpoints every partition",
+                describe_range(range)
+            ),
+        };
+        self.history.violation(self.elapsed_ms(), what.clone());
+        self.note(format!("VIOLATION {what}"));
+    }
+
+    /// A response made of parts goes on the wire with its file ranges read
+    /// now, in order with the plain responses of its connection. A range
+    /// that cannot be read: nothing of the frame is sent, the connection
+    /// closes, and the core is told.
+    fn send_parts(&mut self, conn: ConnId, parts: Vec<FramePart>) {
+        if !self.conns.contains_key(&conn) {
+            return; // gone: the driver would not write it
+        }
+        let mut frame = BytesMut::new();
+        for part in parts {
+            let range = match part {
+                FramePart::Bytes(bytes) => {
+                    frame.extend_from_slice(&bytes);
+                    continue;
+                }
+                FramePart::File(range) => range,
+            };
+            self.stats.response_ranges += 1;
+            let injected = self.read_fails(FaultKind::FailResponseRead);
+            let result = if injected {
+                self.stats.failed_response_reads += 1;
+                Err(IoError("EIO: injected read failure".into()))
+            } else {
+                self.disk.read(&range)
+            };
+            match result {
+                Ok(bytes) => frame.extend_from_slice(&bytes),
+                Err(error) => return self.response_read_failed(conn, range, error, injected),
+            }
+        }
+        self.send_to_client(conn, frame.freeze());
+    }
+
+    fn response_read_failed(
+        &mut self,
+        conn: ConnId,
+        range: FileRange,
+        error: IoError,
+        injected: bool,
+    ) {
+        self.note(format!(
+            "response to #{conn}: reading {} FAILED: {}; the connection closes",
+            describe_range(&range),
+            error.0
+        ));
+        if injected {
+            self.operator_restart();
+        } else {
+            let what = format!(
+                "a response to #{conn} names {}, which the disk does not hold: {}",
+                describe_range(&range),
+                error.0
+            );
+            self.history.violation(self.elapsed_ms(), what.clone());
+            self.note(format!("VIOLATION {what}"));
+        }
+        if let Some(client) = self.conns.remove(&conn) {
+            self.queue
+                .push(self.now_ms + 1, Event::ClientDisconnected { client, conn });
+        }
+        // After the outputs at hand: the core is in the middle of giving them.
+        let gen = self.gen;
+        self.queue.push(
+            self.now_ms,
+            Event::ResponseReadFailed {
+                gen,
+                conn,
+                range,
+                error,
+            },
+        );
+    }
+
+    /// A read error may have taken a partition offline until a restart: the
+    /// operator restarts the broker (cleanly) a little later.
+    fn operator_restart(&mut self) {
+        if self.process.operator_restart {
+            return;
+        }
+        self.process.operator_restart = true;
+        let at_ms = self.now_ms + self.rng.random_range(OPERATOR_DELAY_MS);
+        self.queue
+            .push(at_ms, Event::OperatorRestart { gen: self.gen });
+    }
+
+    /// An armed kill "while the broker recovers" aims at an I/O of the
+    /// recovery that completes `latency_ms` from now: at a read by chance,
+    /// at the boot sync always.
+    fn aim_recovery_kill(&mut self, latency_ms: i64, boot_sync: bool) {
+        if latency_ms < 1 || !self.faults_on {
+            return;
+        }
+        let power = if self.armed.contains(&FaultKind::PowerCutDuringRecovery) {
+            true
+        } else if self.armed.contains(&FaultKind::CrashDuringRecovery) {
+            false
+        } else {
+            return;
+        };
+        if !boot_sync && !self.rng.random_bool(RECOVERY_KILL_AT_READ_P) {
+            return;
+        }
+        self.armed.remove(&if power {
+            FaultKind::PowerCutDuringRecovery
+        } else {
+            FaultKind::CrashDuringRecovery
+        });
+        let at_ms = self.now_ms + self.rng.random_range(0..latency_ms);
+        self.note(format!(
+            "fault aimed: {} in {} ms, while the broker recovers",
+            if power { "a power cut" } else { "a crash" },
+            at_ms - self.now_ms
+        ));
+        let gen = self.gen;
+        self.queue
+            .push(at_ms, Event::KillDuringRecovery { gen, power });
+    }
+
+    pub(super) fn kill_during_recovery(&mut self, power: bool) {
+        let booting = self.process.booting;
+        self.note(format!(
+            "fault: {} while the broker {}",
+            if power { "power cut" } else { "crash" },
+            if booting {
+                "recovers"
+            } else {
+                "already serves"
+            }
+        ));
+        if booting {
+            self.stats.recovery_kills += 1;
+        }
+        self.crash(power);
     }
 
     /// Decides how a sync will end, and when.
@@ -137,6 +448,10 @@ impl World {
                 self.queue.push(at_ms, Event::Fault(kind));
             }
         }
+        if self.process.booting {
+            // The boot sync: the last moment the broker still recovers.
+            self.aim_recovery_kill(latency_ms, true);
+        }
     }
 
     pub(super) fn sync_done(&mut self, io: IoId) {
@@ -152,8 +467,9 @@ impl World {
             self.stats.lying_syncs += 1;
         }
         let ok = result.is_ok();
+        let gen = self.gen;
         self.broker_input(Input::SyncDone { io, result });
-        if ok && self.armed.remove(&FaultKind::CrashAfterSync) {
+        if ok && gen == self.gen && self.armed.remove(&FaultKind::CrashAfterSync) {
             // The answers this sync released are on the wire (>= 1 ms away).
             self.note("fault: crash right after a successful sync".into());
             self.crash(false);
@@ -166,8 +482,9 @@ impl World {
             .remove(&io)
             .expect("a meta completion has a fate");
         let result = self.meta.complete(io, fail);
+        let gen = self.gen;
         self.broker_input(Input::MetaDone { io, result });
-        if self.cut_after_meta.remove(&io) {
+        if self.cut_after_meta.remove(&io) && gen == self.gen {
             // The decision is stored; its markers are at best in the page cache.
             self.note("fault: power cut right after a decision was stored".into());
             self.crash(true);
@@ -194,8 +511,13 @@ impl World {
     pub(super) fn crash(&mut self, power: bool) {
         if power {
             self.stats.power_cuts += 1;
-            let lost_bytes = self.disk.power_cut(&mut self.rng);
-            self.note(format!("POWER CUT: {lost_bytes}B of unsynced data lost"));
+            let (lost_bytes, lost_files) = self.disk.power_cut(&mut self.rng);
+            self.note(format!(
+                "POWER CUT: {lost_bytes}B of unsynced data lost, {lost_files} files never synced gone"
+            ));
+            if lost_bytes > 0 || lost_files > 0 {
+                self.process.clean_down = false;
+            }
         }
         if self.broker.is_none() {
             return; // already down; a restart is on its way
@@ -206,6 +528,13 @@ impl World {
         } else {
             "CRASH: broker process dies".into()
         });
+        self.take_down(false);
+    }
+
+    /// The process is gone (killed, or exited after a clean stop): its I/O in
+    /// flight never completes, its connections drop, and it starts again
+    /// after a restart delay.
+    fn take_down(&mut self, clean: bool) {
         self.broker = None;
         self.gen += 1;
         self.tick_at_ms = None;
@@ -215,12 +544,110 @@ impl World {
         self.meta_fates.clear();
         self.cut_after_meta.clear();
         self.marker_unsynced = false;
+        self.process = Process {
+            clean_down: clean,
+            ..Process::default()
+        };
         self.drop_connections(false);
         assert!(!self.start_pending, "a live broker has no restart pending");
         self.start_pending = true;
         let at_ms = self.now_ms + self.rng.random_range(RESTART_DELAY_MS);
         self.queue.push(at_ms, Event::BrokerStart);
     }
+
+    /// Stops the broker cleanly: `Input::Shutdown`, then no more frames go
+    /// in; `Output::Stopped` ends the process (`stopped`).
+    pub(super) fn clean_stop(&mut self) {
+        if self.broker.is_none() || self.process.stopping {
+            return;
+        }
+        self.process.stopping = true;
+        let gen = self.gen;
+        self.queue
+            .push(self.now_ms + STOP_TIMEOUT_MS, Event::StopTimeout { gen });
+        self.broker_input(Input::Shutdown);
+    }
+
+    /// `Output::Stopped`: everything the core holds must be durable now
+    /// (a power cut here may take nothing), and every partition
+    /// checkpointed. The process exits.
+    fn stopped(&mut self) {
+        let (unsynced_bytes, files) = self.disk.unsynced();
+        let mut clean = true;
+        if !files.is_empty() {
+            clean = false;
+            let what = format!(
+                "after Output::Stopped, {unsynced_bytes}B in {} files are not durable (a power cut now takes them): {}",
+                files.len(),
+                files.iter().take(NAMED_MAX).cloned().collect::<Vec<_>>().join(", ")
+            );
+            self.history.violation(self.elapsed_ms(), what.clone());
+            self.note(format!("VIOLATION {what}"));
+        }
+        self.stats.clean_stops += 1;
+        self.note("broker stopped cleanly (Output::Stopped); the process exits".into());
+        self.take_down(clean);
+        if self.faults_on && self.armed.remove(&FaultKind::PowerCutAfterStop) {
+            self.note("fault: power cut right after a clean stop".into());
+            self.crash(true);
+        }
+    }
+
+    pub(super) fn stop_timed_out(&mut self) {
+        if !self.process.stopping {
+            return;
+        }
+        let what =
+            format!("a clean stop (Input::Shutdown) did not end with Output::Stopped in {STOP_TIMEOUT_MS} ms");
+        self.history.violation(self.elapsed_ms(), what.clone());
+        self.note(format!("VIOLATION {what}"));
+        self.crash(false);
+    }
+}
+
+/// The recovery points meta.db holds, by partition directory (checkpoints
+/// are keyed by topic id, directories by topic name).
+fn recovery_points(meta: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<PartitionDir, LogCheckpoint> {
+    // Topic ids are hex, hyphenated in some keys and not in others.
+    let id = |text: &str| -> String {
+        text.chars()
+            .filter(|c| *c != '-')
+            .map(|c| c.to_ascii_lowercase())
+            .collect()
+    };
+    let mut names = BTreeMap::new();
+    let mut points = Vec::new();
+    for (key, value) in meta {
+        match doze_core::meta::decode_entry(key, value) {
+            Ok(MetaEntry::Topic { name, record }) => {
+                names.insert(id(&record.id), name);
+            }
+            Ok(MetaEntry::Checkpoint {
+                topic_id,
+                partition,
+                record,
+            }) => points.push((id(&topic_id), partition, record.log)),
+            _ => {}
+        }
+    }
+    points
+        .into_iter()
+        .filter_map(|(topic_id, partition, log)| {
+            let name = names.get(&topic_id)?;
+            Some((PartitionDir::new(name.clone(), partition), log))
+        })
+        .collect()
+}
+
+/// `sim-topic-0/00000000000000000042.log [100, +4096)`.
+fn describe_range(range: &FileRange) -> String {
+    format!(
+        "{}/{} [{}, +{})",
+        range.dir.dir_name(),
+        range.file.file_name(range.segment_base),
+        range.position,
+        range.len
+    )
 }
 
 /// Whether an append holds a control batch (a transaction marker): byte 22
@@ -256,6 +683,16 @@ fn describe_input(input: &Input) -> String {
         Input::Disconnected { conn } => format!("disconnected #{conn}"),
         Input::SyncDone { io, result } => format!("SyncDone#{io} {result:?}"),
         Input::MetaDone { io, result } => format!("MetaDone#{io} {result:?}"),
+        Input::ReadDone { io, result } => match result {
+            Ok(bytes) => format!("ReadDone#{io} Ok({}B)", bytes.len()),
+            Err(e) => format!("ReadDone#{io} Err({})", e.0),
+        },
+        Input::ResponseReadFailed { conn, range, error } => format!(
+            "ResponseReadFailed #{conn} {}: {}",
+            describe_range(range),
+            error.0
+        ),
+        Input::Shutdown => "Shutdown".into(),
         Input::Tick => "Tick".into(),
     }
 }

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use bytes::Bytes;
-use doze_core::{ConnId, IoId};
+use doze_core::{ConnId, FileRange, IoError, IoId};
 
 use crate::faults::FaultKind;
 
@@ -42,6 +42,36 @@ pub enum Event {
         io: IoId,
     },
     Tick {
+        gen: u64,
+    },
+    /// A `DiskOp::Read` completes; its bytes were taken when it was issued
+    /// (the driver carries out disk ops in order).
+    ReadDone {
+        gen: u64,
+        io: IoId,
+        result: Result<Bytes, IoError>,
+    },
+    /// The world could not read a file range of a response to `conn`; the
+    /// core learns it after the outputs at hand are carried out.
+    ResponseReadFailed {
+        gen: u64,
+        conn: ConnId,
+        range: FileRange,
+        error: IoError,
+    },
+    /// The process of incarnation `gen` is killed (with `power`, the
+    /// machine too), aimed at the time it is still recovering.
+    KillDuringRecovery {
+        gen: u64,
+        power: bool,
+    },
+    /// The operator restarts the broker (a clean stop) after a read error
+    /// may have taken a partition offline.
+    OperatorRestart {
+        gen: u64,
+    },
+    /// A clean stop of incarnation `gen` that has not ended by now never will.
+    StopTimeout {
         gen: u64,
     },
     BrokerStart,

@@ -69,9 +69,16 @@ impl World {
             | FaultKind::CrashDuringMarkerSync
             | FaultKind::FailMarkerSync
             | FaultKind::FailMetaEndTxn
-            | FaultKind::PowerCutAfterEndTxn => {
+            | FaultKind::PowerCutAfterEndTxn
+            | FaultKind::FailRead
+            | FaultKind::FailResponseRead
+            | FaultKind::LoseIndexFiles
+            | FaultKind::CrashDuringRecovery
+            | FaultKind::PowerCutDuringRecovery
+            | FaultKind::PowerCutAfterStop => {
                 self.armed.insert(kind);
             }
+            FaultKind::CleanStop => self.clean_stop(),
             FaultKind::DiskFull => {
                 self.disk.full = true;
                 if swarm {

@@ -8,6 +8,11 @@
 //! stop, consumers catch up), *verify* (a last power cut, a restart, and a
 //! verifier reads every partition back for the oracle).
 //!
+//! The broker goes down by a crash, a power cut, or a clean stop
+//! (`Input::Shutdown` until `Output::Stopped`), and comes back after a
+//! restart delay; each start recovers (reads above its recovery points)
+//! before it serves, and faults may strike then too.
+//!
 //! Split by concern: `broker.rs` carries out the core's outputs and feeds it
 //! completions, `faults.rs` injects faults, `net.rs` moves frames and keeps
 //! connections, `events.rs` is the queue.
@@ -20,7 +25,8 @@ mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use doze_core::{Broker, BrokerConfig, ConnId, IoId};
+use doze_core::log::recovery::LogCheckpoint;
+use doze_core::{Broker, BrokerConfig, ConnId, IoId, PartitionDir};
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
@@ -60,12 +66,10 @@ pub struct RunConfig {
     pub scenario: Scenario,
     pub seed: u64,
     pub keep_trace: bool,
+    /// Print each trace line as it happens (the binary's `--trace`), so a
+    /// run that panics still shows its history up to the panic.
+    pub echo_trace: bool,
     pub plant: Option<PlantedBug>,
-    /// The driver fsyncs every segment file it finds before `Input::Boot`.
-    /// Off models a driver that does not (net's boot.rs at the time of
-    /// writing): a crash, a restart and a power cut before the next sync
-    /// then lose records the restarted broker served and acknowledged.
-    pub boot_fsync: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -78,6 +82,27 @@ pub struct Stats {
     pub lying_syncs: u64,
     pub syncs: u64,
     pub bytes_appended: u64,
+    /// `DiskOp::Read`s carried out, and response file ranges read.
+    pub reads: u64,
+    pub response_ranges: u64,
+    /// Injected read errors: of `DiskOp::Read`s, of response ranges.
+    pub failed_reads: u64,
+    pub failed_response_reads: u64,
+    /// Index files deleted while the broker was down.
+    pub index_files_lost: u64,
+    /// Kills (crash or power cut) that struck while the broker recovered.
+    pub recovery_kills: u64,
+    /// Clean stops that ended with `Output::Stopped`.
+    pub clean_stops: u64,
+    /// Restarts after a read error (a clean stop by the operator).
+    pub operator_restarts: u64,
+    /// Starts, and the `.log` bytes their recovery read.
+    pub boots: u64,
+    pub boot_log_bytes_read: u64,
+    /// Starts right after a clean stop (disk untouched since), and the
+    /// `.log` bytes their recovery read (none is expected).
+    pub clean_boots: u64,
+    pub clean_boot_log_bytes_read: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +140,30 @@ struct SyncFate {
     lie: bool,
 }
 
+/// How the broker process is doing, as the world (its driver) knows it.
+#[derive(Clone, Debug, Default)]
+struct Process {
+    /// Started and not serving yet (recovering, or waiting for its boot
+    /// sync): `poll_timeout` is `None` until the core serves.
+    booting: bool,
+    /// `Input::Shutdown` was sent; no frames go in until it is stopped.
+    stopping: bool,
+    /// `Output::Stopped` came out of the input being handled.
+    stopped: bool,
+    /// The broker last went down by a clean stop, and nothing touched the
+    /// disk since: the next start is a clean one.
+    clean_down: bool,
+    /// This start follows a clean stop: it must read no `.log` byte below
+    /// the recovery points (`boot_checkpoints`).
+    clean_boot: bool,
+    /// The recovery points in meta.db when this process started.
+    boot_checkpoints: BTreeMap<PartitionDir, LogCheckpoint>,
+    /// `.log` bytes this start's recovery read.
+    boot_log_bytes: u64,
+    /// An operator restart is on its way for this incarnation.
+    operator_restart: bool,
+}
+
 pub struct World {
     cfg: RunConfig,
     rng: ChaCha8Rng,
@@ -150,6 +199,7 @@ pub struct World {
     marker_unsynced: bool,
     /// Meta writes (decisions) after whose completion the power goes.
     cut_after_meta: BTreeSet<IoId>,
+    process: Process,
 }
 
 /// What a run produced: the oracle's verdict and the figures.
@@ -181,7 +231,8 @@ impl World {
         } else {
             FaultMix::none()
         };
-        let trace = Trace::new(cfg.keep_trace);
+        let trace = Trace::new(cfg.keep_trace, cfg.echo_trace);
+        let ignore_adopt = cfg.plant == Some(PlantedBug::IgnoreAdopt);
         Self {
             cfg,
             rng,
@@ -195,7 +246,7 @@ impl World {
             gen: 0,
             start_pending: false,
             tick_at_ms: None,
-            disk: SimDisk::default(),
+            disk: SimDisk::new(ignore_adopt),
             meta: SimMeta::default(),
             sync_fates: BTreeMap::new(),
             meta_fates: BTreeMap::new(),
@@ -212,6 +263,7 @@ impl World {
             slow_sync: false,
             marker_unsynced: false,
             cut_after_meta: BTreeSet::new(),
+            process: Process::default(),
         }
     }
 
@@ -323,7 +375,34 @@ impl World {
                     self.broker_input(doze_core::Input::Tick);
                 }
             }
-            Event::SyncDone { .. } | Event::MetaDone { .. } | Event::Tick { .. } => {}
+            Event::ReadDone { gen, io, result } if gen == self.gen => {
+                self.broker_input(doze_core::Input::ReadDone { io, result })
+            }
+            Event::ResponseReadFailed {
+                gen,
+                conn,
+                range,
+                error,
+            } if gen == self.gen => {
+                self.broker_input(doze_core::Input::ResponseReadFailed { conn, range, error })
+            }
+            Event::KillDuringRecovery { gen, power } if gen == self.gen => {
+                self.kill_during_recovery(power)
+            }
+            Event::OperatorRestart { gen } if gen == self.gen => {
+                self.note("the operator restarts the broker after a read error".into());
+                self.stats.operator_restarts += 1;
+                self.clean_stop();
+            }
+            Event::StopTimeout { gen } if gen == self.gen => self.stop_timed_out(),
+            Event::SyncDone { .. }
+            | Event::MetaDone { .. }
+            | Event::Tick { .. }
+            | Event::ReadDone { .. }
+            | Event::ResponseReadFailed { .. }
+            | Event::KillDuringRecovery { .. }
+            | Event::OperatorRestart { .. }
+            | Event::StopTimeout { .. } => {}
             Event::BrokerStart => self.start_broker(),
             Event::Fault(kind) => self.inject(kind, false),
             Event::FaultEnd(kind) => self.end_fault(kind),

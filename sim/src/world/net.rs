@@ -37,6 +37,12 @@ impl World {
         if self.broker.is_none() || !self.conns.contains_key(&conn) {
             return; // the connection died on the way
         }
+        if self.process.stopping {
+            // After Input::Shutdown the driver reads no more requests; the
+            // connection closes when the process exits.
+            self.note(format!("#{conn}: frame not read, the broker is stopping"));
+            return;
+        }
         self.broker_input(Input::Frame { conn, frame });
     }
 
@@ -91,11 +97,12 @@ impl World {
         slot.conn = Some(conn);
         slot.wire.state = ConnState::Connecting;
         let at_ms = self.now_ms + self.rng.random_range(NET_LATENCY_MS);
-        if self.broker.is_some() {
+        if self.broker.is_some() && !self.process.stopping {
             self.conns.insert(conn, client);
             self.queue.push(at_ms, Event::Connected { client, conn });
         } else {
-            // Connection refused: nobody listens while the broker restarts.
+            // Connection refused: nobody listens while the broker restarts
+            // (or stops).
             self.queue
                 .push(at_ms, Event::ClientDisconnected { client, conn });
         }
