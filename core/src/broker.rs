@@ -149,7 +149,13 @@ impl Broker {
             }
             Input::Shutdown => {
                 self.shutting_down = true;
-                self.request_sync();
+                // A recovering broker stops once recovery and its boot sync
+                // are done (`check_stopped`); a sync started now would not
+                // cover what recovery still writes, yet would be taken for
+                // the boot sync.
+                if self.booting.is_none() {
+                    self.request_sync();
+                }
             }
             Input::Tick => {}
         }

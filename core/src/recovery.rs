@@ -301,6 +301,12 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
 
 /// Step 3: every log is recovered.
 fn logs_recovered(b: &mut Broker) {
+    // Nothing starts a sync while the logs are recovered (no timers, no
+    // requests, Shutdown waits), so this one covers all recovery wrote.
+    assert!(
+        b.sync_in_flight_io().is_none(),
+        "no sync is in flight before the boot sync"
+    );
     b.request_sync();
     let io = b.sync_in_flight_io();
     let boot = b.booting.as_mut().expect("booting");

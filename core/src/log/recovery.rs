@@ -172,9 +172,12 @@ impl LogRecovery {
                 return false;
             };
             ops.extend(segment.index_cut_ops(&self.log.dir));
+            // Adopted even with nothing above the recovery point: a roll may
+            // have written its final time entry (of a batch below the point)
+            // after the checkpoint's sync, and a crash left it unsynced.
+            ops.push(self.adopt(segment.base_offset));
             let end = at.log_bytes.expect("checked");
             if end > c.position {
-                ops.push(self.adopt(segment.base_offset));
                 jobs.push_back(ScanJob {
                     segment_base: at.base_offset,
                     position: c.position,
