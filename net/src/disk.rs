@@ -50,10 +50,12 @@ use std::mem;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
 use bytes::Bytes;
+use doze_core::limits::ROUND_OPS_MAX;
 use doze_core::{DiskOp, FileRange, Input, IoError, IoId, PartitionDir, SegmentFile};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info, warn};
@@ -65,9 +67,6 @@ use crate::filereader::FileReader;
 /// least recently used one is synced (if dirty) and closed, so thousands of
 /// partitions do not exhaust the process's file descriptors.
 pub const OPEN_FILES_MAX: usize = 512;
-/// Ops carried out in one group-commit round before its fsyncs start, so that a
-/// queue that never empties still gets its syncs answered.
-const ROUND_OPS_MAX: usize = 4096;
 
 pub struct DiskWorker {
     ops: mpsc::Sender<DiskOp>,
@@ -149,6 +148,11 @@ struct Disk {
     uses: u64,
     dirty_files: HashSet<FileKey>,
     dirty_dirs: HashSet<PathBuf>,
+    /// Directories whose fsync failed in a round: they stay dirty for the
+    /// next one (a removal is durable only once an fsync of its directory
+    /// succeeds; the core cannot rewrite it as it rewrites file contents).
+    /// The syncer thread fills it, the worker drains it into each round.
+    dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
     /// The first failure since the last `Sync`, which that `Sync` will report.
     error: Option<IoError>,
 }
@@ -167,6 +171,7 @@ impl Disk {
             uses: 0,
             dirty_files: HashSet::new(),
             dirty_dirs: HashSet::new(),
+            dirs_to_retry: Arc::default(),
             error: None,
         }
     }
@@ -178,9 +183,10 @@ impl Disk {
     ) -> Result<(), IoError> {
         let (rounds, syncer_queue) = mpsc::channel::<SyncRound>();
         let syncer_completions = completions.clone();
+        let retry = Arc::clone(&self.dirs_to_retry);
         let syncer = thread::Builder::new()
             .name("doze-sync".into())
-            .spawn(move || run_syncer(syncer_queue, syncer_completions))
+            .spawn(move || run_syncer(syncer_queue, syncer_completions, retry))
             .expect("spawn the syncer thread");
         while let Ok(op) = queue.recv() {
             // Syncs reached this round, each with the error it must report
@@ -452,19 +458,22 @@ impl Disk {
                 (describe(&key), file)
             })
             .collect();
+        let retry = mem::take(&mut *self.dirs_to_retry.lock().unwrap_or_else(|e| e.into_inner()));
+        self.dirty_dirs.extend(retry);
         let dirs = mem::take(&mut self.dirty_dirs).into_iter().collect();
         SyncRound { files, dirs, syncs }
     }
 
     /// The final round, on this thread: every dirty file, then every dirty
     /// directory. All are attempted even after a failure; the first failure
-    /// is returned. The dirty sets are cleared either way: after a failed
-    /// fsync the kernel may have dropped the dirty pages, so a retry proves
-    /// nothing, and the core answers a failed sync by rewriting (truncating)
-    /// what it cannot trust.
+    /// is returned. Dirty files are cleared either way: after a failed fsync
+    /// the kernel may have dropped the dirty pages, so a retry proves nothing,
+    /// and the core answers a failed sync by rewriting (truncating) what it
+    /// cannot trust. A directory whose fsync failed stays dirty
+    /// (`dirs_to_retry`): its removals are not the core's to rewrite.
     fn sync_dirty(&mut self) -> Result<(), IoError> {
         let round = self.take_round(Vec::new());
-        sync_round(&round)
+        sync_round(&round, &self.dirs_to_retry)
     }
 
     fn path(&self, key: &FileKey) -> Result<PathBuf, IoError> {
@@ -473,9 +482,13 @@ impl Disk {
 }
 
 /// The syncer thread: fsyncs each round and reports its `Sync`s, in order.
-fn run_syncer(rounds: mpsc::Receiver<SyncRound>, completions: UnboundedSender<Input>) {
+fn run_syncer(
+    rounds: mpsc::Receiver<SyncRound>,
+    completions: UnboundedSender<Input>,
+    dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
+) {
     while let Ok(round) = rounds.recv() {
-        let synced = sync_round(&round);
+        let synced = sync_round(&round, &dirs_to_retry);
         for (io, earlier) in round.syncs {
             let result = match (earlier, &synced) {
                 (Some(e), _) => Err(e),
@@ -491,7 +504,7 @@ fn run_syncer(rounds: mpsc::Receiver<SyncRound>, completions: UnboundedSender<In
 
 /// Every fsync of a round is attempted even after a failure; the first
 /// failure is what the round's syncs report (see `Disk::sync_dirty`).
-fn sync_round(round: &SyncRound) -> Result<(), IoError> {
+fn sync_round(round: &SyncRound, dirs_to_retry: &Mutex<Vec<PathBuf>>) -> Result<(), IoError> {
     let started = Instant::now();
     let mut first_error = None;
     for (name, file) in &round.files {
@@ -508,6 +521,10 @@ fn sync_round(round: &SyncRound) -> Result<(), IoError> {
     for dir in &round.dirs {
         if let Err(e) = sync_dir(dir) {
             first_error.get_or_insert(failed("fsync", dir, e));
+            dirs_to_retry
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(dir.clone());
         }
     }
     debug!(

@@ -125,6 +125,22 @@ impl LogRecovery {
         if usable.is_none() {
             recovery.plan_full(&found);
         }
+        // The boot sync covers the partition's directory whatever recovery
+        // does: a crashed process may have removed files (a retention or an
+        // orphan deletion) whose directory it never synced, and a power cut
+        // after this start would bring them back.
+        let adopts = recovery
+            .ops
+            .iter()
+            .any(|op| matches!(op, DiskOp::Adopt { .. }));
+        if !adopts {
+            let base = recovery
+                .log
+                .segments
+                .back()
+                .map_or(start, |s| s.base_offset);
+            recovery.ops.push(recovery.adopt(base));
+        }
         recovery
     }
 
