@@ -204,15 +204,8 @@ impl LogRecovery {
             segments.push_back(segment);
         }
         for s in above {
-            let segment = Segment::new(s.base_offset);
-            ops.extend(segment.index_cut_ops(&self.log.dir));
-            ops.push(self.adopt(s.base_offset));
-            jobs.push_back(ScanJob {
-                segment_base: s.base_offset,
-                position: 0,
-                end: s.log_bytes.expect("holes were cut above"),
-                need: 0,
-            });
+            let (segment, job) = self.whole_scan(s, &mut ops);
+            jobs.push_back(job);
             segments.push_back(segment);
         }
         self.log.segments = segments;
@@ -227,19 +220,29 @@ impl LogRecovery {
     /// Every segment is read from its start; every index file is written again.
     fn plan_full(&mut self, found: &[RecoveredSegment]) {
         let mut segments = VecDeque::new();
+        let mut ops = Vec::new();
         for s in found {
-            let segment = Segment::new(s.base_offset);
-            self.ops.extend(segment.index_cut_ops(&self.log.dir));
-            self.ops.push(self.adopt(s.base_offset));
-            self.jobs.push_back(ScanJob {
-                segment_base: s.base_offset,
-                position: 0,
-                end: s.log_bytes.expect("holes were cut above"),
-                need: 0,
-            });
+            let (segment, job) = self.whole_scan(s, &mut ops);
+            self.jobs.push_back(job);
             segments.push_back(segment);
         }
+        self.ops.extend(ops);
         self.log.segments = segments;
+    }
+
+    /// A segment read from its start: its index files emptied (the scan
+    /// writes them again), adopted, and the read to make.
+    fn whole_scan(&self, found: &RecoveredSegment, ops: &mut Vec<DiskOp>) -> (Segment, ScanJob) {
+        let segment = Segment::new(found.base_offset);
+        ops.extend(segment.index_cut_ops(&self.log.dir));
+        ops.push(self.adopt(found.base_offset));
+        let job = ScanJob {
+            segment_base: found.base_offset,
+            position: 0,
+            end: found.log_bytes.expect("holes were cut above"),
+            need: 0,
+        };
+        (segment, job)
     }
 
     fn adopt(&self, segment_base: i64) -> DiskOp {
