@@ -536,14 +536,7 @@ fn closed_segment(
         segment.max_timestamp_ms = last.timestamp_ms;
         segment.offset_of_max_timestamp = found.base_offset + i64::from(last.relative_offset);
     }
-    segment.offset_index = offsets;
-    segment.time_index = times;
-    segment.txn_entries = txns.len() as u64;
-    // Below the recovery point the index files are synced (the checkpoint
-    // vouches), as far as memory holds them.
-    segment.durable_index_bytes = segment.index_bytes();
-    aborted.extend(txns);
-    Some(segment)
+    Some(with_indexes(segment, offsets, times, txns, aborted))
 }
 
 /// The checkpoint's segment, cut back to the recovery point: index entries
@@ -578,6 +571,18 @@ fn checkpoint_segment(
         Some(e) => c.position - u64::from(e.position),
         None => c.position,
     };
+    Some(with_indexes(segment, offsets, times, txns, aborted))
+}
+
+/// A segment below (or at) the recovery point takes its index entries from
+/// its files; its aborted transactions join the partition's list.
+fn with_indexes(
+    mut segment: Segment,
+    offsets: Vec<index::OffsetEntry>,
+    times: Vec<index::TimeEntry>,
+    txns: Vec<AbortedTxn>,
+    aborted: &mut Vec<AbortedTxn>,
+) -> Segment {
     segment.offset_index = offsets;
     segment.time_index = times;
     segment.txn_entries = txns.len() as u64;
@@ -585,7 +590,7 @@ fn checkpoint_segment(
     // vouches), as far as memory holds them.
     segment.durable_index_bytes = segment.index_bytes();
     aborted.extend(txns);
-    Some(segment)
+    segment
 }
 
 impl PartitionLog {
