@@ -70,3 +70,8 @@ pub const RECOVERY_READS_IN_FLIGHT_MAX: usize = 4;
 pub const CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 /// At most this long between a partition's change and its next checkpoint.
 pub const CHECKPOINT_INTERVAL_MS: i64 = 30_000;
+
+/// Disk ops the storage carries out in one group-commit round before its
+/// fsyncs start, so that a queue that never empties still gets its syncs
+/// answered (net's disk worker, and its madsim store).
+pub const ROUND_OPS_MAX: usize = 4096;

@@ -55,6 +55,7 @@ use std::thread;
 use std::time::Instant;
 
 use bytes::Bytes;
+use doze_core::limits;
 use doze_core::{DiskOp, FileRange, Input, IoError, IoId, PartitionDir, SegmentFile};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info, warn};
@@ -66,9 +67,6 @@ use crate::filereader::FileReader;
 /// least recently used one is synced (if dirty) and closed, so thousands of
 /// partitions do not exhaust the process's file descriptors.
 pub const OPEN_FILES_MAX: usize = 512;
-/// Ops carried out in one group-commit round before its fsyncs start, so that a
-/// queue that never empties still gets its syncs answered.
-const ROUND_OPS_MAX: usize = 4096;
 
 pub struct DiskWorker {
     ops: mpsc::Sender<DiskOp>,
@@ -198,7 +196,7 @@ impl Disk {
             if syncs.is_empty() {
                 continue;
             }
-            for _ in 1..ROUND_OPS_MAX {
+            for _ in 1..limits::ROUND_OPS_MAX {
                 match queue.try_recv() {
                     Ok(op) => self.execute(op, &mut syncs, &completions),
                     Err(_) => break,

@@ -6,17 +6,14 @@
 //! holds it in an `Arc` and hands a `SimStorage` over it to each incarnation
 //! of the node, so the "disk" survives a kill and a restart.
 //!
-//! The model:
-//! - Partition dirs hold segment files (`.log` and its three indexes), each
-//!   with two layers. `current` is what a reader of the file would see now
-//!   (every append, cut and removal carried out so far); `durable` is what
-//!   survives a power cut. As in production (`disk.rs`), an op makes its
-//!   file dirty, and creating or removing a file or a dir makes the dir
-//!   dirty; `DiskOp::Adopt` makes a segment's files and dir dirty. A
-//!   `DiskOp::Sync` waits a simulated latency (madsim's clock), then makes
-//!   every dirty file's current bytes durable and every dirty dir's entries
-//!   (which files exist), then answers `SyncDone`. As in production, a sync
-//!   covers the ops already queued behind it too (group commit).
+//! The files are the in-process simulator's model, `doze_sim::disk::SimDisk`
+//! (one model of files, syncs, reads, removals and power cuts for both
+//! simulators; see its docs). What is madsim's here:
+//! - Latency, from madsim's clock. A `DiskOp::Sync` waits a simulated
+//!   latency, then answers `SyncDone`. As in production, a sync covers the
+//!   ops already queued behind it too (group commit): the worker carries out
+//!   what is queued, issues one SimDisk sync for the round, sleeps, and
+//!   completes it.
 //! - A `DiskOp::Read` is carried out in order with the other ops (it sees
 //!   them all) and answered after a simulated latency, without holding up
 //!   the ops behind it. The file parts of responses (`SimStore::reader`) are
@@ -26,14 +23,14 @@
 //!   when the node dies is lost (sled's unflushed buffer dies with the process).
 //! - `SimStore::crash` is called by the test when it kills the node. It ends
 //!   the old incarnation's workers (their ops are ignored from then on) and
-//!   decides the fate of what is not durable: `Crash::PowerCut` loses it
-//!   (every file and dir goes back to its durable layer, including what an
-//!   earlier incarnation left unsynced), `Crash::ProcessKill` keeps it in the
-//!   page cache: the next incarnation reads it, but it is not durable until
-//!   that incarnation syncs the file (it must adopt what it keeps), and a
-//!   later power cut loses it. The test picks one per kill from its seed.
-//!   Torn writes are not modelled here (the in-process simulator, `sim/`,
-//!   covers them).
+//!   decides the fate of what is not durable: `Crash::PowerCut` is
+//!   `SimDisk::power_cut` (unsynced bytes lost but for a torn prefix, files
+//!   no sync covered may vanish, removals and cuts no sync covered come
+//!   back), `Crash::ProcessKill` is `SimDisk::crash` (the page cache keeps
+//!   it: the next incarnation reads it, but it is not durable until that
+//!   incarnation syncs the file: it must adopt what it keeps). The test picks
+//!   one per kill from its seed; the tears are drawn from an rng seeded from
+//!   madsim's, so a seed replays.
 //! - A clean stop (the queue closed, as at a SIGTERM) makes everything the
 //!   incarnation wrote durable, as the production worker's final sync does.
 
@@ -42,21 +39,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use doze_core::io::{RecoveredPartition, RecoveredSegment};
+use doze_core::limits::ROUND_OPS_MAX;
 use doze_core::{
-    BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, PartitionDir,
-    SegmentFile,
+    BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, SegmentFile,
 };
+use doze_sim::disk::SimDisk;
 use madsim::rand::Rng;
+use rand::rngs::ChaCha8Rng;
+use rand::SeedableRng;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 
 use crate::metadb::MetaWrite;
 use crate::storage::{
     assemble_frame, Finished, FrameFuture, FrameReader, Started, Storage, StorageQueue,
 };
-
-/// Ops carried out in one group-commit round before its sync (as in disk.rs).
-const ROUND_OPS_MAX: usize = 4096;
 
 /// How a killed node's unsynced segment bytes fare.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,74 +83,15 @@ impl Default for Latency {
     }
 }
 
-/// One file of one segment.
-type FileKey = (PartitionDir, i64, SegmentFile);
-
-/// Partition dirs, each with its files by (segment base, kind).
-#[derive(Clone, Default, PartialEq)]
-struct Layer {
-    dirs: BTreeMap<PartitionDir, BTreeMap<(i64, SegmentFile), Vec<u8>>>,
-}
-
-impl Layer {
-    fn file(&self, (dir, base, kind): &FileKey) -> Option<&Vec<u8>> {
-        self.dirs.get(dir)?.get(&(*base, *kind))
-    }
-
-    /// The file, created (with its dir) when absent; true if it was.
-    fn file_or_create(&mut self, (dir, base, kind): &FileKey) -> (&mut Vec<u8>, bool) {
-        let files = self.dirs.entry(dir.clone()).or_default();
-        let created = !files.contains_key(&(*base, *kind));
-        (files.entry((*base, *kind)).or_default(), created)
-    }
-
-    fn bytes(&self) -> u64 {
-        self.dirs
-            .values()
-            .flat_map(BTreeMap::values)
-            .map(|f| f.len() as u64)
-            .sum()
-    }
-
-    /// Exactly the bytes of `range`, as a read of the file would return them.
-    fn read(&self, range: &FileRange) -> Result<&[u8], IoError> {
-        let key = (range.dir.clone(), range.segment_base, range.file);
-        let name = || {
-            format!(
-                "{}/{}",
-                range.dir.dir_name(),
-                range.file.file_name(range.segment_base)
-            )
-        };
-        let file = self
-            .file(&key)
-            .ok_or_else(|| IoError(format!("cannot read {}: no such file", name())))?;
-        let start = usize::try_from(range.position).unwrap_or(usize::MAX);
-        let end = start.saturating_add(usize::try_from(range.len).unwrap_or(usize::MAX));
-        file.get(start..end).ok_or_else(|| {
-            IoError(format!(
-                "cannot read {} bytes at {} of {}: it has {}",
-                range.len,
-                range.position,
-                name(),
-                file.len()
-            ))
-        })
-    }
-}
-
-#[derive(Default)]
 struct Inner {
     /// Bumped by every crash; workers of an older incarnation stop.
     generation: u64,
-    current: Layer,
-    durable: Layer,
-    /// Files this incarnation wrote, cut or adopted since its last sync:
-    /// what its next sync flushes (as fdatasync flushes the files written
-    /// to, old unsynced pages of those files included).
-    dirty_files: BTreeSet<FileKey>,
-    /// Dirs whose entries changed (or were adopted) since the last sync.
-    dirty_dirs: BTreeSet<PartitionDir>,
+    disk: SimDisk,
+    /// For the disk's random choices (torn tails at a power cut), seeded
+    /// from madsim's rng.
+    rng: ChaCha8Rng,
+    /// Names the SimDisk syncs this store issues.
+    next_sync: IoId,
     meta: BTreeMap<Vec<u8>, Vec<u8>>,
     syncs: u64,
     crashes: u64,
@@ -175,16 +112,33 @@ struct Inner {
 }
 
 /// The simulated disk and meta.db of one broker, shared across restarts.
-#[derive(Default)]
 pub struct SimStore {
     inner: Mutex<Inner>,
     latency: Latency,
 }
 
 impl SimStore {
+    /// Draws from madsim's rng: call it inside the simulation.
     pub fn new(latency: Latency) -> Arc<Self> {
+        let seed = madsim::rand::thread_rng().gen::<u64>();
+        let inner = Inner {
+            generation: 0,
+            disk: SimDisk::default(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            next_sync: 0,
+            meta: BTreeMap::new(),
+            syncs: 0,
+            crashes: 0,
+            clean_stops: 0,
+            lost_bytes: 0,
+            log_bytes_read: 0,
+            response_bytes_read: 0,
+            incarnation_syncs: 0,
+            clean_start: false,
+            clean_start_log_bytes_read: 0,
+        };
         Arc::new(Self {
-            inner: Mutex::default(),
+            inner: Mutex::new(inner),
             latency,
         })
     }
@@ -206,54 +160,25 @@ impl SimStore {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let partitions = inner
-            .current
-            .dirs
-            .iter()
-            .map(|(dir, files)| {
-                let mut segments: BTreeMap<i64, RecoveredSegment> = BTreeMap::new();
-                for (&(base_offset, kind), bytes) in files {
-                    let segment = segments
-                        .entry(base_offset)
-                        .or_insert_with(|| RecoveredSegment {
-                            base_offset,
-                            ..RecoveredSegment::default()
-                        });
-                    let whole = Some(Bytes::copy_from_slice(bytes));
-                    match kind {
-                        SegmentFile::Log => segment.log_bytes = Some(bytes.len() as u64),
-                        SegmentFile::OffsetIndex => segment.offset_index = whole,
-                        SegmentFile::TimeIndex => segment.time_index = whole,
-                        SegmentFile::TxnIndex => segment.txn_index = whole,
-                    }
-                }
-                RecoveredPartition {
-                    dir: dir.clone(),
-                    segments: segments.into_values().collect(),
-                }
-            })
-            .collect();
-        BootState { meta, partitions }
+        inner.disk.boot_state(meta)
     }
 
     /// The node died (the test has just killed it): its workers stop, and
     /// what is not durable is lost or kept as `how` says.
     pub fn crash(&self, how: Crash) {
         let mut inner = self.lock();
+        let inner = &mut *inner;
         inner.generation += 1;
         inner.crashes += 1;
         inner.incarnation_syncs = 0;
         inner.clean_start = false;
-        inner.dirty_files.clear();
-        inner.dirty_dirs.clear();
-        if how == Crash::ProcessKill || inner.current == inner.durable {
-            // The page cache keeps the bytes: the next incarnation reads
-            // them, but they stay volatile until it syncs them.
-            return;
+        match how {
+            Crash::ProcessKill => inner.disk.crash(),
+            Crash::PowerCut => {
+                let (lost_bytes, _) = inner.disk.power_cut(&mut inner.rng);
+                inner.lost_bytes += lost_bytes;
+            }
         }
-        let lost = inner.current.bytes().saturating_sub(inner.durable.bytes());
-        inner.lost_bytes += lost;
-        inner.current = inner.durable.clone();
     }
 
     /// The node stopped cleanly (`server::serve` returned after its
@@ -267,20 +192,11 @@ impl SimStore {
         inner.clean_stops += 1;
         inner.incarnation_syncs = 0;
         inner.clean_start = true;
-        if inner.current == inner.durable {
+        inner.disk.crash();
+        let (_, volatile) = inner.disk.unsynced();
+        if volatile.is_empty() {
             return Ok(());
         }
-        let durable = &inner.durable;
-        let volatile: Vec<String> = inner
-            .current
-            .dirs
-            .iter()
-            .flat_map(|(dir, files)| files.iter().map(move |(name, bytes)| (dir, name, bytes)))
-            .filter(|(dir, (base, kind), bytes)| {
-                durable.file(&((*dir).clone(), *base, *kind)) != Some(*bytes)
-            })
-            .map(|(dir, (base, kind), _)| format!("{}/{}", dir.dir_name(), kind.file_name(*base)))
-            .collect();
         Err(format!("not durable after a clean stop: {volatile:?}"))
     }
 
@@ -292,14 +208,16 @@ impl SimStore {
     /// One line for the test's log.
     pub fn stats(&self) -> String {
         let inner = self.lock();
-        let files: usize = inner.current.dirs.values().map(BTreeMap::len).sum();
+        let files = inner.disk.files();
+        let partitions: BTreeSet<_> = files.keys().map(|(dir, _, _)| dir).collect();
+        let bytes: u64 = files.values().map(|f| f.data.len() as u64).sum();
         format!(
-            "{} partitions, {files} segment files, {} bytes, {} meta keys, {} syncs, {} crashes, \
+            "{} partitions, {} segment files, {bytes} bytes, {} meta keys, {} syncs, {} crashes, \
              {} clean stops, \
              {} unsynced bytes lost, {} log bytes read ({} by clean starts), \
              {} response bytes read",
-            inner.current.dirs.len(),
-            inner.current.bytes(),
+            partitions.len(),
+            files.len(),
             inner.meta.len(),
             inner.syncs,
             inner.crashes,
@@ -317,88 +235,24 @@ impl SimStore {
         Duration::from_micros(madsim::rand::thread_rng().gen_range(low..=high))
     }
 
-    /// Carries out one op that is neither a sync nor a read on the current
-    /// layer. A dead incarnation's op is ignored (its worker stops next).
-    fn execute(&self, generation: u64, op: DiskOp) -> Result<(), IoError> {
+    /// Carries out one op that is neither a sync nor a read. A dead
+    /// incarnation's op is ignored (its worker stops next).
+    fn execute(&self, generation: u64, op: DiskOp) {
         let mut inner = self.lock();
         if inner.generation != generation {
-            return Ok(());
+            return;
         }
         let inner = &mut *inner;
-        match op {
-            DiskOp::Sync { .. } | DiskOp::Read { .. } => {
-                unreachable!("syncs and reads are handled by the worker")
-            }
-            DiskOp::Append {
-                dir,
-                segment_base,
-                file,
-                bytes,
-            } => {
-                let key = (dir, segment_base, file);
-                let (data, created) = inner.current.file_or_create(&key);
-                data.extend_from_slice(&bytes);
-                if created {
-                    inner.dirty_dirs.insert(key.0.clone());
-                }
-                inner.dirty_files.insert(key);
-            }
-            DiskOp::Truncate {
-                dir,
-                segment_base,
-                file,
-                len,
-            } => {
-                let key = (dir, segment_base, file);
-                let len = usize::try_from(len)
-                    .map_err(|_| IoError(format!("cannot truncate to {len} bytes")))?;
-                let (data, created) = inner.current.file_or_create(&key);
-                // set_len: a longer length pads with zeroes, as ftruncate does.
-                data.resize(len, 0);
-                if created {
-                    inner.dirty_dirs.insert(key.0.clone());
-                }
-                inner.dirty_files.insert(key);
-            }
-            DiskOp::DeleteSegment { dir, segment_base } => {
-                if let Some(files) = inner.current.dirs.get_mut(&dir) {
-                    let before = files.len();
-                    files.retain(|&(base, _), _| base != segment_base);
-                    if files.len() != before {
-                        inner.dirty_dirs.insert(dir.clone());
-                    }
-                }
-                inner
-                    .dirty_files
-                    .retain(|(d, base, _)| !(*d == dir && *base == segment_base));
-            }
-            DiskOp::DeletePartition { dir } => {
-                if inner.current.dirs.remove(&dir).is_some() {
-                    inner.dirty_dirs.insert(dir.clone());
-                }
-                inner.dirty_files.retain(|(d, _, _)| *d != dir);
-            }
-            DiskOp::Adopt { dir, segment_base } => {
-                let present: Vec<FileKey> = SegmentFile::ALL
-                    .into_iter()
-                    .map(|kind| (dir.clone(), segment_base, kind))
-                    .filter(|key| inner.current.file(key).is_some())
-                    .collect();
-                inner.dirty_files.extend(present);
-                inner.dirty_dirs.insert(dir);
-            }
-        }
-        Ok(())
+        inner.disk.apply(op, &mut inner.rng);
     }
 
-    /// Carries out a `DiskOp::Read` on the current layer; `None` if the
-    /// incarnation is dead.
+    /// Carries out a `DiskOp::Read`; `None` if the incarnation is dead.
     fn read(&self, generation: u64, range: &FileRange) -> Option<Result<Bytes, IoError>> {
         let mut inner = self.lock();
         if inner.generation != generation {
             return None;
         }
-        let result = inner.current.read(range).map(Bytes::copy_from_slice);
+        let result = inner.disk.read(range);
         if range.file == SegmentFile::Log && result.is_ok() {
             inner.log_bytes_read += range.len;
             if inner.clean_start && inner.incarnation_syncs == 0 {
@@ -408,35 +262,31 @@ impl SimStore {
         Some(result)
     }
 
-    /// Makes what is dirty durable: each dirty dir's entries (files removed
-    /// from it are removed; a dir removed is removed whole), then each dirty
-    /// file's bytes. False if the incarnation is dead.
-    fn make_durable(&self, generation: u64) -> bool {
+    /// Issues a disk sync covering every op carried out so far; `None` if
+    /// the incarnation is dead.
+    fn issue_sync(&self, generation: u64) -> Option<IoId> {
         let mut inner = self.lock();
         if inner.generation != generation {
-            return false;
+            return None;
         }
         let inner = &mut *inner;
-        for dir in std::mem::take(&mut inner.dirty_dirs) {
-            match inner.current.dirs.get(&dir) {
-                Some(current) => {
-                    let durable = inner.durable.dirs.entry(dir).or_default();
-                    durable.retain(|name, _| current.contains_key(name));
-                }
-                None => {
-                    inner.durable.dirs.remove(&dir);
-                }
-            }
+        inner.next_sync += 1;
+        let io = inner.next_sync;
+        inner.disk.apply(DiskOp::Sync { io }, &mut inner.rng);
+        Some(io)
+    }
+
+    /// Completes the sync `issue_sync` returned; `None` if the incarnation
+    /// is dead (the crash dropped the sync).
+    fn complete_sync(&self, generation: u64, io: IoId) -> Option<Result<(), IoError>> {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return None;
         }
-        for key in std::mem::take(&mut inner.dirty_files) {
-            if let Some(bytes) = inner.current.file(&key) {
-                let bytes = bytes.clone();
-                *inner.durable.file_or_create(&key).0 = bytes;
-            }
-        }
+        let result = inner.disk.complete_sync(io, false, false);
         inner.syncs += 1;
         inner.incarnation_syncs += 1;
-        true
+        Some(result)
     }
 
     /// Applies one meta batch atomically. False if the incarnation is dead.
@@ -459,8 +309,8 @@ impl SimStore {
     }
 }
 
-/// Reads the file parts of response frames from the store's current layer,
-/// after a simulated latency.
+/// Reads the file parts of response frames from the store's disk (what a
+/// reader sees now), after a simulated latency.
 struct SimReader(Arc<SimStore>);
 
 impl FrameReader for SimReader {
@@ -471,7 +321,7 @@ impl FrameReader for SimReader {
             let mut inner = store.lock();
             let mut read_bytes = 0;
             let frame = assemble_frame(&parts, |range, buf| {
-                buf.copy_from_slice(inner.current.read(range)?);
+                buf.copy_from_slice(&inner.disk.read(range)?);
                 read_bytes += range.len;
                 Ok(())
             });
@@ -547,12 +397,10 @@ async fn disk_worker(
     mut queue: UnboundedReceiver<DiskOp>,
     completions: UnboundedSender<Input>,
 ) {
-    // The first failure since the last sync, reported by the next one.
-    let mut error: Option<IoError> = None;
     while let Some(op) = queue.recv().await {
-        let mut syncs: Vec<(IoId, Option<IoError>)> = Vec::new();
-        let mut step = |op: DiskOp, syncs: &mut Vec<_>| match op {
-            DiskOp::Sync { io } => syncs.push((io, error.take())),
+        let mut syncs: Vec<IoId> = Vec::new();
+        let step = |op: DiskOp, syncs: &mut Vec<_>| match op {
+            DiskOp::Sync { io } => syncs.push(io),
             DiskOp::Read { io, range } => {
                 let Some(result) = store.read(generation, &range) else {
                     return; // a dead incarnation
@@ -565,11 +413,7 @@ async fn disk_worker(
                     let _ = completions.send(Input::ReadDone { io, result });
                 });
             }
-            op => {
-                if let Err(e) = store.execute(generation, op) {
-                    error.get_or_insert(e);
-                }
-            }
+            op => store.execute(generation, op),
         };
         step(op, &mut syncs);
         if syncs.is_empty() {
@@ -582,19 +426,24 @@ async fn disk_worker(
                 Err(_) => break,
             }
         }
-        tokio::time::sleep(SimStore::draw_us(store.latency.sync_us)).await;
-        if !store.make_durable(generation) {
+        let Some(disk_sync) = store.issue_sync(generation) else {
             return;
-        }
-        for (io, error) in syncs {
-            let result = error.map_or(Ok(()), Err);
+        };
+        tokio::time::sleep(SimStore::draw_us(store.latency.sync_us)).await;
+        let Some(result) = store.complete_sync(generation, disk_sync) else {
+            return;
+        };
+        for io in syncs {
+            let result = result.clone();
             if completions.send(Input::SyncDone { io, result }).is_err() {
                 return;
             }
         }
     }
     // The queue closed: a clean stop. The final sync, as in production.
-    store.make_durable(generation);
+    if let Some(disk_sync) = store.issue_sync(generation) {
+        let _ = store.complete_sync(generation, disk_sync);
+    }
 }
 
 async fn meta_worker(

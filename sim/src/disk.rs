@@ -22,9 +22,17 @@
 //! entries, or the other way round: a crash between a segment roll and its
 //! index. Read errors are decided by the world (`World::disk_read`).
 //!
-//! Simplification: truncates and deletes are durable at once. The core only
-//! cuts what is not durable or not valid, and a cut that came back after a
-//! power cut would be cut again at the next boot.
+//! Directories and cuts: removing a file (a segment, a partition) changes
+//! its directory, which is durable only once a sync covering that directory
+//! completes (the sync after the removal: production fsyncs the directory
+//! of every file it created, removed or adopted). Until then a power cut
+//! brings back the file's durable bytes. Likewise a truncate below a file's
+//! durable length: until a sync covers the file, a power cut restores the
+//! durable bytes from before the cut. Both come back whole, with no draw of
+//! randomness.
+//!
+//! The madsim store (net/src/simstore.rs) uses this model too, with its own
+//! latencies and madsim's seeded randomness.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -49,6 +57,25 @@ pub struct SimFile {
     /// again is another file, which a sync issued for the first must not
     /// make durable.
     incarnation: u64,
+    /// A truncate cut into the durable bytes and no sync has covered the
+    /// file since: what a power cut brings back, and the op number of the
+    /// (first) cut.
+    cut: Option<(Vec<u8>, u64)>,
+}
+
+/// A durable file removed before a sync covered its directory: a power cut
+/// brings it back.
+#[derive(Clone, Debug)]
+struct Unlinked {
+    /// What comes back.
+    bytes: Vec<u8>,
+    /// What the file held when it was removed, and its incarnation: a sync
+    /// issued before the removal still makes it durable (up to its length
+    /// then) when it completes.
+    data: Vec<u8>,
+    incarnation: u64,
+    /// The op number of the removal.
+    at: u64,
 }
 
 /// A `Sync` issued and not completed: what it will make durable.
@@ -57,6 +84,11 @@ struct SyncInFlight {
     /// Each file dirty when the sync was issued, its incarnation and its
     /// length then.
     covers: Vec<(FileKey, u64, usize)>,
+    /// Each directory whose entries changed (or that was adopted) before
+    /// the sync was issued.
+    dirs: Vec<PartitionDir>,
+    /// The op number at issue: removals and cuts before it are covered.
+    at: u64,
     /// A write error since the previous sync, reported by this one.
     write_error: Option<String>,
 }
@@ -67,6 +99,13 @@ pub struct SimDisk {
     /// Files written, cut or adopted since the last `Sync` was issued, by
     /// this process.
     dirty: BTreeSet<FileKey>,
+    /// Directories whose entries changed (a file created or removed) or
+    /// that were adopted since the last `Sync` was issued, by this process.
+    dirty_dirs: BTreeSet<PartitionDir>,
+    /// Durable files removed whose directory no sync has covered since.
+    unlinked: BTreeMap<FileKey, Unlinked>,
+    /// Counts ops applied: orders removals and cuts against syncs.
+    ops: u64,
     write_error: Option<String>,
     syncs: VecDeque<SyncInFlight>,
     next_incarnation: u64,
@@ -99,6 +138,7 @@ impl SimDisk {
     /// The file, created empty (not durable) when absent.
     fn file_mut(&mut self, key: &FileKey) -> &mut SimFile {
         if !self.files.contains_key(key) {
+            self.dirty_dirs.insert(key.0.clone());
             self.next_incarnation += 1;
             let file = SimFile {
                 incarnation: self.next_incarnation,
@@ -112,6 +152,7 @@ impl SimDisk {
     /// Carries out one disk op (every kind but `Read`, which the world
     /// carries out with `read`). Returns a one-line summary for the trace.
     pub fn apply(&mut self, op: DiskOp, rng: &mut impl rand::Rng) -> String {
+        self.ops += 1;
         match op {
             DiskOp::Append {
                 dir,
@@ -155,6 +196,8 @@ impl SimDisk {
                 self.syncs.push_back(SyncInFlight {
                     io,
                     covers,
+                    dirs: std::mem::take(&mut self.dirty_dirs).into_iter().collect(),
+                    at: self.ops,
                     write_error: self.write_error.take(),
                 });
                 summary
@@ -167,9 +210,14 @@ impl SimDisk {
             } => {
                 let key = (dir, segment_base, file);
                 self.dirty.insert(key.clone());
+                let at = self.ops;
                 let f = self.file_mut(&key);
                 let len = usize::try_from(len).expect("a segment length fits in memory");
                 let before = f.data.len();
+                if len < f.synced_len && f.cut.is_none() {
+                    // The cut is not durable until a sync covers the file.
+                    f.cut = Some((f.data[..f.synced_len].to_vec(), at));
+                }
                 // ftruncate(2): a longer length pads with zeros.
                 f.data.resize(len, 0);
                 f.synced_len = f.synced_len.min(len);
@@ -179,19 +227,14 @@ impl SimDisk {
                 format!("truncate {} from {before}B to {len}B", name(&key))
             }
             DiskOp::DeleteSegment { dir, segment_base } => {
-                let gone = |(d, b, _): &FileKey| *d == dir && *b == segment_base;
-                let before = self.files.len();
-                self.files.retain(|k, _| !gone(k));
-                self.dirty.retain(|k| !gone(k));
+                let removed = self.remove(|(d, b, _)| *d == dir && *b == segment_base);
                 format!(
-                    "delete segment {}/{segment_base} ({} files)",
-                    dir.dir_name(),
-                    before - self.files.len()
+                    "delete segment {}/{segment_base} ({removed} files)",
+                    dir.dir_name()
                 )
             }
             DiskOp::DeletePartition { dir } => {
-                self.files.retain(|(d, _, _), _| *d != dir);
-                self.dirty.retain(|(d, _, _)| *d != dir);
+                self.remove(|(d, _, _)| *d == dir);
                 format!("delete partition {}", dir.dir_name())
             }
             DiskOp::Adopt { dir, segment_base } => {
@@ -213,6 +256,7 @@ impl SimDisk {
                 }
                 let count = keys.len();
                 self.dirty.extend(keys);
+                self.dirty_dirs.insert(dir.clone());
                 format!(
                     "adopt {}/{segment_base} ({count} files, {unsynced}B unsynced)",
                     dir.dir_name()
@@ -220,6 +264,31 @@ impl SimDisk {
             }
             DiskOp::Read { .. } => unreachable!("reads are carried out with SimDisk::read"),
         }
+    }
+
+    /// Removes the files `gone` picks (unlink(2)); a durable one stays
+    /// recoverable until a sync covers its directory. Returns how many.
+    fn remove(&mut self, gone: impl Fn(&FileKey) -> bool) -> usize {
+        let keys: Vec<FileKey> = self.files.keys().filter(|k| gone(k)).cloned().collect();
+        for key in &keys {
+            let f = self.files.remove(key).expect("listed above");
+            self.dirty_dirs.insert(key.0.clone());
+            if f.durable {
+                let bytes = match f.cut {
+                    Some((bytes, _)) => bytes,
+                    None => f.data[..f.synced_len].to_vec(),
+                };
+                let unlinked = Unlinked {
+                    bytes,
+                    data: f.data,
+                    incarnation: f.incarnation,
+                    at: self.ops,
+                };
+                self.unlinked.insert(key.clone(), unlinked);
+            }
+        }
+        self.dirty.retain(|k| !gone(k));
+        keys.len()
     }
 
     /// What a reader sees of `range` now: exactly its bytes, or an error
@@ -254,10 +323,16 @@ impl SimDisk {
             .pop_front()
             .expect("a sync completion without a sync in flight");
         assert_eq!(sync.io, io, "syncs complete in the order they were issued");
+        // A failed sync makes nothing durable; the directories it was to
+        // cover stay dirty, so the next sync covers their removals (as the
+        // net driver does: a directory stays dirty until an fsync of it
+        // succeeds). Files are not: the core rewrites what it cannot trust.
         if let Some(e) = sync.write_error {
+            self.dirty_dirs.extend(sync.dirs);
             return Err(IoError(e));
         }
         if fail {
+            self.dirty_dirs.extend(sync.dirs);
             return Err(IoError("EIO: injected fsync failure".into()));
         }
         if lie {
@@ -265,6 +340,13 @@ impl SimDisk {
         }
         for (key, incarnation, len) in sync.covers {
             let Some(file) = self.files.get_mut(&key) else {
+                // Removed since the sync was issued: what comes back if the
+                // removal does is what this sync wrote.
+                if let Some(u) = self.unlinked.get_mut(&key) {
+                    if u.incarnation == incarnation {
+                        u.bytes = u.data[..len.min(u.data.len())].to_vec();
+                    }
+                }
                 continue;
             };
             if file.incarnation != incarnation {
@@ -274,6 +356,13 @@ impl SimDisk {
             let durable_len = len.min(file.data.len());
             file.synced_len = file.synced_len.max(durable_len);
             file.durable = true;
+            if file.cut.as_ref().is_some_and(|(_, at)| *at < sync.at) {
+                file.cut = None;
+            }
+        }
+        for dir in &sync.dirs {
+            self.unlinked
+                .retain(|(d, _, _), u| d != dir || u.at >= sync.at);
         }
         Ok(())
     }
@@ -283,6 +372,7 @@ impl SimDisk {
     pub fn crash(&mut self) {
         self.syncs.clear();
         self.dirty.clear();
+        self.dirty_dirs.clear();
         self.write_error = None;
     }
 
@@ -290,12 +380,19 @@ impl SimDisk {
     /// prefix of a file's unsynced tail that write-back had reached (which
     /// may end inside a batch or an index entry: a torn write); a file no
     /// sync covered since its creation may be gone whole. Each file on its
-    /// own. Returns (bytes lost, files lost).
+    /// own. A cut or a removal no sync covered is undone: the file's durable
+    /// bytes come back whole. Returns (bytes lost, files lost).
     pub fn power_cut(&mut self, rng: &mut impl rand::Rng) -> (u64, u64) {
         self.crash();
         let mut lost_bytes = 0u64;
         let mut lost_files = Vec::new();
         for (key, file) in self.files.iter_mut() {
+            if let Some((bytes, _)) = file.cut.take() {
+                lost_bytes += file.data.len().saturating_sub(file.synced_len) as u64;
+                file.synced_len = bytes.len();
+                file.data = bytes;
+                continue;
+            }
             if !file.durable && rng.random_bool(0.5) {
                 // Its directory entry never reached the disk.
                 lost_bytes += (file.data.len() - file.synced_len) as u64;
@@ -317,6 +414,17 @@ impl SimDisk {
         for key in &lost_files {
             self.files.remove(key);
         }
+        for (key, Unlinked { bytes, .. }) in std::mem::take(&mut self.unlinked) {
+            self.next_incarnation += 1;
+            let file = SimFile {
+                synced_len: bytes.len(),
+                data: bytes,
+                durable: true,
+                incarnation: self.next_incarnation,
+                cut: None,
+            };
+            self.files.insert(key, file);
+        }
         (lost_bytes, lost_files.len() as u64)
     }
 
@@ -336,7 +444,15 @@ impl SimDisk {
                 bytes += at_risk as u64;
                 let whole = if f.durable { "" } else { ", the file itself" };
                 names.push(format!("{} (+{at_risk}B{whole})", name(key)));
+            } else if f.cut.is_some() {
+                names.push(format!("{} (a cut no sync covered)", name(key)));
             }
+        }
+        for key in self.unlinked.keys() {
+            names.push(format!(
+                "{} (removed, no sync covered its directory)",
+                name(key)
+            ));
         }
         (bytes, names)
     }
@@ -389,6 +505,11 @@ impl SimDisk {
                 SegmentFile::TimeIndex => segment.time_index = contents,
                 SegmentFile::TxnIndex => segment.txn_index = contents,
             }
+        }
+        // A directory whose last files were removed still exists (as a real
+        // listing would show it), and its removals may not be durable yet.
+        for (dir, _, _) in self.unlinked.keys() {
+            parts.entry(dir.clone()).or_default();
         }
         let partitions = parts
             .into_iter()
@@ -580,6 +701,65 @@ mod tests {
         disk.complete_sync(1, false, false).unwrap();
         assert_eq!(file(&disk).synced_len, 0);
         assert!(!file(&disk).durable);
+    }
+
+    #[test]
+    fn a_removal_or_a_cut_no_sync_covered_comes_back_at_a_power_cut() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append(&mut disk, &mut rng, b"abcdef");
+        append_to(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
+        sync(&mut disk, &mut rng, 1);
+        let cut = DiskOp::Truncate {
+            dir: dir(),
+            segment_base: 0,
+            file: SegmentFile::Log,
+            len: 2,
+        };
+        disk.apply(cut, &mut rng);
+        disk.apply(DiskOp::DeletePartition { dir: dir() }, &mut rng);
+        assert!(disk.files().is_empty());
+        assert_eq!(disk.unsynced().1.len(), 2);
+        disk.power_cut(&mut rng);
+        assert_eq!(file(&disk).data, b"abcdef", "the cut came back too");
+        assert_eq!(
+            file_of(&disk, SegmentFile::OffsetIndex).unwrap().data.len(),
+            8
+        );
+
+        let cut = DiskOp::Truncate {
+            dir: dir(),
+            segment_base: 0,
+            file: SegmentFile::Log,
+            len: 2,
+        };
+        disk.apply(cut, &mut rng);
+        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::DeleteSegment {
+                dir: dir(),
+                segment_base: 0,
+            },
+            &mut rng,
+        );
+        disk.complete_sync(2, false, false).unwrap();
+        disk.power_cut(&mut rng);
+        assert_eq!(
+            file(&disk).data,
+            b"ab",
+            "the cut is durable, the removal not"
+        );
+        disk.apply(
+            DiskOp::DeleteSegment {
+                dir: dir(),
+                segment_base: 0,
+            },
+            &mut rng,
+        );
+        sync(&mut disk, &mut rng, 3);
+        assert_eq!(disk.unsynced().1.len(), 0);
+        disk.power_cut(&mut rng);
+        assert!(disk.files().is_empty(), "the synced removal is durable");
     }
 
     #[test]

@@ -449,9 +449,15 @@ impl LogRecovery {
             });
         }
         let first = self.log.segments.front().map(|s| s.base_offset);
-        if position == 0 && first.is_some_and(|first| first < job.segment_base) {
+        let gap = self.expected_min != job.segment_base;
+        if position == 0 && gap && first.is_some_and(|first| first < job.segment_base) {
             // An empty segment after others would claim offsets up to its
-            // base that no batch holds.
+            // base that no batch holds. Without a gap it stays, empty, as
+            // the active segment: dropping it would make the segment before
+            // it active again, one taken from its index files whose length
+            // no scan vouches for (a crash after appending to it, with the
+            // deletion not yet synced, leaves a torn tail below the
+            // recovery point that the next start would never read).
             let gone = self
                 .log
                 .segments
