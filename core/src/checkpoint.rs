@@ -21,14 +21,14 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::api::MetaAction;
-use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::limits;
 use crate::log::recovery::LogCheckpoint;
+use crate::log::PartitionLog;
 use crate::meta;
 use crate::producer::ProducerStates;
 use crate::topics::PartitionKey;
+use crate::txn::PartitionTxns;
 
 pub const KEY_PREFIX: &str = "ckpt/";
 
@@ -72,6 +72,17 @@ pub struct PendingCheckpoint {
     durable_bytes: u64,
 }
 
+/// Why a checkpoint may be due.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// A sync moved the high watermark: due after `CHECKPOINT_BYTES`.
+    Bytes,
+    /// The timer: due after `CHECKPOINT_INTERVAL_MS`, or a moved log start.
+    Time,
+    /// Now, whatever changed (boot, shutdown).
+    Now,
+}
+
 /// Checkpoints of every partition, and when to look at them next.
 #[derive(Default)]
 pub(crate) struct Checkpoints {
@@ -101,35 +112,24 @@ impl Checkpoints {
     pub fn next_deadline_ms(&self) -> i64 {
         self.next_check_ms
     }
-}
 
-/// Why a checkpoint may be due.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Due {
-    /// A sync moved the high watermark: due after `CHECKPOINT_BYTES`.
-    Bytes,
-    /// The timer: due after `CHECKPOINT_INTERVAL_MS`, or a moved log start.
-    Time,
-    /// Now, whatever changed (boot, shutdown).
-    Now,
-}
-
-/// Writes the checkpoints of `keys` that are due.
-pub(crate) fn write_due(b: &mut Broker, keys: Vec<PartitionKey>, due: Due) {
-    let now_ms = b.now_ms;
-    let mut writes = Vec::new();
-    for key in keys {
-        let Some(log) = b.topics.partition_by_key(&key) else {
-            continue;
-        };
-        let state = b.checkpoints.states.entry(key.clone()).or_default();
+    /// Whether a checkpoint of the partition is due for `due`; if it is, it
+    /// is in flight from now.
+    pub fn start_if_due(
+        &mut self,
+        key: &PartitionKey,
+        log: &PartitionLog,
+        due: Due,
+        now_ms: i64,
+    ) -> bool {
+        let state = self.states.entry(key.clone()).or_default();
         if state.in_flight {
-            continue;
+            return false;
         }
         let hw = log.high_watermark();
         let moved = state.offset != Some(hw) || state.log_start_offset != log.log_start_offset();
         if !moved {
-            continue;
+            return false;
         }
         let grown =
             log.durable_bytes().saturating_sub(state.durable_bytes) >= limits::CHECKPOINT_BYTES;
@@ -141,64 +141,63 @@ pub(crate) fn write_due(b: &mut Broker, keys: Vec<PartitionKey>, due: Due) {
             Due::Time => grown || old || start_moved,
         };
         if !go {
-            continue;
+            return false;
         }
         state.in_flight = true;
-        let producers = b
-            .producer_states
-            .get(&key)
-            .map(|p| p.snapshot_at(hw))
-            .unwrap_or_default();
-        let ongoing_txns = b
-            .partition_txns
-            .get(&key)
-            .map(|t| t.ongoing_at(hw))
-            .unwrap_or_default();
-        let record = CheckpointRecord {
-            log: log.checkpoint(),
-            producers,
-            ongoing_txns,
-        };
-        let pending = PendingCheckpoint {
-            key: key.clone(),
-            offset: hw,
-            log_start_offset: log.log_start_offset(),
-            durable_bytes: log.durable_bytes(),
-        };
-        writes.push((key, record, pending));
+        true
     }
-    for (key, record, pending) in writes {
-        let ops = vec![MetaOp::Put {
-            key: self::key(&key.id, key.partition),
-            value: meta::encode(&record),
-        }];
-        b.emit_meta(ops, MetaAction::Checkpoint(pending));
+
+    /// The timer: whether every partition is to be looked at now (a few
+    /// times per interval); if so, the next look is scheduled.
+    pub fn tick(&mut self, now_ms: i64) -> bool {
+        if now_ms < self.next_check_ms {
+            return false;
+        }
+        self.next_check_ms = now_ms + (limits::CHECKPOINT_INTERVAL_MS / 4).max(1);
+        true
+    }
+
+    /// A checkpoint write completed.
+    pub fn written(&mut self, pending: PendingCheckpoint, stored: bool, now_ms: i64) {
+        let Some(state) = self.states.get_mut(&pending.key) else {
+            return; // the topic was deleted meanwhile
+        };
+        state.in_flight = false;
+        if stored {
+            state.offset = Some(pending.offset);
+            state.log_start_offset = pending.log_start_offset;
+            state.durable_bytes = pending.durable_bytes;
+            state.written_ms = now_ms;
+        }
     }
 }
 
-/// The timer: every partition is looked at a few times per interval.
-pub(crate) fn tick(b: &mut Broker) {
-    if b.now_ms < b.checkpoints.next_check_ms {
-        return;
-    }
-    b.checkpoints.next_check_ms = b.now_ms + (limits::CHECKPOINT_INTERVAL_MS / 4).max(1);
-    let keys = b.topics.keys();
-    write_due(b, keys, Due::Time);
-}
-
-/// A checkpoint write completed.
-pub(crate) fn written(b: &mut Broker, pending: PendingCheckpoint, stored: bool) {
-    let now_ms = b.now_ms;
-    let Some(state) = b.checkpoints.states.get_mut(&pending.key) else {
-        return; // the topic was deleted meanwhile
+/// The checkpoint of a partition at its high watermark, with the producer
+/// and transaction state cut back to it: the meta.db write that stores it,
+/// and what to remember when that completes.
+pub(crate) fn at_high_watermark(
+    key: &PartitionKey,
+    log: &PartitionLog,
+    producers: Option<&ProducerStates>,
+    txns: Option<&PartitionTxns>,
+) -> (Vec<MetaOp>, PendingCheckpoint) {
+    let hw = log.high_watermark();
+    let record = CheckpointRecord {
+        log: log.checkpoint(),
+        producers: producers.map(|p| p.snapshot_at(hw)).unwrap_or_default(),
+        ongoing_txns: txns.map(|t| t.ongoing_at(hw)).unwrap_or_default(),
     };
-    state.in_flight = false;
-    if stored {
-        state.offset = Some(pending.offset);
-        state.log_start_offset = pending.log_start_offset;
-        state.durable_bytes = pending.durable_bytes;
-        state.written_ms = now_ms;
-    }
+    let pending = PendingCheckpoint {
+        key: key.clone(),
+        offset: hw,
+        log_start_offset: log.log_start_offset(),
+        durable_bytes: log.durable_bytes(),
+    };
+    let ops = vec![MetaOp::Put {
+        key: self::key(&key.id, key.partition),
+        value: meta::encode(&record),
+    }];
+    (ops, pending)
 }
 
 /// The meta.db deletes of a deleted topic's checkpoints.

@@ -108,11 +108,6 @@ impl Topics {
         self.map.get(topic)?.partitions.get(p)
     }
 
-    pub fn partition_mut(&mut self, topic: &str, partition: i32) -> Option<&mut PartitionLog> {
-        let p = usize::try_from(partition).ok()?;
-        self.map.get_mut(topic)?.partitions.get_mut(p)
-    }
-
     pub fn partition_by_key(&self, key: &PartitionKey) -> Option<&PartitionLog> {
         let topic = self.map.get(&key.topic).filter(|t| t.id == key.id)?;
         topic.partitions.get(usize::try_from(key.partition).ok()?)

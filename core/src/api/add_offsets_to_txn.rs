@@ -20,7 +20,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
     let entry = match check_owner(
-        &b.txns,
+        b.txns(),
         &id,
         req.producer_id.0,
         req.producer_epoch,
@@ -40,7 +40,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
     if current.state == TxnState::Ongoing && current.groups.contains(&group) {
         return answer(b, &ctx, None);
     }
-    let mut record = current.ongoing(b.now_ms);
+    let mut record = current.ongoing(b.now_ms());
     record.groups.insert(group);
     write::store(b, &id, record, Vec::new(), Then::AddOffsets { ctx });
 }

@@ -35,7 +35,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     let unknown: Vec<bool> = asked
         .iter()
         .map(|(t, p)| {
-            b.topics
+            b.topics()
                 .get(t)
                 .is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len())
         })
@@ -59,7 +59,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     let pid = req.v3_and_below_producer_id.0;
     let epoch = req.v3_and_below_producer_epoch;
     let entry = match check_owner(
-        &b.txns,
+        b.txns(),
         &id,
         pid,
         epoch,
@@ -87,7 +87,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     {
         return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
     }
-    let mut record = current.ongoing(b.now_ms);
+    let mut record = current.ongoing(b.now_ms());
     record.partitions.extend(asked.iter().cloned());
     write::store(
         b,

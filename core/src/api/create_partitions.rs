@@ -9,7 +9,7 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{MetaAction, RequestCtx};
+use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::limits;
@@ -54,7 +54,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
         return b.respond(&ctx, ResponseKind::CreatePartitions(response));
     }
     for (n, _) in &grown {
-        b.topics.mark_busy(n);
+        b.mark_topic_busy(n);
     }
     let ops = grown
         .iter()
@@ -65,7 +65,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
         .collect();
     b.emit_meta(
         ops,
-        MetaAction::CreatePartitions(PendingGrow {
+        ApiWrite::CreatePartitions(PendingGrow {
             ctx,
             response,
             topics: grown,
@@ -81,7 +81,7 @@ fn check(
     count: i32,
     assignments: Assignments,
 ) -> Result<TopicRecord, (ResponseError, String)> {
-    let Some(topic) = b.topics.get(name) else {
+    let Some(topic) = b.topics().get(name) else {
         return Err((
             ResponseError::UnknownTopicOrPartition,
             format!("The topic '{name}' does not exist."),
@@ -107,7 +107,7 @@ fn check(
         }
         if assignments
             .iter()
-            .any(|a| a.len() != 1 || a[0].0 != b.config.node_id)
+            .any(|a| a.len() != 1 || a[0].0 != b.config().node_id)
         {
             return Err((
                 ResponseError::InvalidReplicaAssignment,
@@ -123,7 +123,7 @@ fn check(
 
 pub(crate) fn apply(b: &mut Broker, mut pending: PendingGrow, stored: bool) {
     for (name, record) in pending.topics {
-        b.topics.unmark_busy(&name);
+        b.unmark_topic_busy(&name);
         if !stored {
             for r in pending
                 .response
@@ -137,12 +137,11 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingGrow, stored: bool) {
             continue;
         }
         let same_topic = b
-            .topics
+            .topics()
             .get(&name)
             .is_some_and(|t| t.record.id == record.id);
         if same_topic {
-            let config = b.config.clone();
-            b.topics.grow(&config, &name, record);
+            b.grow_topic(&name, record);
         }
     }
     b.respond(

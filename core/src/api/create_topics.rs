@@ -19,7 +19,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use super::{MetaAction, RequestCtx};
+use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::limits;
@@ -73,7 +73,7 @@ pub(crate) fn new_record(
     partitions: i32,
     configs: BTreeMap<String, String>,
 ) -> TopicRecord {
-    let id = b.topics.next_id(name, b.now_ms);
+    let id = b.new_topic_id(name);
     TopicRecord {
         id: id.hyphenated().to_string(),
         partitions,
@@ -92,11 +92,11 @@ pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRe
         })
         .collect();
     for (name, _) in &topics {
-        b.topics.mark_busy(name);
+        b.mark_topic_busy(name);
     }
     b.emit_meta(
         ops,
-        MetaAction::CreateTopics(PendingCreate { origin, topics }),
+        ApiWrite::CreateTopics(PendingCreate { origin, topics }),
     );
 }
 
@@ -157,13 +157,14 @@ fn check(
         ));
     }
     validate_name(name).map_err(|m| (ResponseError::InvalidTopicException, m))?;
-    if b.topics.get(name).is_some() || b.topics.is_busy(name) {
+    let topics = b.topics();
+    if topics.get(name).is_some() || topics.is_busy(name) {
         return Err((
             ResponseError::TopicAlreadyExists,
             format!("Topic '{name}' already exists."),
         ));
     }
-    if b.topics.len() + b.topics.busy_count() + creating_now >= limits::TOPICS_MAX {
+    if topics.len() + topics.busy_count() + creating_now >= limits::TOPICS_MAX {
         return Err((
             ResponseError::PolicyViolation,
             format!("The broker holds at most {} topics", limits::TOPICS_MAX),
@@ -177,7 +178,7 @@ fn check(
             ));
         }
         for a in &topic.assignments {
-            if a.broker_ids.len() != 1 || a.broker_ids[0].0 != b.config.node_id {
+            if a.broker_ids.len() != 1 || a.broker_ids[0].0 != b.config().node_id {
                 return Err((
                     ResponseError::InvalidReplicaAssignment,
                     "Replicas must be exactly this broker".into(),
@@ -186,7 +187,7 @@ fn check(
         }
         topic.assignments.len() as i32
     } else if topic.num_partitions == -1 {
-        b.config.default_partitions
+        b.config().default_partitions
     } else {
         topic.num_partitions
     };
@@ -228,7 +229,7 @@ fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTo
             let (value, source) = match overrides.get(*key) {
                 Some(v) => (v.clone(), 1), // TOPIC_CONFIG
                 None => (
-                    topic_config::default_value(&b.config, key).unwrap_or_default(),
+                    topic_config::default_value(b.config(), key).unwrap_or_default(),
                     5,
                 ), // DEFAULT_CONFIG
             };
@@ -242,10 +243,9 @@ fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTo
 
 pub(crate) fn apply(b: &mut Broker, pending: PendingCreate, stored: bool) {
     for (name, record) in &pending.topics {
-        b.topics.unmark_busy(name);
+        b.unmark_topic_busy(name);
         if stored {
-            let config = b.config.clone();
-            b.topics.insert(&config, name, record.clone());
+            b.add_topic(name, record.clone());
         }
     }
     match pending.origin {

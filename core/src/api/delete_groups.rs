@@ -12,7 +12,7 @@ use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use super::{MetaAction, RequestCtx};
+use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
@@ -29,9 +29,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) 
     let mut deleting = Vec::new();
     for name in req.groups_names {
         let group_id = name.0.to_string();
-        let code = match b.groups.check_delete_group(&group_id) {
+        let code = match b.groups().check_delete_group(&group_id) {
             Ok(()) => {
-                let keys = b.groups.begin_delete_group(&group_id);
+                let keys = b.groups_mut().begin_delete_group(&group_id);
                 deleting.push((group_id, keys));
                 0
             }
@@ -60,7 +60,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) 
         // Nothing stored to delete: the groups go now.
         return apply(b, pending, true);
     }
-    b.emit_meta(ops, MetaAction::DeleteGroups(pending));
+    b.emit_meta(ops, ApiWrite::DeleteGroups(pending));
 }
 
 pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteGroups, stored: bool) {
@@ -70,7 +70,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteGroups, stored: bool) 
         groups,
     } = pending;
     for (group_id, keys) in &groups {
-        b.groups.end_delete_group(group_id, keys, stored);
+        b.groups_mut().end_delete_group(group_id, keys, stored);
         if !stored {
             for r in response
                 .results

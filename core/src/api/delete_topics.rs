@@ -14,7 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::{MetaAction, RequestCtx};
+use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::meta;
@@ -43,9 +43,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
     let mut topics = Vec::new();
     for (name, id) in asked {
         let found = match &name {
-            Some(n) => b.topics.get(n).map(|t| (n.clone(), t.id)),
+            Some(n) => b.topics().get(n).map(|t| (n.clone(), t.id)),
             None => b
-                .topics
+                .topics()
                 .iter()
                 .find(|(_, t)| t.id == id)
                 .map(|(n, t)| (n.clone(), t.id)),
@@ -71,7 +71,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
         return b.respond(&ctx, ResponseKind::DeleteTopics(response));
     }
     for (n, _) in &topics {
-        b.topics.mark_busy(n);
+        b.mark_topic_busy(n);
     }
     let mut ops: Vec<MetaOp> = topics
         .iter()
@@ -81,12 +81,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
         .collect();
     // Its partitions' recovery checkpoints go with it.
     for (n, id) in &topics {
-        let partitions = b.topics.get(n).map_or(0, |t| t.partitions.len() as i32);
+        let partitions = b.topics().get(n).map_or(0, |t| t.partitions.len() as i32);
         ops.extend(crate::checkpoint::delete_ops(id, partitions));
     }
     b.emit_meta(
         ops,
-        MetaAction::DeleteTopics(PendingDelete {
+        ApiWrite::DeleteTopics(PendingDelete {
             ctx,
             response,
             topics,
@@ -96,16 +96,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
 
 pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
     for (name, id) in &pending.topics {
-        b.topics.unmark_busy(name);
-        let still_there = b.topics.get(name).is_some_and(|t| t.id == *id);
+        b.unmark_topic_busy(name);
+        let still_there = b.topics().get(name).is_some_and(|t| t.id == *id);
         if stored && still_there {
-            b.producer_states.retain(|key, _| key.id != *id);
-            b.partition_txns.retain(|key, _| key.id != *id);
-            b.offline.retain(|key| key.id != *id);
-            b.checkpoints.forget_topic(id);
-            for (key, op) in b.topics.remove(name) {
-                b.emit_disk(key, op);
-            }
+            b.forget_topic(name, id);
         } else if !stored {
             for r in pending.response.responses.iter_mut() {
                 if r.name.as_ref().is_some_and(|n| n.0.as_str() == name) {
@@ -118,7 +112,7 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
     if stored {
         b.request_sync();
         // Produce requests waiting on a deleted partition are answered now.
-        super::produce::complete_durable(b);
+        b.complete_durable_produces();
     }
     b.respond(&pending.ctx, ResponseKind::DeleteTopics(pending.response));
 }

@@ -17,18 +17,19 @@ use crate::broker::Broker;
 const ENDPOINT_BROKERS: i8 = 1;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeClusterRequest) {
+    let config = b.config();
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
-        .with_cluster_id(StrBytes::from_string(b.config.cluster_id.clone()))
-        .with_controller_id(BrokerId(b.config.node_id))
+        .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
+        .with_controller_id(BrokerId(config.node_id))
         .with_cluster_authorized_operations(i32::MIN);
     if ctx.version >= 1 && req.endpoint_type != ENDPOINT_BROKERS {
         response.error_code = ResponseError::UnsupportedEndpointType.code();
     } else {
         response.brokers = vec![DescribeClusterBroker::default()
-            .with_broker_id(BrokerId(b.config.node_id))
-            .with_host(StrBytes::from_string(b.config.advertised_host.clone()))
-            .with_port(b.config.advertised_port)];
+            .with_broker_id(BrokerId(config.node_id))
+            .with_host(StrBytes::from_string(config.advertised_host.clone()))
+            .with_port(config.advertised_port)];
     }
     b.respond(&ctx, ResponseKind::DescribeCluster(response));
 }

@@ -63,7 +63,7 @@ fn describe(
         .with_resource_name(r.resource_name.clone());
     match r.resource_type {
         RESOURCE_TOPIC => {
-            let Some(topic) = b.topics.get(r.resource_name.as_str()) else {
+            let Some(topic) = b.topics().get(r.resource_name.as_str()) else {
                 return base
                     .with_error_code(ResponseError::UnknownTopicOrPartition.code())
                     .with_error_message(Some(StrBytes::from_string(format!(
@@ -84,7 +84,7 @@ fn describe(
                         Some(v) => entry(name, v.clone(), false, SOURCE_DYNAMIC_TOPIC, config_type),
                         None => {
                             let v =
-                                topic_config::default_value(&b.config, name).unwrap_or_default();
+                                topic_config::default_value(b.config(), name).unwrap_or_default();
                             entry(name, v, false, SOURCE_DEFAULT, config_type)
                         }
                     }
@@ -94,7 +94,7 @@ fn describe(
         }
         RESOURCE_BROKER => {
             let name = r.resource_name.as_str();
-            if !name.is_empty() && name != b.config.node_id.to_string() {
+            if !name.is_empty() && name != b.config().node_id.to_string() {
                 return base
                     .with_error_code(ResponseError::InvalidRequest.code())
                     .with_error_message(Some(StrBytes::from_string(format!(
@@ -102,7 +102,7 @@ fn describe(
                     ))));
             }
             let configs = b
-                .config
+                .config()
                 .describe()
                 .into_iter()
                 .filter(|(n, _)| wanted(n))

@@ -36,7 +36,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeGroupsRequest
         let described = DescribedGroup::default()
             .with_group_id(id.clone())
             .with_authorized_operations(operations);
-        let Some(g) = b.groups.group(id.0.as_str()).filter(|g| !g.deleting) else {
+        let Some(g) = b.groups().group(id.0.as_str()).filter(|g| !g.deleting) else {
             let mut dead = described.with_group_state(StrBytes::from_static_str("Dead"));
             if ctx.version >= 6 {
                 dead.error_code = ResponseError::GroupIdNotFound.code();

@@ -28,7 +28,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
             if id.0.is_empty() {
                 return base.with_error_code(ResponseError::InvalidRequest.code());
             }
-            let Some(entry) = b.txns.get(id.0.as_str()) else {
+            let Some(entry) = b.txns().get(id.0.as_str()) else {
                 return base.with_error_code(ResponseError::TransactionalIdNotFound.code());
             };
             let r = &entry.record;

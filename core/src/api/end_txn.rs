@@ -30,7 +30,7 @@ use crate::txn::write::{self, Then};
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     let id = req.transactional_id.0.to_string();
     let entry = match check_owner(
-        &b.txns,
+        b.txns(),
         &id,
         req.producer_id.0,
         req.producer_epoch,
@@ -53,7 +53,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
                 } else {
                     TxnState::PrepareAbort
                 },
-                last_update_ms: b.now_ms,
+                last_update_ms: b.now_ms(),
                 ..record
             };
             write::store(b, &id, decided, Vec::new(), Then::Decided { ctx });

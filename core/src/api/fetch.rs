@@ -58,7 +58,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
         return b.respond(&ctx, ResponseKind::Fetch(response));
     }
     let wait_ms = (req.max_wait_ms as i64).clamp(0, limits::FETCH_WAIT_MS_MAX);
-    let deadline_ms = b.now_ms + wait_ms;
+    let deadline_ms = b.now_ms() + wait_ms;
     resume(b, ctx, req, deadline_ms, Gathered::default());
 }
 
@@ -73,8 +73,8 @@ pub(crate) fn resume(
 ) {
     match build(b, &req, &gathered) {
         Err(needs) => reads::park(b, ctx, Parked::Fetch { req, deadline_ms }, gathered, needs),
-        Ok(built) if built.satisfies(&req) || b.now_ms >= deadline_ms => respond(b, &ctx, built),
-        Ok(_) => b.waiting_fetches.push(WaitingFetch {
+        Ok(built) if built.satisfies(&req) || b.now_ms() >= deadline_ms => respond(b, &ctx, built),
+        Ok(_) => b.park_fetch(WaitingFetch {
             ctx,
             deadline_ms,
             req,
@@ -106,21 +106,20 @@ fn respond(b: &mut Broker, ctx: &RequestCtx, built: Built) {
 /// whose deadline has passed.
 pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
     let mut i = 0;
-    while i < b.waiting_fetches.len() {
-        let expired = b.now_ms >= b.waiting_fetches[i].deadline_ms;
+    while let Some(waiting) = b.waiting_fetch(i) {
+        let expired = b.now_ms() >= waiting.deadline_ms;
         if !expired && !data_changed {
             i += 1;
             continue;
         }
-        let waiting = &b.waiting_fetches[i];
         match build(b, &waiting.req, &waiting.gathered) {
             Ok(built) if expired || built.satisfies(&waiting.req) => {
-                let waiting = b.waiting_fetches.swap_remove(i);
+                let waiting = b.unpark_fetch(i);
                 respond(b, &waiting.ctx, built);
             }
             Ok(_) => i += 1,
             Err(needs) => {
-                let w = b.waiting_fetches.swap_remove(i);
+                let w = b.unpark_fetch(i);
                 let parked = Parked::Fetch {
                     req: w.req,
                     deadline_ms: w.deadline_ms,
@@ -188,7 +187,7 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
             pd.last_stable_offset = part.last_stable_offset();
             pd.log_start_offset = log.log_start_offset();
             let serve_above_lso =
-                b.config.planted_bug == Some(crate::config::PlantedBug::ServeAboveLso);
+                b.config().planted_bug == Some(crate::config::PlantedBug::ServeAboveLso);
             let upper = part.read_bound(read_committed && !serve_above_lso);
             pd.aborted_transactions = None;
             if read_committed {

@@ -12,9 +12,9 @@ use super::RequestCtx;
 use crate::broker::Broker;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: HeartbeatRequest) {
-    let now_ms = b.now_ms;
+    let now_ms = b.now_ms();
     let instance_id = req.group_instance_id.as_ref().map(|s| s.as_str());
-    let error = b.groups.heartbeat(
+    let error = b.groups_mut().heartbeat(
         now_ms,
         req.group_id.0.as_str(),
         req.generation_id,

@@ -29,11 +29,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError;
 
-use super::{MetaAction, RequestCtx};
+use super::RequestCtx;
 use crate::broker::Broker;
-use crate::io::MetaOp;
-use crate::meta;
-use crate::producer::ids::{ProducerIdsRecord, META_KEY};
 use crate::txn::coordinator::fenced_error;
 use crate::txn::record::{epoch_exhausted, TxnRecord, TxnState};
 use crate::txn::write::{self, Then};
@@ -46,19 +43,19 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
         return error(b, &ctx, ResponseError::InvalidRequest);
     }
     if req.transaction_timeout_ms <= 0
-        || req.transaction_timeout_ms > b.config.transaction_max_timeout_ms
+        || req.transaction_timeout_ms > b.config().transaction_max_timeout_ms
     {
         return error(b, &ctx, ResponseError::InvalidTransactionTimeout);
     }
-    if b.txns.is_creating(&id) {
+    if b.txns().is_creating(&id) {
         return error(b, &ctx, ResponseError::ConcurrentTransactions);
     }
     let expected = (ctx.version >= 3 && req.producer_id.0 != -1)
         .then_some((req.producer_id.0, req.producer_epoch));
-    let now_ms = b.now_ms;
-    let Some(entry) = b.txns.get(&id) else {
-        let Some(pid) = b.producer_ids.take() else {
-            return wait_for_block(b, ctx, req);
+    let now_ms = b.now_ms();
+    let Some(entry) = b.txns().get(&id) else {
+        let Some(pid) = b.take_producer_id() else {
+            return b.await_id_block(ctx, req);
         };
         let mut record = TxnRecord::new(pid, req.transaction_timeout_ms, now_ms);
         record.producer_epoch = 0;
@@ -99,8 +96,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                 && expected.is_none_or(|(_, e)| e == current.producer_epoch)
             {
                 // TransactionMetadata.prepareProducerIdRotation.
-                let Some(pid) = b.producer_ids.take() else {
-                    return wait_for_block(b, ctx, req);
+                let Some(pid) = b.take_producer_id() else {
+                    return b.await_id_block(ctx, req);
                 };
                 TxnRecord {
                     producer_id: pid,
@@ -148,8 +145,8 @@ fn error(b: &mut Broker, ctx: &RequestCtx, error: ResponseError) {
 
 /// Answers an idempotent producer with a fresh id, or waits for a block.
 fn give_id(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
-    let Some(id) = b.producer_ids.take() else {
-        return wait_for_block(b, ctx, req);
+    let Some(id) = b.take_producer_id() else {
+        return b.await_id_block(ctx, req);
     };
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(id))
@@ -157,21 +154,14 @@ fn give_id(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
     b.respond(&ctx, ResponseKind::InitProducerId(response));
 }
 
-/// Parks the request until the next id block is stored, then runs it again.
-fn wait_for_block(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
-    b.init_waiting.push((ctx, req));
-    if let Some(record) = b.producer_ids.start_block() {
-        let op = MetaOp::Put {
-            key: META_KEY.to_vec(),
-            value: meta::encode(&record),
-        };
-        b.emit_meta(vec![op], MetaAction::ProducerIdBlock(record));
-    }
-}
-
-pub(crate) fn block_stored(b: &mut Broker, record: ProducerIdsRecord, stored: bool) {
-    b.producer_ids.block_done(&record, stored);
-    for (ctx, req) in std::mem::take(&mut b.init_waiting) {
+/// The id block the waiting requests asked for is stored: they run again;
+/// or it is not: they fail with NOT_COORDINATOR, which clients retry.
+pub(crate) fn block_stored(
+    b: &mut Broker,
+    waiting: Vec<(RequestCtx, InitProducerIdRequest)>,
+    stored: bool,
+) {
+    for (ctx, req) in waiting {
         if stored {
             handle(b, ctx, req);
         } else {

@@ -13,7 +13,7 @@ use kafka_protocol::messages::JoinGroupRequest;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::group::{self, JoinArgs, Protocol};
+use crate::group::{JoinArgs, Protocol};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
     let rebalance_timeout_ms = if ctx.version == 0 || req.rebalance_timeout_ms < 0 {
@@ -38,7 +38,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
             })
             .collect(),
     };
-    let now_ms = b.now_ms;
-    b.groups.join(now_ms, ctx, args);
-    group::flush(b);
+    let now_ms = b.now_ms();
+    b.groups_mut().join(now_ms, ctx, args);
+    b.flush_group_answers();
 }

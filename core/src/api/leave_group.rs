@@ -11,7 +11,6 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, ResponseKi
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::group;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: LeaveGroupRequest) {
     let leaving: Vec<(String, Option<String>)> = if ctx.version < 3 {
@@ -27,9 +26,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: LeaveGroupRequest) {
             })
             .collect()
     };
-    let now_ms = b.now_ms;
-    let result = b.groups.leave(now_ms, req.group_id.0.as_str(), &leaving);
-    group::flush(b);
+    let now_ms = b.now_ms();
+    let result = b
+        .groups_mut()
+        .leave(now_ms, req.group_id.0.as_str(), &leaving);
+    b.flush_group_answers();
     let mut response = LeaveGroupResponse::default();
     match result {
         Err(error) => response.error_code = error.code(),

@@ -19,7 +19,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListGroupsRequest) {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
     };
     let groups = b
-        .groups
+        .groups()
         .groups()
         .filter(|g| !g.deleting)
         .filter(|g| {

@@ -38,8 +38,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListTransactionsReque
     } else {
         -1
     };
-    let now_ms = b.now_ms;
-    for (id, entry) in b.txns.iter() {
+    let now_ms = b.now_ms();
+    for (id, entry) in b.txns().iter() {
         let r = &entry.record;
         if !wanted_states.is_empty() && !wanted_states.contains(&r.state) {
             continue;

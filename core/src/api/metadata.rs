@@ -35,7 +35,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest) {
 /// Answers `req`, first creating missing topics when `may_create` and allowed.
 pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may_create: bool) {
     let allow_create =
-        b.config.auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
+        b.config().auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
     // v0: an empty list means all topics; v1+: null means all topics.
     let asked: Option<Vec<String>> = match &req.topics {
         None => None,
@@ -50,10 +50,10 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
         if let Some(names) = &asked {
             let mut new = Vec::new();
             for name in names {
-                let exists = b.topics.get(name).is_some() || b.topics.is_busy(name);
+                let exists = b.topics().get(name).is_some() || b.topics().is_busy(name);
                 let duplicate = new.iter().any(|(n, _)| n == name);
                 if !exists && !duplicate && create_topics::validate_name(name).is_ok() {
-                    let partitions = b.config.default_partitions;
+                    let partitions = b.config().default_partitions;
                     let record = create_topics::new_record(b, name, partitions, BTreeMap::new());
                     new.push((name.clone(), record));
                 }
@@ -63,16 +63,17 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
             }
         }
     }
-    let names = asked.unwrap_or_else(|| b.topics.names());
+    let names = asked.unwrap_or_else(|| b.topics().names());
     let topics = names.iter().map(|name| describe_topic(b, name)).collect();
+    let config = b.config();
     let broker = MetadataResponseBroker::default()
-        .with_node_id(BrokerId(b.config.node_id))
-        .with_host(StrBytes::from_string(b.config.advertised_host.clone()))
-        .with_port(b.config.advertised_port);
+        .with_node_id(BrokerId(config.node_id))
+        .with_host(StrBytes::from_string(config.advertised_host.clone()))
+        .with_port(config.advertised_port);
     let response = MetadataResponse::default()
         .with_brokers(vec![broker])
-        .with_cluster_id(Some(StrBytes::from_string(b.config.cluster_id.clone())))
-        .with_controller_id(BrokerId(b.config.node_id))
+        .with_cluster_id(Some(StrBytes::from_string(config.cluster_id.clone())))
+        .with_controller_id(BrokerId(config.node_id))
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
         .with_topics(topics);
     b.respond(&ctx, ResponseKind::Metadata(response));
@@ -83,8 +84,8 @@ fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {
     let base = MetadataResponseTopic::default()
         .with_name(Some(topic_name))
         .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED);
-    let Some(topic) = b.topics.get(name) else {
-        let error = if b.topics.is_busy(name) {
+    let Some(topic) = b.topics().get(name) else {
+        let error = if b.topics().is_busy(name) {
             ResponseError::LeaderNotAvailable
         } else if create_topics::validate_name(name).is_err() {
             ResponseError::InvalidTopicException
@@ -93,7 +94,7 @@ fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {
         };
         return base.with_error_code(error.code());
     };
-    let node = BrokerId(b.config.node_id);
+    let node = BrokerId(b.config().node_id);
     let partitions = (0..topic.partitions.len() as i32)
         .map(|p| {
             MetadataResponsePartition::default()

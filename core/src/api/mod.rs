@@ -1,11 +1,11 @@
 //! One file per Kafka API key, each opening with the versions it serves and
-//! how it behaves. Handlers stay thin: the log, the topics and the broker's
-//! helpers do the work.
+//! how it behaves. Handlers stay thin: each reads as a recipe from request to
+//! response through the broker's methods (the log, the coordinators, the
+//! bookkeeping of parked requests), never its fields.
 
-use kafka_protocol::messages::{ApiKey, RequestKind};
+use kafka_protocol::messages::RequestKind;
 
 use crate::broker::Broker;
-use crate::io::ConnId;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
@@ -39,32 +39,18 @@ pub(crate) mod reads;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
-/// Who asked, so the answer finds its way back in order.
-#[derive(Clone, Debug)]
-pub struct RequestCtx {
-    pub conn: ConnId,
-    /// The request's place in its connection's order.
-    pub seq: u64,
-    pub api_key: ApiKey,
-    pub version: i16,
-    pub correlation_id: i32,
-    /// The client id of the request header ("" when null).
-    pub client_id: kafka_protocol::protocol::StrBytes,
-}
+pub use crate::request::RequestCtx;
 
-/// What to do when a meta.db write completes (Ok or not).
-pub enum MetaAction {
+/// What to do when an API handler's own meta.db write completes (Ok or not).
+/// The broker's other writes (producer id blocks, transactional ids,
+/// checkpoints) are `broker::MetaAction`s.
+pub enum ApiWrite {
     CreateTopics(create_topics::PendingCreate),
     DeleteTopics(delete_topics::PendingDelete),
     CreatePartitions(create_partitions::PendingGrow),
-    ProducerIdBlock(crate::producer::ids::ProducerIdsRecord),
     OffsetCommit(offset_commit::PendingCommit),
     OffsetDelete(offset_delete::PendingOffsetDelete),
     DeleteGroups(delete_groups::PendingDeleteGroups),
-    Txn(crate::txn::write::TxnWrite),
-    Checkpoint(crate::checkpoint::PendingCheckpoint),
-    /// A checkpoint start-up could not use was deleted (`crate::recovery`).
-    CheckpointDropped(crate::topics::PartitionKey),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -92,11 +78,10 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         // A v6 DeleteTopics by id is resolved when it runs; any change in
         // flight defers it, to keep the order simple.
         let by_id = matches!(&request, RequestKind::DeleteTopics(r) if r.topics.iter().any(|t| t.name.is_none()));
-        let busy =
-            names.iter().any(|n| b.topics.is_busy(n)) || (by_id && b.topics.busy_count() > 0);
+        let topics = b.topics();
+        let busy = names.iter().any(|n| topics.is_busy(n)) || (by_id && topics.busy_count() > 0);
         if busy {
-            b.deferred_admin.push((ctx, request));
-            return;
+            return b.defer_admin(ctx, request);
         }
     }
     match request {
@@ -137,21 +122,14 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
     }
 }
 
-pub(crate) fn apply_meta(b: &mut Broker, action: MetaAction, stored: bool) {
-    match action {
-        MetaAction::CreateTopics(p) => create_topics::apply(b, p, stored),
-        MetaAction::DeleteTopics(p) => delete_topics::apply(b, p, stored),
-        MetaAction::CreatePartitions(p) => create_partitions::apply(b, p, stored),
-        MetaAction::ProducerIdBlock(r) => init_producer_id::block_stored(b, r, stored),
-        MetaAction::OffsetCommit(p) => offset_commit::apply(b, p, stored),
-        MetaAction::OffsetDelete(p) => offset_delete::apply(b, p, stored),
-        MetaAction::DeleteGroups(p) => delete_groups::apply(b, p, stored),
-        MetaAction::Txn(w) => crate::txn::write::done(b, w, stored),
-        MetaAction::Checkpoint(p) => crate::checkpoint::written(b, p, stored),
-        MetaAction::CheckpointDropped(key) => crate::recovery::checkpoint_dropped(b, key, stored),
-    }
-    // Admin requests that waited for this change run again, in arrival order.
-    for (ctx, request) in std::mem::take(&mut b.deferred_admin) {
-        dispatch(b, ctx, request);
+/// An API handler's meta.db write completed: the handler finishes.
+pub(crate) fn apply_meta(b: &mut Broker, write: ApiWrite, stored: bool) {
+    match write {
+        ApiWrite::CreateTopics(p) => create_topics::apply(b, p, stored),
+        ApiWrite::DeleteTopics(p) => delete_topics::apply(b, p, stored),
+        ApiWrite::CreatePartitions(p) => create_partitions::apply(b, p, stored),
+        ApiWrite::OffsetCommit(p) => offset_commit::apply(b, p, stored),
+        ApiWrite::OffsetDelete(p) => offset_delete::apply(b, p, stored),
+        ApiWrite::DeleteGroups(p) => delete_groups::apply(b, p, stored),
     }
 }

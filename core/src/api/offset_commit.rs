@@ -16,7 +16,7 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use super::{MetaAction, RequestCtx};
+use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::group::{offset_key, OffsetRecord, TopicPartition};
 use crate::io::MetaOp;
@@ -34,8 +34,8 @@ pub struct PendingCommit {
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) {
     let group_id = req.group_id.0.to_string();
     let instance_id = req.group_instance_id.as_ref().map(|s| s.as_str());
-    let now_ms = b.now_ms;
-    let checked = b.groups.check_commit(
+    let now_ms = b.now_ms();
+    let checked = b.groups_mut().check_commit(
         now_ms,
         &group_id,
         req.generation_id_or_member_epoch,
@@ -48,7 +48,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
     let mut records = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.to_string();
-        let known = b.topics.get(&name).is_some();
+        let known = b.topics().get(&name).is_some();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let metadata = p
@@ -95,10 +95,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
             value: meta::encode(record),
         })
         .collect();
-    b.groups.begin_commit(&group_id, &records);
+    b.groups_mut().begin_commit(&group_id, &records);
     b.emit_meta(
         ops,
-        MetaAction::OffsetCommit(PendingCommit {
+        ApiWrite::OffsetCommit(PendingCommit {
             ctx,
             response,
             group_id,
@@ -127,6 +127,6 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCommit, stored: bool) {
             }
         }
     }
-    b.groups.end_commit(&group_id, records, stored);
+    b.groups_mut().end_commit(&group_id, records, stored);
     b.respond(&ctx, ResponseKind::OffsetCommit(response));
 }

@@ -14,7 +14,7 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use super::{MetaAction, RequestCtx};
+use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
@@ -28,7 +28,7 @@ pub struct PendingOffsetDelete {
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) {
     let group_id = req.group_id.0.to_string();
-    if let Err(error) = b.groups.check_offset_delete(&group_id) {
+    if let Err(error) = b.groups().check_offset_delete(&group_id) {
         let response = OffsetDeleteResponse::default().with_error_code(error.code());
         return b.respond(&ctx, ResponseKind::OffsetDelete(response));
     }
@@ -36,16 +36,16 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) 
     let mut deleted = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.to_string();
-        let subscribed = b.groups.is_subscribed_to(&group_id, &name);
+        let subscribed = b.groups().is_subscribed_to(&group_id, &name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let tp = (name.clone(), p.partition_index);
             let code = if subscribed {
                 ResponseError::GroupSubscribedToTopic.code()
-            } else if b.topics.partition(&name, p.partition_index).is_none() {
+            } else if b.topics().partition(&name, p.partition_index).is_none() {
                 ResponseError::UnknownTopicOrPartition.code()
             } else {
-                if b.groups.has_offset(&group_id, &tp) {
+                if b.groups().has_offset(&group_id, &tp) {
                     deleted.push(tp);
                 }
                 0
@@ -73,7 +73,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) 
         .collect();
     b.emit_meta(
         ops,
-        MetaAction::OffsetDelete(PendingOffsetDelete {
+        ApiWrite::OffsetDelete(PendingOffsetDelete {
             ctx,
             response,
             group_id,
@@ -89,7 +89,8 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingOffsetDelete, stored: bool) 
         group_id,
         deleted,
     } = pending;
-    b.groups.end_offset_delete(&group_id, &deleted, stored);
+    b.groups_mut()
+        .end_offset_delete(&group_id, &deleted, stored);
     if !stored {
         response.error_code = ResponseError::CoordinatorNotAvailable.code();
     }

@@ -86,7 +86,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let answers = fetch_group(&b.groups, &b.txns, &group_id, topics, req.require_stable);
+            let answers = fetch_group(b.groups(), b.txns(), &group_id, topics, req.require_stable);
             let code = if group_id.is_empty() {
                 ResponseError::InvalidGroupId.code()
             } else {
@@ -125,7 +125,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
                 .map(|t| (t.name, t.partition_indexes))
                 .collect()
         });
-        let answers = fetch_group(&b.groups, &b.txns, &group_id, topics, req.require_stable);
+        let answers = fetch_group(b.groups(), b.txns(), &group_id, topics, req.require_stable);
         if group_id.is_empty() {
             response.error_code = ResponseError::InvalidGroupId.code();
         }

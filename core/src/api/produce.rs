@@ -26,9 +26,8 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
-use crate::partition::producer_states;
 use crate::producer::{AppendCheck, ProducerError};
-use crate::topics::PartitionKey;
+use crate::topics::{PartitionKey, Topics};
 
 /// A produce request waiting for its data to be durable.
 pub struct PendingProduce {
@@ -81,14 +80,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     }
     // A duplicate of durable data needs no sync: answer it now.
     let durable = |(key, last_offset, _, _): &(PartitionKey, i64, usize, usize)| {
-        b.topics
+        b.topics()
             .partition_by_key(key)
             .is_some_and(|log| log.high_watermark() > *last_offset)
     };
     if waits.iter().all(durable) {
         return b.respond(&ctx, ResponseKind::Produce(response));
     }
-    b.pending_produces.push(PendingProduce {
+    b.park_produce(PendingProduce {
         ctx,
         response,
         waits,
@@ -111,13 +110,13 @@ fn append_partition(
     partition: i32,
     records: Option<&bytes::Bytes>,
 ) -> AppendResult {
-    let Some(topic) = b.topics.get(topic_name) else {
+    let Some(topic) = b.topics().get(topic_name) else {
         return Err((ResponseError::UnknownTopicOrPartition, None));
     };
     if partition < 0 || partition as usize >= topic.partitions.len() {
         return Err((ResponseError::UnknownTopicOrPartition, None));
     }
-    if b.offline.contains(&topic.key(topic_name, partition)) {
+    if b.is_offline(&topic.key(topic_name, partition)) {
         return Err((ResponseError::KafkaStorageError, None));
     }
     let Some(records) = records else {
@@ -129,10 +128,11 @@ fn append_partition(
     if records.len() > limits::RECORD_LIST_BYTES_MAX {
         return Err((ResponseError::RecordListTooLarge, None));
     }
-    let message_bytes_max = topic.config_i64(&b.config, "max.message.bytes").max(0) as usize;
-    let segment_bytes = topic.config_i64(&b.config, "segment.bytes") as usize;
+    let config = b.config();
+    let message_bytes_max = topic.config_i64(config, "max.message.bytes").max(0) as usize;
+    let segment_bytes = topic.config_i64(config, "segment.bytes") as usize;
     let log_append_time =
-        topic.config(&b.config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
+        topic.config(config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
     let key = topic.key(topic_name, partition);
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
         BatchError::CrcMismatch { .. } => (ResponseError::CorruptMessage, Some(e.to_string())),
@@ -157,11 +157,9 @@ fn append_partition(
         }
     }
     let (header, bytes) = batches.into_iter().next().expect("exactly one batch");
-    let now_ms = b.now_ms;
     check_transaction(b, &key, topic_name, partition, &header)?;
     if header.has_producer_id() {
-        let states = producer_states(b, &key);
-        match states.check(&header) {
+        match b.check_producer(&key, &header) {
             Ok(AppendCheck::Append) => {}
             Ok(AppendCheck::Duplicate {
                 first_offset,
@@ -169,7 +167,7 @@ fn append_partition(
             }) => {
                 // Answered once the original is durable, like any append.
                 let log_start_offset = b
-                    .topics
+                    .topics()
                     .partition_by_key(&key)
                     .expect("exists")
                     .log_start_offset();
@@ -190,30 +188,13 @@ fn append_partition(
             }
         }
     }
-    let log = b
-        .topics
-        .partition_mut(topic_name, partition)
-        .expect("checked above");
-    let info = log.append(bytes, now_ms, log_append_time);
-    let log_start_offset = log.log_start_offset();
-    if header.has_producer_id() {
-        producer_states(b, &key).record(&header, info.base_offset, info.last_offset, now_ms);
-    }
-    if header.is_transactional() {
-        b.partition_txns
-            .entry(key.clone())
-            .or_default()
-            .on_data(header.producer_id, info.base_offset);
-    }
-    for op in info.ops {
-        b.emit_disk(key.clone(), op);
-    }
+    let appended = b.append_batch(&key, &header, bytes, log_append_time);
     Ok(Appended {
         key,
-        base_offset: info.base_offset,
-        last_offset: info.last_offset,
-        log_append_time_ms: info.log_append_time_ms,
-        log_start_offset,
+        base_offset: appended.base_offset,
+        last_offset: appended.last_offset,
+        log_append_time_ms: appended.log_append_time_ms,
+        log_start_offset: appended.log_start_offset,
     })
 }
 
@@ -236,10 +217,7 @@ fn check_transaction(
     h: &crate::batch::BatchHeader,
 ) -> Result<(), (ResponseError, Option<String>)> {
     if !h.is_transactional() {
-        let open_here = h.has_producer_id()
-            && b.partition_txns
-                .get(key)
-                .is_some_and(|t| t.is_ongoing(h.producer_id));
+        let open_here = h.has_producer_id() && b.has_ongoing_txn(key, h.producer_id);
         if open_here {
             return Err((
                 ResponseError::InvalidTxnState,
@@ -248,7 +226,7 @@ fn check_transaction(
         }
         return Ok(());
     }
-    let Some((_, entry)) = b.txns.by_producer(h.producer_id) else {
+    let Some((_, entry)) = b.txns().by_producer(h.producer_id) else {
         return Err((ResponseError::InvalidProducerIdMapping, None));
     };
     let r = &entry.record;
@@ -295,39 +273,32 @@ fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse
     ProduceResponse::default().with_responses(responses)
 }
 
-/// Answers every pending produce whose data is now durable (or whose
-/// partition is gone).
-pub(crate) fn complete_durable(b: &mut Broker) {
-    let mut i = 0;
-    while i < b.pending_produces.len() {
-        let pending = &mut b.pending_produces[i];
-        pending.waits.retain(
-            |(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
+impl PendingProduce {
+    /// Drops the waits whose data is now durable; a wait whose partition is
+    /// gone fails with UNKNOWN_TOPIC_OR_PARTITION. Whether none is left.
+    pub(crate) fn settle(&mut self, topics: &Topics) -> bool {
+        let response = &mut self.response;
+        self.waits.retain(
+            |(key, last_offset, ti, pi)| match topics.partition_by_key(key) {
                 Some(log) => log.high_watermark() <= *last_offset,
                 None => {
-                    let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
+                    let pr = &mut response.responses[*ti].partition_responses[*pi];
                     pr.error_code = ResponseError::UnknownTopicOrPartition.code();
                     false
                 }
             },
         );
-        if pending.waits.is_empty() {
-            let done = b.pending_produces.remove(i);
-            b.respond(&done.ctx, ResponseKind::Produce(done.response));
-        } else {
-            i += 1;
-        }
+        self.waits.is_empty()
     }
-}
 
-/// After a failed sync truncated the logs: every wait whose data was cut
-/// away fails with KAFKA_STORAGE_ERROR (retriable: the client sends it again).
-pub(crate) fn fail_undurable(b: &mut Broker) {
-    for pending in b.pending_produces.iter_mut() {
-        pending.waits.retain(
-            |(key, last_offset, ti, pi)| match b.topics.partition_by_key(key) {
+    /// After a failed sync truncated the logs: every wait whose data was cut
+    /// away fails with KAFKA_STORAGE_ERROR (retriable: the client sends it again).
+    pub(crate) fn fail_cut(&mut self, topics: &Topics) {
+        let response = &mut self.response;
+        self.waits.retain(
+            |(key, last_offset, ti, pi)| match topics.partition_by_key(key) {
                 Some(log) if log.log_end_offset() <= *last_offset => {
-                    let pr = &mut pending.response.responses[*ti].partition_responses[*pi];
+                    let pr = &mut response.responses[*ti].partition_responses[*pi];
                     pr.error_code = ResponseError::KafkaStorageError.code();
                     pr.base_offset = -1;
                     false
@@ -335,5 +306,10 @@ pub(crate) fn fail_undurable(b: &mut Broker) {
                 _ => true,
             },
         );
+    }
+
+    /// The request and its answer, once nothing is left to wait for.
+    pub(crate) fn answer(self) -> (RequestCtx, ResponseKind) {
+        (self.ctx, ResponseKind::Produce(self.response))
     }
 }

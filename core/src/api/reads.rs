@@ -42,7 +42,8 @@ impl Gathered {
     }
 }
 
-struct Reading {
+/// A request parked for reads.
+pub(crate) struct Reading {
     ctx: RequestCtx,
     parked: Parked,
     gathered: Gathered,
@@ -65,6 +66,57 @@ impl ReadingRequests {
     pub fn forget_conn(&mut self, conn: crate::io::ConnId) {
         self.requests.retain(|r| r.ctx.conn != conn);
     }
+
+    /// The read in flight for `range`, if one is.
+    pub fn in_flight_for(&self, range: &FileRange) -> Option<IoId> {
+        self.by_range.get(range).copied()
+    }
+
+    /// A read of `range` was issued as `io`.
+    pub fn issued(&mut self, io: IoId, range: FileRange) {
+        self.in_flight.insert(io, range.clone());
+        self.by_range.insert(range, io);
+    }
+
+    pub fn park(&mut self, reading: Reading) {
+        self.requests.push(reading);
+    }
+
+    /// Read `io` completed: every request waiting for it takes the bytes (or
+    /// notes the failure). Returns the range read and the requests that now
+    /// have all they asked for, in arrival order.
+    pub fn complete(
+        &mut self,
+        io: IoId,
+        result: &Result<Bytes, IoError>,
+    ) -> (FileRange, Vec<Reading>) {
+        let range = self.in_flight.remove(&io).expect("a request read");
+        self.by_range.remove(&range);
+        if let Err(e) = result {
+            tracing::error!(dir = %range.dir.dir_name(), segment = range.segment_base, "read failed: {}", e.0);
+        }
+        let mut ready = Vec::new();
+        let mut i = 0;
+        while i < self.requests.len() {
+            let r = &mut self.requests[i];
+            if r.awaiting.remove(&io) {
+                match result {
+                    Ok(bytes) => {
+                        r.gathered.reads.insert(range.clone(), bytes.clone());
+                    }
+                    Err(_) => {
+                        r.gathered.failed.insert(range.clone());
+                    }
+                }
+            }
+            if r.awaiting.is_empty() {
+                ready.push(self.requests.remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        (range, ready)
+    }
 }
 
 /// Parks a request until `needs` are read.
@@ -76,20 +128,11 @@ pub(crate) fn park(
     needs: Vec<FileRange>,
 ) {
     assert!(!needs.is_empty(), "a request parks for some read");
-    let mut awaiting = BTreeSet::new();
-    for range in needs {
-        let io = match b.reading.by_range.get(&range) {
-            Some(io) => *io,
-            None => {
-                let io = b.emit_read(range.clone());
-                b.reading.in_flight.insert(io, range.clone());
-                b.reading.by_range.insert(range, io);
-                io
-            }
-        };
-        awaiting.insert(io);
-    }
-    b.reading.requests.push(Reading {
+    let awaiting = needs
+        .into_iter()
+        .map(|range| b.read_for_request(range))
+        .collect();
+    b.park_reading(Reading {
         ctx,
         parked,
         gathered,
@@ -97,37 +140,8 @@ pub(crate) fn park(
     });
 }
 
-/// A request read completed: every request waiting for it takes the bytes,
-/// and those that have all they asked for run again, in arrival order.
-pub(crate) fn done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>) {
-    let range = b.reading.in_flight.remove(&io).expect("a request read");
-    b.reading.by_range.remove(&range);
-    if let Err(e) = &result {
-        tracing::error!(dir = %range.dir.dir_name(), segment = range.segment_base, "read failed: {}", e.0);
-    }
-    let mut ready = Vec::new();
-    let mut i = 0;
-    while i < b.reading.requests.len() {
-        let r = &mut b.reading.requests[i];
-        if r.awaiting.remove(&io) {
-            match &result {
-                Ok(bytes) => {
-                    r.gathered.reads.insert(range.clone(), bytes.clone());
-                }
-                Err(_) => {
-                    r.gathered.failed.insert(range.clone());
-                }
-            }
-        }
-        if r.awaiting.is_empty() {
-            ready.push(b.reading.requests.remove(i));
-        } else {
-            i += 1;
-        }
-    }
-    if result.is_err() {
-        b.take_offline(&range);
-    }
+/// Requests whose reads are all in run again from the start, in arrival order.
+pub(crate) fn resume(b: &mut Broker, ready: Vec<Reading>) {
     for r in ready {
         match r.parked {
             Parked::Fetch { req, deadline_ms } => {

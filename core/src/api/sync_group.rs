@@ -11,7 +11,7 @@ use kafka_protocol::messages::SyncGroupRequest;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::group::{self, SyncArgs};
+use crate::group::SyncArgs;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SyncGroupRequest) {
     let args = SyncArgs {
@@ -27,7 +27,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SyncGroupRequest) {
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect(),
     };
-    let now_ms = b.now_ms;
-    b.groups.sync(now_ms, ctx, args);
-    group::flush(b);
+    let now_ms = b.now_ms();
+    b.groups_mut().sync(now_ms, ctx, args);
+    b.flush_group_answers();
 }

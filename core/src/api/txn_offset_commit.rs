@@ -32,7 +32,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
     let owner = check_owner(
-        &b.txns,
+        b.txns(),
         &id,
         req.producer_id.0,
         req.producer_epoch,
@@ -55,8 +55,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
             (-1, String::new())
         };
         let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
-        let now_ms = b.now_ms;
-        b.groups
+        let now_ms = b.now_ms();
+        b.groups_mut()
             .check_commit(
                 now_ms,
                 &group,
@@ -79,7 +79,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
         for p in &topic.partitions {
             let mut code = error.map_or(0, |e| e.code());
             if let (Some(record), None) = (record.as_mut(), error) {
-                let known = b.topics.partition(&name, p.partition_index).is_some();
+                let known = b.topics().partition(&name, p.partition_index).is_some();
                 if known {
                     let staged = StagedOffset {
                         topic: name.clone(),

@@ -16,8 +16,8 @@ use super::member::{Member, Protocol};
 use super::rebalance::heartbeat_key;
 use super::state::State;
 use super::{join_error, str_bytes, sync_error, Coordinator};
-use crate::api::RequestCtx;
 use crate::limits;
+use crate::request::RequestCtx;
 
 /// A JoinGroup, as the handler decoded it.
 pub(crate) struct JoinArgs {

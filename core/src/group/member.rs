@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 
-use crate::api::RequestCtx;
+use crate::request::RequestCtx;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Protocol {

@@ -8,8 +8,8 @@
 //! run on the broker's clock through `tick` and `next_deadline_ms`.
 //!
 //! Handlers call into the coordinator, which queues answers (including those
-//! of parked JoinGroup / SyncGroup requests) in an outbox; `flush` hands them
-//! to `Broker::respond`.
+//! of parked JoinGroup / SyncGroup requests) in an outbox; the broker takes
+//! them (`take_outbox`) and sends them.
 
 mod admin;
 mod join;
@@ -27,11 +27,10 @@ use kafka_protocol::messages::{JoinGroupResponse, ResponseKind, SyncGroupRespons
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-use crate::api::RequestCtx;
-use crate::broker::Broker;
 use crate::config::BrokerConfig;
 use crate::limits;
 use crate::meta::MetaEntry;
+use crate::request::RequestCtx;
 
 pub(crate) use join::JoinArgs;
 pub(crate) use member::Protocol;
@@ -169,6 +168,11 @@ impl Coordinator {
         format!("{prefix}-{}", uuid.hyphenated())
     }
 
+    /// Takes the answers queued so far, in the order they were made.
+    pub fn take_outbox(&mut self) -> Vec<(RequestCtx, ResponseKind)> {
+        std::mem::take(&mut self.outbox.0)
+    }
+
     fn session_timeout_ok(&self, session_timeout_ms: i32) -> bool {
         (self.settings.min_session_timeout_ms..=self.settings.max_session_timeout_ms)
             .contains(&session_timeout_ms)
@@ -194,13 +198,6 @@ impl Outbox {
 
     pub fn sync(&mut self, ctx: RequestCtx, response: SyncGroupResponse) {
         self.send(ctx, ResponseKind::SyncGroup(response));
-    }
-}
-
-/// Sends every queued group answer.
-pub(crate) fn flush(b: &mut Broker) {
-    for (ctx, response) in std::mem::take(&mut b.groups.outbox.0) {
-        b.respond(&ctx, response);
     }
 }
 

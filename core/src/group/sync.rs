@@ -14,7 +14,7 @@ use kafka_protocol::ResponseError;
 use super::state::State;
 use super::timers::TimerKey;
 use super::{str_bytes, sync_error, Coordinator};
-use crate::api::RequestCtx;
+use crate::request::RequestCtx;
 
 /// A SyncGroup, as the handler decoded it.
 pub(crate) struct SyncArgs {

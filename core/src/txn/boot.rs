@@ -5,7 +5,7 @@
 //! - a stored decision (PrepareCommit / PrepareAbort) is carried out again:
 //!   markers, fsync, offsets, complete;
 //! - per-partition transaction state comes with each partition's log
-//!   recovery (`crate::recovery`).
+//!   recovery (`broker::recovery`).
 
 use super::record::TxnState;
 use crate::broker::Broker;
@@ -13,13 +13,13 @@ use crate::meta::{self, MetaEntry};
 
 /// Loads every stored transactional id.
 pub(crate) fn load(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
-    let now_ms = b.now_ms;
+    let now_ms = b.now_ms();
     for (key, value) in meta_entries {
         if let Ok(MetaEntry::Txn { id, mut record }) = meta::decode_entry(key, value) {
             if record.state == TxnState::Ongoing {
                 record.last_update_ms = now_ms;
             }
-            b.txns.set_record(&id, record);
+            b.txns_mut().set_record(&id, record);
         }
     }
 }
@@ -27,10 +27,11 @@ pub(crate) fn load(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
 /// Once the logs are recovered: the timers start, and the decisions stored
 /// before the stop are carried out.
 pub(crate) fn resume(b: &mut Broker) {
-    let now_ms = b.now_ms;
-    b.txns.next_timeout_check_ms = now_ms + b.config.transaction_abort_check_interval_ms;
-    b.txns.next_expiry_check_ms = now_ms + b.config.transactional_id_expiration_check_interval_ms;
-    for id in b.txns.prepared() {
+    let now_ms = b.now_ms();
+    b.txns_mut().next_timeout_check_ms = now_ms + b.config().transaction_abort_check_interval_ms;
+    b.txns_mut().next_expiry_check_ms =
+        now_ms + b.config().transactional_id_expiration_check_interval_ms;
+    for id in b.txns().prepared() {
         super::complete::start(b, &id, None);
     }
 }

@@ -21,13 +21,12 @@ use kafka_protocol::ResponseError;
 
 use super::record::{TxnRecord, TxnState};
 use super::write::{self, Then};
-use crate::api::RequestCtx;
-use crate::broker::Broker;
+use crate::broker::{Broker, MarkerRefused};
 use crate::group::{offset_key, OffsetRecord};
 use crate::io::MetaOp;
 use crate::limits::TXN_RETRY_BACKOFF_MS;
 use crate::meta;
-use crate::partition::MarkerRefused;
+use crate::request::RequestCtx;
 use crate::topics::PartitionKey;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +60,7 @@ impl Completion {
 
 /// The completion of `id`, which must be under way.
 fn completion_mut<'a>(b: &'a mut Broker, id: &str) -> &'a mut Completion {
-    b.txns
+    b.txns_mut()
         .get_mut(id)
         .and_then(|e| e.completion.as_mut())
         .unwrap_or_else(|| panic!("transaction {id} is not being completed"))
@@ -69,7 +68,7 @@ fn completion_mut<'a>(b: &'a mut Broker, id: &str) -> &'a mut Completion {
 
 /// Starts carrying out the decision stored in `id`'s record.
 pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
-    let entry = b.txns.get(id).expect("a decided transaction");
+    let entry = b.txns().get(id).expect("a decided transaction");
     let record = &entry.record;
     assert!(
         record.state.is_prepare(),
@@ -79,7 +78,7 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
     let mut markers = BTreeMap::new();
     for (topic, partition) in &record.partitions {
         // A partition whose topic was deleted has nothing left to mark.
-        if let Some(t) = b.topics.get(topic) {
+        if let Some(t) = b.topics().get(topic) {
             if (*partition as usize) < t.partitions.len() {
                 markers.insert(t.key(topic, *partition), None);
             }
@@ -92,13 +91,13 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
         markers,
         phase: Phase::Markers,
     };
-    b.txns.begin_completion(id, completion);
+    b.txns_mut().begin_completion(id, completion);
     write_markers(b, id);
 }
 
 /// Appends the markers not yet appended, then checks progress.
 fn write_markers(b: &mut Broker, id: &str) {
-    let entry = b.txns.get(id).expect("a transaction being completed");
+    let entry = b.txns().get(id).expect("a transaction being completed");
     let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
     let completion = entry.completion.as_ref().expect("being completed");
     let commit = completion.commit;
@@ -108,10 +107,9 @@ fn write_markers(b: &mut Broker, id: &str) {
         .filter(|(_, o)| o.is_none())
         .map(|(k, _)| k.clone())
         .collect();
-    let now_ms = b.now_ms;
     let mut unavailable = false;
     for key in missing {
-        match crate::partition::append_marker(b, &key, pid, epoch, commit, now_ms) {
+        match b.append_marker(&key, pid, epoch, commit) {
             Ok(offset) => {
                 completion_mut(b, id).markers.insert(key, Some(offset));
             }
@@ -133,7 +131,9 @@ fn write_markers(b: &mut Broker, id: &str) {
 
 /// Moves `id`'s completion forward as far as durability allows.
 fn progress(b: &mut Broker, id: &str) {
-    let Some(entry) = b.txns.get(id) else { return };
+    let Some(entry) = b.txns().get(id) else {
+        return;
+    };
     let Some(completion) = entry.completion.as_ref() else {
         return;
     };
@@ -143,10 +143,10 @@ fn progress(b: &mut Broker, id: &str) {
     let mut lost = false;
     let mut durable = true;
     let planted_early_end =
-        b.config.planted_bug == Some(crate::config::PlantedBug::EndTxnBeforeMarkersDurable);
+        b.config().planted_bug == Some(crate::config::PlantedBug::EndTxnBeforeMarkersDurable);
     for (key, offset) in &completion.markers {
         let offset = offset.expect("markers are appended before progress is checked");
-        match b.topics.partition_by_key(key) {
+        match b.topics().partition_by_key(key) {
             None => {} // deleted since: nothing to wait for
             Some(log) if log.log_end_offset() <= offset => lost = true,
             Some(log) if log.high_watermark() <= offset && !planted_early_end => durable = false,
@@ -160,7 +160,7 @@ fn progress(b: &mut Broker, id: &str) {
             .iter()
             .filter(|(key, offset)| {
                 let offset = offset.expect("appended");
-                b.topics
+                b.topics()
                     .partition_by_key(key)
                     .is_some_and(|l| l.log_end_offset() <= offset)
             })
@@ -179,12 +179,12 @@ fn progress(b: &mut Broker, id: &str) {
 
 /// Stores the Complete record and, for a commit, the staged offsets, in one batch.
 fn store_complete(b: &mut Broker, id: &str) {
-    let entry = b.txns.get_mut(id).expect("exists");
+    let entry = b.txns_mut().get_mut(id).expect("exists");
     let completion = entry.completion.as_mut().expect("completing");
     completion.phase = Phase::Storing;
     let commit = completion.commit;
     let old = entry.record.clone();
-    let now_ms = b.now_ms;
+    let now_ms = b.now_ms();
     let mut record = TxnRecord {
         state: if commit {
             TxnState::CompleteCommit
@@ -219,7 +219,7 @@ fn store_complete(b: &mut Broker, id: &str) {
         }
     }
     for (group, tp, _) in &applied {
-        b.groups.offsets.begin_write(group, tp);
+        b.groups_mut().offsets.begin_write(group, tp);
     }
     write::store(b, id, record, ops, Then::Completed { applied });
 }
@@ -232,20 +232,20 @@ pub(crate) fn completed(
     stored: bool,
 ) {
     for (group, tp, rec) in applied {
-        b.groups.offsets.end_write(&group, &tp);
+        b.groups_mut().offsets.end_write(&group, &tp);
         if stored {
             // Recreates the group if it was deleted meanwhile, as Kafka's
             // replay of an offset record does.
-            b.groups.store_offset(&group, tp, rec);
+            b.groups_mut().store_offset(&group, tp, rec);
         }
     }
     if !stored {
         // Markers are durable; only the record failed: retry storing it.
         return retry_later(b, id);
     }
-    let record = &b.txns.get(id).expect("exists").record;
+    let record = &b.txns().get(id).expect("exists").record;
     let (pid, epoch) = (record.producer_id, record.producer_epoch);
-    let completion = b.txns.end_completion(id);
+    let completion = b.txns_mut().end_completion(id);
     for ctx in completion.responders {
         let response = EndTxnResponse::default()
             .with_producer_id(ProducerId(pid))
@@ -255,7 +255,7 @@ pub(crate) fn completed(
 }
 
 fn retry_later(b: &mut Broker, id: &str) {
-    let at_ms = b.now_ms + TXN_RETRY_BACKOFF_MS;
+    let at_ms = b.now_ms() + TXN_RETRY_BACKOFF_MS;
     let c = completion_mut(b, id);
     c.phase = Phase::RetryAt(at_ms);
     let responders = std::mem::take(&mut c.responders);
@@ -271,7 +271,7 @@ fn retry_later(b: &mut Broker, id: &str) {
 /// After every sync completion: completions waiting on markers move on.
 pub(crate) fn on_sync(b: &mut Broker) {
     let ids: Vec<String> = b
-        .txns
+        .txns()
         .completing()
         .filter(|(_, c)| c.phase == Phase::Markers)
         .map(|(id, _)| id.clone())
@@ -283,9 +283,9 @@ pub(crate) fn on_sync(b: &mut Broker) {
 
 /// Timer: retries whose time has come.
 pub(crate) fn on_tick(b: &mut Broker) {
-    let now_ms = b.now_ms;
+    let now_ms = b.now_ms();
     let due: Vec<(String, bool)> = b
-        .txns
+        .txns()
         .completing()
         .filter_map(|(id, c)| {
             let at = c.retry_at_ms()?;
@@ -306,7 +306,7 @@ pub(crate) fn on_tick(b: &mut Broker) {
 
 /// The earliest retry time of any completion.
 pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
-    b.txns
+    b.txns()
         .completing()
         .filter_map(|(_, c)| c.retry_at_ms())
         .min()

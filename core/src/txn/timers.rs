@@ -14,11 +14,12 @@ use super::write::{self, Then};
 use crate::broker::Broker;
 
 pub(crate) fn tick(b: &mut Broker) {
-    let now_ms = b.now_ms;
-    if now_ms >= b.txns.next_timeout_check_ms {
-        b.txns.next_timeout_check_ms = now_ms + b.config.transaction_abort_check_interval_ms.max(1);
+    let now_ms = b.now_ms();
+    if now_ms >= b.txns().next_timeout_check_ms {
+        b.txns_mut().next_timeout_check_ms =
+            now_ms + b.config().transaction_abort_check_interval_ms.max(1);
         let expired: Vec<(String, TxnRecord)> = b
-            .txns
+            .txns()
             .iter()
             .filter(|(_, e)| !e.busy() && timed_out(&e.record, now_ms))
             .map(|(id, e)| (id.clone(), e.record.clone()))
@@ -32,14 +33,14 @@ pub(crate) fn tick(b: &mut Broker) {
             write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: None });
         }
     }
-    if now_ms >= b.txns.next_expiry_check_ms {
-        b.txns.next_expiry_check_ms = now_ms
-            + b.config
+    if now_ms >= b.txns().next_expiry_check_ms {
+        b.txns_mut().next_expiry_check_ms = now_ms
+            + b.config()
                 .transactional_id_expiration_check_interval_ms
                 .max(1);
-        let expiration_ms = b.config.transactional_id_expiration_ms;
+        let expiration_ms = b.config().transactional_id_expiration_ms;
         let idle: Vec<String> = b
-            .txns
+            .txns()
             .iter()
             .filter(|(_, e)| {
                 !e.busy()
@@ -60,9 +61,9 @@ pub(crate) fn tick(b: &mut Broker) {
 
 pub(crate) fn next_deadline_ms(b: &Broker) -> i64 {
     let mut deadline_ms = b
-        .txns
+        .txns()
         .next_timeout_check_ms
-        .min(b.txns.next_expiry_check_ms);
+        .min(b.txns().next_expiry_check_ms);
     if let Some(retry_ms) = super::complete::next_retry_ms(b) {
         deadline_ms = deadline_ms.min(retry_ms);
     }

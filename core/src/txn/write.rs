@@ -12,11 +12,11 @@ use kafka_protocol::ResponseError;
 
 use super::complete;
 use super::record::{self, TxnRecord};
-use crate::api::{MetaAction, RequestCtx};
-use crate::broker::Broker;
+use crate::broker::{Broker, MetaAction};
 use crate::group::OffsetRecord;
 use crate::io::MetaOp;
 use crate::meta;
+use crate::request::RequestCtx;
 
 /// What to do once the record is stored.
 pub enum Then {
@@ -94,7 +94,7 @@ pub(crate) fn delete(b: &mut Broker, id: &str) {
 }
 
 fn begin(b: &mut Broker, id: &str) {
-    match b.txns.get_mut(id) {
+    match b.txns_mut().get_mut(id) {
         Some(entry) => {
             assert!(
                 !entry.write_in_flight,
@@ -102,19 +102,19 @@ fn begin(b: &mut Broker, id: &str) {
             );
             entry.write_in_flight = true;
         }
-        None => b.txns.mark_creating(id),
+        None => b.txns_mut().mark_creating(id),
     }
 }
 
 pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
-    match b.txns.get_mut(&w.id) {
+    match b.txns_mut().get_mut(&w.id) {
         Some(entry) => entry.write_in_flight = false,
-        None => b.txns.unmark_creating(&w.id),
+        None => b.txns_mut().unmark_creating(&w.id),
     }
     if stored {
         match &w.record {
-            Some(record) => b.txns.set_record(&w.id, record.clone()),
-            None => b.txns.remove(&w.id),
+            Some(record) => b.txns_mut().set_record(&w.id, record.clone()),
+            None => b.txns_mut().remove(&w.id),
         }
     }
     let not_coordinator = ResponseError::NotCoordinator.code();

@@ -26,8 +26,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
-use crate::broker::Broker;
-use crate::checkpoint::{self, CheckpointRecord};
+use super::{Broker, MetaAction};
+use crate::checkpoint::{self, CheckpointRecord, Due};
 use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDir};
 use crate::limits;
 use crate::log::recovery::LogRecovery;
@@ -175,7 +175,7 @@ fn drop_checkpoint(b: &mut Broker, key: &PartitionKey) {
     let ops = vec![crate::io::MetaOp::Delete {
         key: checkpoint::key(&key.id, key.partition),
     }];
-    b.emit_meta(ops, crate::api::MetaAction::CheckpointDropped(key.clone()));
+    b.emit_meta(ops, MetaAction::CheckpointDropped(key.clone()));
 }
 
 /// The checkpoint a partition could not use is gone (or the delete failed:
@@ -333,7 +333,7 @@ pub(crate) fn sync_done(b: &mut Broker, ok: bool) {
     boot.sync_io = None;
     for (key, dir, segment_base) in adopted {
         b.emit_disk(key.clone(), DiskOp::Adopt { dir, segment_base });
-        crate::partition::repair_indexes(b, &key, segment_base);
+        b.repair_indexes(&key, segment_base);
     }
     b.request_sync();
     let io = b.sync_in_flight_io();
@@ -351,7 +351,7 @@ fn serve(b: &mut Broker) {
     };
     assert!(boot.resumed, "the coordinator resumed before serving");
     let recovered: BTreeSet<PartitionKey> = boot.recovered.into_iter().collect();
-    checkpoint::write_due(b, recovered.into_iter().collect(), checkpoint::Due::Now);
+    b.write_due_checkpoints(recovered.into_iter().collect(), Due::Now);
     for (conn, frame) in boot.parked {
         b.handle_frame_now(conn, frame);
     }

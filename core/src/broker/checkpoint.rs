@@ -1,0 +1,45 @@
+//! When recovery checkpoints are written (`crate::checkpoint` says what one
+//! holds): after a sync that moved a partition far enough, on the timer, at
+//! the end of start-up and at a clean shutdown.
+
+use super::{Broker, MetaAction};
+use crate::checkpoint::{self, Due, PendingCheckpoint};
+use crate::topics::PartitionKey;
+
+impl Broker {
+    /// Writes the checkpoints of `keys` that are due.
+    pub(super) fn write_due_checkpoints(&mut self, keys: Vec<PartitionKey>, due: Due) {
+        let mut writes = Vec::new();
+        for key in keys {
+            let Some(log) = self.topics.partition_by_key(&key) else {
+                continue;
+            };
+            if !self.checkpoints.start_if_due(&key, log, due, self.now_ms) {
+                continue;
+            }
+            writes.push(checkpoint::at_high_watermark(
+                &key,
+                log,
+                self.producer_states.get(&key),
+                self.partition_txns.get(&key),
+            ));
+        }
+        for (ops, pending) in writes {
+            self.emit_meta(ops, MetaAction::Checkpoint(pending));
+        }
+    }
+
+    /// The checkpoint timer: every partition is looked at a few times per interval.
+    pub(super) fn checkpoint_tick(&mut self) {
+        if !self.checkpoints.tick(self.now_ms) {
+            return;
+        }
+        let keys = self.topics.keys();
+        self.write_due_checkpoints(keys, Due::Time);
+    }
+
+    /// A checkpoint write completed.
+    pub(super) fn checkpoint_written(&mut self, pending: PendingCheckpoint, stored: bool) {
+        self.checkpoints.written(pending, stored, self.now_ms);
+    }
+}

@@ -1,0 +1,181 @@
+//! Disk and meta.db as outputs: appends and other partition operations,
+//! the one sync in flight (group commit), reads, meta.db writes, and what
+//! each completion sets going.
+
+use bytes::Bytes;
+
+use super::{recovery, Broker, SyncInFlight};
+use crate::api;
+use crate::checkpoint::{Due, PendingCheckpoint};
+use crate::io::{DiskOp, FileRange, IoError, IoId, MetaOp, Output};
+use crate::producer::ids::ProducerIdsRecord;
+use crate::topics::PartitionKey;
+use crate::txn::write::TxnWrite;
+
+/// What to do when a meta.db write completes (Ok or not).
+pub(crate) enum MetaAction {
+    /// An API handler's own write, finished by `api::apply_meta`.
+    Api(api::ApiWrite),
+    /// A new block of producer ids, which InitProducerId requests wait for.
+    ProducerIdBlock(ProducerIdsRecord),
+    /// A transactional id's record (`txn::write`).
+    Txn(TxnWrite),
+    /// A recovery checkpoint (`crate::checkpoint`).
+    Checkpoint(PendingCheckpoint),
+    /// A checkpoint start-up could not use was deleted (`recovery`).
+    CheckpointDropped(PartitionKey),
+}
+
+impl From<api::ApiWrite> for MetaAction {
+    fn from(write: api::ApiWrite) -> Self {
+        MetaAction::Api(write)
+    }
+}
+
+impl Broker {
+    pub(super) fn handle_sync_done(&mut self, io: IoId, result: Result<(), IoError>) {
+        let inflight = self.sync_in_flight.take();
+        let inflight = inflight.expect("SyncDone without a sync in flight");
+        assert_eq!(
+            inflight.io, io,
+            "SyncDone for a sync that is not the one in flight"
+        );
+        let ok = result.is_ok();
+        match result {
+            Ok(()) => {
+                let mut moved = Vec::with_capacity(inflight.points.len());
+                for (key, point) in inflight.points {
+                    let Some(log) = self.topics.partition_mut_by_key(&key) else {
+                        continue;
+                    };
+                    log.mark_durable(point);
+                    let hw = log.high_watermark();
+                    if let Some(txns) = self.partition_txns.get_mut(&key) {
+                        txns.mark_durable(hw);
+                    }
+                    moved.push(key);
+                }
+                self.write_due_checkpoints(moved, Due::Bytes);
+            }
+            Err(e) => {
+                // After a failed fsync the page cache cannot be trusted
+                // (fsyncgate): cut every partition back to what is known durable,
+                // fail whoever waited on the rest, and sync the cut itself.
+                tracing::error!("sync failed: {}; truncating to the durable point", e.0);
+                let mut keys: std::collections::BTreeSet<PartitionKey> =
+                    inflight.points.into_iter().map(|(k, _)| k).collect();
+                keys.extend(self.dirty.iter().cloned());
+                for key in keys {
+                    self.truncate_to_durable(&key);
+                }
+                self.fail_undurable_produces();
+            }
+        }
+        if self.booting.as_ref().is_some_and(|b| b.is_boot_sync(io)) {
+            recovery::sync_done(self, ok);
+        }
+        self.complete_durable_produces();
+        crate::txn::complete::on_sync(self);
+        api::fetch::wake(self, true);
+        // What was appended meanwhile rides the next sync (the calls above
+        // may have started it already).
+        self.request_sync();
+    }
+
+    pub(super) fn handle_read_done(&mut self, io: IoId, result: Result<Bytes, IoError>) {
+        if self.booting.as_ref().is_some_and(|b| b.is_boot_read(io)) {
+            return recovery::read_done(self, io, result);
+        }
+        assert!(
+            self.reading.is_request_read(io),
+            "ReadDone for a read nobody issued"
+        );
+        let ready = self.request_read_done(io, result);
+        api::reads::resume(self, ready);
+    }
+
+    pub(super) fn handle_meta_done(&mut self, io: IoId, result: Result<(), IoError>) {
+        let action = self
+            .pending_meta
+            .remove(&io)
+            .expect("MetaDone for an unknown write");
+        if let Err(e) = &result {
+            tracing::error!("meta.db write failed: {}", e.0);
+        }
+        let stored = result.is_ok();
+        match action {
+            MetaAction::Api(write) => api::apply_meta(self, write, stored),
+            MetaAction::ProducerIdBlock(record) => {
+                let waiting = self.id_block_done(&record, stored);
+                api::init_producer_id::block_stored(self, waiting, stored);
+            }
+            MetaAction::Txn(w) => crate::txn::write::done(self, w, stored),
+            MetaAction::Checkpoint(p) => self.checkpoint_written(p, stored),
+            MetaAction::CheckpointDropped(key) => recovery::checkpoint_dropped(self, key, stored),
+        }
+        // Admin requests that waited for this change run again, in arrival order.
+        self.run_deferred_admin();
+    }
+
+    /// Asks the driver for a range of a segment file; `Input::ReadDone` answers.
+    pub(super) fn emit_read(&mut self, range: FileRange) -> IoId {
+        let io = self.take_io();
+        self.outputs
+            .push_back(Output::Disk(DiskOp::Read { io, range }));
+        io
+    }
+
+    /// The sync in flight, if any.
+    pub(super) fn sync_in_flight_io(&self) -> Option<IoId> {
+        self.sync_in_flight.as_ref().map(|s| s.io)
+    }
+
+    /// Emits a disk operation for a partition; it becomes durable with the
+    /// next sync.
+    pub(super) fn emit_disk(&mut self, key: PartitionKey, op: DiskOp) {
+        assert!(
+            !matches!(op, DiskOp::Sync { .. } | DiskOp::Read { .. }),
+            "syncs are started by request_sync, reads by emit_read"
+        );
+        self.dirty.insert(key);
+        self.outputs.push_back(Output::Disk(op));
+    }
+
+    /// Asks for everything emitted so far to become durable. One sync is in
+    /// flight at a time; appends made meanwhile ride the next one together
+    /// (group commit).
+    pub(crate) fn request_sync(&mut self) {
+        if self.sync_in_flight.is_none() && !self.dirty.is_empty() {
+            self.start_sync();
+        }
+    }
+
+    fn start_sync(&mut self) {
+        assert!(
+            self.sync_in_flight.is_none(),
+            "one sync in flight at a time"
+        );
+        let io = self.take_io();
+        let mut points = Vec::with_capacity(self.dirty.len());
+        for key in std::mem::take(&mut self.dirty) {
+            if let Some(log) = self.topics.partition_mut_by_key(&key) {
+                points.push((key, log.sync_point()));
+            }
+        }
+        self.sync_in_flight = Some(SyncInFlight { io, points });
+        self.outputs.push_back(Output::Disk(DiskOp::Sync { io }));
+    }
+
+    /// Writes a batch to meta.db; `action` runs when it completes.
+    pub(crate) fn emit_meta(&mut self, ops: Vec<MetaOp>, action: impl Into<MetaAction>) {
+        let io = self.take_io();
+        self.pending_meta.insert(io, action.into());
+        self.outputs.push_back(Output::Meta { io, ops });
+    }
+
+    fn take_io(&mut self) -> IoId {
+        let io = self.next_io;
+        self.next_io += 1;
+        io
+    }
+}

@@ -1,0 +1,305 @@
+//! The broker state machine: `handle` / `poll_output` / `poll_timeout`.
+//!
+//! Methods are grouped as in quinn-proto: construction and getters, `handle_*`
+//! for each input, helpers the API handlers call, and `poll_*`. The fields
+//! are private to this module: a handler asks through methods, and what
+//! changes several of the broker's stores at once is one method here, in the
+//! child that owns the concern:
+//! - `requests`: frames in, responses out, in each connection's order;
+//! - `waiting`: requests parked until something happens (their data is
+//!   durable, data arrives, a read is in, a topic change or an id block is
+//!   stored);
+//! - `disk`: disk and meta.db writes, syncs, reads, and their completions;
+//! - `partition`: one partition's log, producer state and transaction state
+//!   together (appends, markers, the cut after a failed sync, offline);
+//! - `topics`: topics created, grown and deleted with all they hold;
+//! - `checkpoint`: when recovery checkpoints are written;
+//! - `recovery`: the start-up until the broker serves.
+
+mod checkpoint;
+mod disk;
+mod partition;
+mod recovery;
+mod requests;
+mod topics;
+mod waiting;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use kafka_protocol::messages::{InitProducerIdRequest, RequestKind};
+
+use crate::api;
+use crate::checkpoint::Checkpoints;
+use crate::config::BrokerConfig;
+use crate::conn::Conn;
+use crate::group::Coordinator;
+use crate::io::{BootState, ConnId, Input, IoId, Output};
+use crate::log::PartitionLog;
+use crate::producer::{ProducerIds, ProducerStates};
+use crate::request::RequestCtx;
+use crate::topics::{PartitionKey, Topics};
+use crate::txn::{PartitionTxns, Txns};
+
+pub(crate) use disk::MetaAction;
+pub(crate) use partition::MarkerRefused;
+
+/// A sync in flight: the durability point each dirty partition will reach.
+struct SyncInFlight {
+    io: IoId,
+    points: Vec<(PartitionKey, crate::log::SyncPoint)>,
+}
+
+/// The broker. See the crate docs.
+pub struct Broker {
+    config: BrokerConfig,
+    /// The time of the input being handled (ms since the UNIX epoch).
+    now_ms: i64,
+    booted: bool,
+    outputs: VecDeque<Output>,
+    conns: BTreeMap<ConnId, Conn>,
+    topics: Topics,
+    next_io: IoId,
+    /// Partitions with disk operations not yet covered by a sync.
+    dirty: BTreeSet<PartitionKey>,
+    sync_in_flight: Option<SyncInFlight>,
+    /// Meta.db writes in flight and what to do when each completes.
+    pending_meta: BTreeMap<IoId, MetaAction>,
+    /// Admin requests waiting for a topic's meta.db change in flight.
+    deferred_admin: Vec<(RequestCtx, RequestKind)>,
+    /// Produce requests waiting for their data to be durable.
+    pending_produces: Vec<api::produce::PendingProduce>,
+    /// Fetch requests waiting for data or their max_wait_ms.
+    waiting_fetches: Vec<api::fetch::WaitingFetch>,
+    /// The group coordinator (consumer groups and committed offsets).
+    groups: Coordinator,
+    next_retention_check_ms: i64,
+    /// The producer id allocator (InitProducerId).
+    producer_ids: ProducerIds,
+    /// InitProducerId requests waiting for a new id block in meta.db.
+    init_waiting: Vec<(RequestCtx, InitProducerIdRequest)>,
+    /// The transaction coordinator's ids.
+    txns: Txns,
+    /// Open and aborted transactions per partition (absent: none ever).
+    partition_txns: BTreeMap<PartitionKey, PartitionTxns>,
+    /// Producer state per partition; a missing entry is rebuilt from the
+    /// log's tail on first use (after a restart or a cut log).
+    producer_states: BTreeMap<PartitionKey, ProducerStates>,
+    next_producer_expiry_ms: i64,
+    /// The start-up until the broker serves (`recovery`).
+    booting: Option<recovery::Boot>,
+    /// Partitions whose files failed a read: KAFKA_STORAGE_ERROR until a restart.
+    offline: BTreeSet<PartitionKey>,
+    /// Recovery checkpoints (`crate::checkpoint`).
+    checkpoints: Checkpoints,
+    /// Requests waiting for reads of the log (`api::reads`).
+    reading: api::reads::ReadingRequests,
+    /// `Input::Shutdown` came; `Output::Stopped` once all is durable.
+    shutting_down: bool,
+    stopped: bool,
+}
+
+impl Broker {
+    pub fn new(config: BrokerConfig) -> Self {
+        Self {
+            groups: Coordinator::new(&config),
+            config,
+            now_ms: 0,
+            booted: false,
+            outputs: VecDeque::new(),
+            conns: BTreeMap::new(),
+            topics: Topics::default(),
+            next_io: 1,
+            dirty: BTreeSet::new(),
+            sync_in_flight: None,
+            pending_meta: BTreeMap::new(),
+            deferred_admin: Vec::new(),
+            pending_produces: Vec::new(),
+            waiting_fetches: Vec::new(),
+            next_retention_check_ms: 0,
+            producer_ids: ProducerIds::default(),
+            init_waiting: Vec::new(),
+            producer_states: BTreeMap::new(),
+            next_producer_expiry_ms: 0,
+            txns: Txns::default(),
+            partition_txns: BTreeMap::new(),
+            booting: None,
+            offline: BTreeSet::new(),
+            checkpoints: Checkpoints::default(),
+            reading: Default::default(),
+            shutting_down: false,
+            stopped: false,
+        }
+    }
+
+    // ---- getters ------------------------------------------------------------
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    /// One partition's log, for tests and tools.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionLog> {
+        self.topics.partition(topic, partition)
+    }
+
+    pub fn topic_names(&self) -> Vec<String> {
+        self.topics.names()
+    }
+
+    /// The time of the input being handled (ms since the UNIX epoch).
+    pub(crate) fn now_ms(&self) -> i64 {
+        self.now_ms
+    }
+
+    /// The topics and their partition logs, to read.
+    pub(crate) fn topics(&self) -> &Topics {
+        &self.topics
+    }
+
+    /// The group coordinator, to read.
+    pub(crate) fn groups(&self) -> &Coordinator {
+        &self.groups
+    }
+
+    /// The group coordinator, for a call that changes only its own state.
+    pub(crate) fn groups_mut(&mut self) -> &mut Coordinator {
+        &mut self.groups
+    }
+
+    /// The transaction coordinator's ids, to read.
+    pub(crate) fn txns(&self) -> &Txns {
+        &self.txns
+    }
+
+    /// The transaction coordinator's ids, for a change of theirs alone.
+    pub(crate) fn txns_mut(&mut self) -> &mut Txns {
+        &mut self.txns
+    }
+
+    // ---- inputs -----------------------------------------------------------
+
+    pub fn handle(&mut self, now_ms: i64, input: Input) {
+        // Time never runs backwards inside the core, even if the wall clock does.
+        self.now_ms = self.now_ms.max(now_ms);
+        match input {
+            Input::Boot(state) => self.handle_boot(state),
+            Input::Frame { conn, frame } => {
+                assert!(self.booted, "a request arrived before Input::Boot");
+                match self.booting.as_mut() {
+                    Some(boot) => boot.park(conn, frame),
+                    None => self.handle_frame_now(conn, frame),
+                }
+            }
+            Input::Disconnected { conn } => self.handle_disconnected(conn),
+            Input::SyncDone { io, result } => self.handle_sync_done(io, result),
+            Input::MetaDone { io, result } => self.handle_meta_done(io, result),
+            Input::ReadDone { io, result } => self.handle_read_done(io, result),
+            Input::ResponseReadFailed { conn, range, error } => {
+                tracing::error!(conn, dir = %range.dir.dir_name(), "response read failed: {}", error.0);
+                self.take_offline(&range);
+                self.handle_disconnected(conn);
+            }
+            Input::Shutdown => {
+                self.shutting_down = true;
+                // A recovering broker stops once recovery and its boot sync
+                // are done (`check_stopped`); a sync started now would not
+                // cover what recovery still writes, yet would be taken for
+                // the boot sync.
+                if self.booting.is_none() {
+                    self.request_sync();
+                }
+            }
+            Input::Tick => {}
+        }
+        self.handle_timers();
+        self.check_stopped();
+    }
+
+    fn handle_boot(&mut self, state: BootState) {
+        assert!(!self.booted, "Input::Boot sent twice");
+        self.booted = true;
+        self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
+        self.next_producer_expiry_ms =
+            self.now_ms + self.config.producer_id_expiration_check_interval_ms;
+        recovery::start(self, state);
+    }
+
+    fn handle_timers(&mut self) {
+        if !self.booted || self.booting.is_some() {
+            return; // nothing runs on a log still being recovered
+        }
+        if self.now_ms >= self.next_retention_check_ms {
+            self.next_retention_check_ms =
+                self.now_ms + self.config.retention_check_interval_ms.max(1);
+            let ops = self.topics.apply_retention(&self.config, self.now_ms);
+            for (key, op) in ops {
+                self.emit_disk(key, op);
+            }
+            // Aborted transactions below the new log starts are no longer fetched.
+            for (key, txns) in self.partition_txns.iter_mut() {
+                if let Some(log) = self.topics.partition_by_key(key) {
+                    txns.forget_below(log.log_start_offset());
+                }
+            }
+        }
+        if self.now_ms >= self.next_producer_expiry_ms {
+            let interval_ms = self.config.producer_id_expiration_check_interval_ms.max(1);
+            self.next_producer_expiry_ms = self.now_ms + interval_ms;
+            let expiration_ms = self.config.producer_id_expiration_ms;
+            for states in self.producer_states.values_mut() {
+                states.expire(self.now_ms, expiration_ms);
+            }
+        }
+        self.groups.tick(self.now_ms);
+        self.flush_group_answers();
+        crate::txn::timers::tick(self);
+        self.checkpoint_tick();
+        api::fetch::wake(self, false);
+    }
+
+    /// After `Input::Shutdown`: once nothing waits for a sync, every
+    /// partition is checkpointed; once those are stored, `Output::Stopped`.
+    fn check_stopped(&mut self) {
+        if !self.shutting_down || self.stopped || self.booting.is_some() {
+            return;
+        }
+        if self.sync_in_flight.is_some() || !self.dirty.is_empty() {
+            return;
+        }
+        if !self.checkpoints.in_flight() {
+            let keys = self.topics.keys();
+            self.write_due_checkpoints(keys, crate::checkpoint::Due::Now);
+        }
+        if !self.checkpoints.in_flight() {
+            self.stopped = true;
+            self.outputs.push_back(Output::Stopped);
+        }
+    }
+
+    // ---- polls --------------------------------------------------------------
+
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// The absolute time (ms since the UNIX epoch) at which the driver must
+    /// send `Input::Tick`; `None` before boot.
+    pub fn poll_timeout(&self) -> Option<i64> {
+        if !self.booted || self.booting.is_some() {
+            return None;
+        }
+        let fetch = self.waiting_fetches.iter().map(|f| f.deadline_ms).min();
+        let mut deadline_ms = self
+            .next_retention_check_ms
+            .min(self.next_producer_expiry_ms);
+        if let Some(fetch_ms) = fetch {
+            deadline_ms = deadline_ms.min(fetch_ms);
+        }
+        if let Some(group_ms) = self.groups.next_deadline_ms() {
+            deadline_ms = deadline_ms.min(group_ms);
+        }
+        deadline_ms = deadline_ms.min(crate::txn::timers::next_deadline_ms(self));
+        deadline_ms = deadline_ms.min(self.checkpoints.next_deadline_ms());
+        Some(deadline_ms)
+    }
+}

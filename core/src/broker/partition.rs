@@ -1,0 +1,262 @@
+//! What one partition's log, producer state and transaction state do
+//! together, for the API handlers and the transaction coordinator alike:
+//! appending a producer's batch or a marker, cutting all three back after a
+//! failed sync, and going offline after a failed read.
+
+use bytes::Bytes;
+
+use super::Broker;
+use crate::batch::BatchHeader;
+use crate::io::FileRange;
+use crate::producer::{AppendCheck, ProducerError, ProducerStates};
+use crate::topics::PartitionKey;
+
+/// Why a marker was not appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MarkerRefused {
+    /// The partition is gone (its topic deleted): nothing left to mark.
+    Gone,
+    /// The partition is offline after a failed read: try again (it comes
+    /// back with a restart, which carries the decision out anyway).
+    Offline,
+}
+
+/// Where a producer's batch landed.
+pub(crate) struct BatchAppended {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+}
+
+/// One partition as a handler reads it: its log and its transaction state.
+pub(crate) struct PartitionView<'a> {
+    pub log: &'a crate::log::PartitionLog,
+    pub txns: Option<&'a crate::txn::PartitionTxns>,
+    pub producers: Option<&'a ProducerStates>,
+}
+
+impl PartitionView<'_> {
+    /// The first offset of the oldest open transaction, or the high watermark.
+    pub fn last_stable_offset(&self) -> i64 {
+        let hw = self.log.high_watermark();
+        self.txns
+            .and_then(|t| t.first_unstable_offset())
+            .map_or(hw, |first| first.min(hw))
+    }
+
+    /// What a reader may see up to: the LSO under read_committed, else the
+    /// high watermark.
+    pub fn read_bound(&self, read_committed: bool) -> i64 {
+        if read_committed {
+            self.last_stable_offset()
+        } else {
+            self.log.high_watermark()
+        }
+    }
+}
+
+impl Broker {
+    /// A partition to read or write, or the error a client is answered with:
+    /// UNKNOWN_TOPIC_OR_PARTITION, or KAFKA_STORAGE_ERROR while it is offline.
+    pub(crate) fn partition_view(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionView<'_>, kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        let (Some(log), Some(t)) = (
+            self.topics.partition(topic, partition),
+            self.topics.get(topic),
+        ) else {
+            return Err(ResponseError::UnknownTopicOrPartition);
+        };
+        let key = t.key(topic, partition);
+        if self.offline.contains(&key) {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        Ok(PartitionView {
+            txns: self.partition_txns.get(&key),
+            producers: self.producer_states.get(&key),
+            log,
+        })
+    }
+
+    /// Whether the partition is offline after a failed read.
+    pub(crate) fn is_offline(&self, key: &PartitionKey) -> bool {
+        self.offline.contains(key)
+    }
+
+    /// Whether `producer_id` has a transaction open in the partition.
+    pub(crate) fn has_ongoing_txn(&self, key: &PartitionKey, producer_id: i64) -> bool {
+        self.partition_txns
+            .get(key)
+            .is_some_and(|t| t.is_ongoing(producer_id))
+    }
+
+    /// Checks a producer's batch against the partition's producer state.
+    pub(crate) fn check_producer(
+        &mut self,
+        key: &PartitionKey,
+        header: &BatchHeader,
+    ) -> Result<AppendCheck, ProducerError> {
+        self.producer_states_mut(key).check(header)
+    }
+
+    /// Appends a producer's batch, checked, to a partition: the log, the
+    /// producer and transaction state, and the disk writes.
+    pub(crate) fn append_batch(
+        &mut self,
+        key: &PartitionKey,
+        header: &BatchHeader,
+        bytes: Bytes,
+        log_append_time: bool,
+    ) -> BatchAppended {
+        let now_ms = self.now_ms;
+        let log = self
+            .topics
+            .partition_mut_by_key(key)
+            .expect("checked by the caller");
+        let info = log.append(bytes, now_ms, log_append_time);
+        let log_start_offset = log.log_start_offset();
+        if header.has_producer_id() {
+            self.producer_states_mut(key).record(
+                header,
+                info.base_offset,
+                info.last_offset,
+                now_ms,
+            );
+        }
+        if header.is_transactional() {
+            self.partition_txns
+                .entry(key.clone())
+                .or_default()
+                .on_data(header.producer_id, info.base_offset);
+        }
+        for op in info.ops {
+            self.emit_disk(key.clone(), op);
+        }
+        BatchAppended {
+            base_offset: info.base_offset,
+            last_offset: info.last_offset,
+            log_append_time_ms: info.log_append_time_ms,
+            log_start_offset,
+        }
+    }
+
+    /// Appends a transaction marker of `producer_id` to a partition and
+    /// returns its offset. An abort of a transaction that wrote here is
+    /// booked in the segment's `.txnindex`.
+    pub(crate) fn append_marker(
+        &mut self,
+        key: &PartitionKey,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<i64, MarkerRefused> {
+        if self.offline.contains(key) {
+            return Err(MarkerRefused::Offline);
+        }
+        let now_ms = self.now_ms;
+        let log = self
+            .topics
+            .partition_mut_by_key(key)
+            .ok_or(MarkerRefused::Gone)?;
+        let mut info = log.append(
+            crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms),
+            now_ms,
+            false,
+        );
+        let aborted = self
+            .partition_txns
+            .entry(key.clone())
+            .or_default()
+            .on_marker(producer_id, commit, info.base_offset);
+        if let Some(aborted) = aborted {
+            let log = self
+                .topics
+                .partition_mut_by_key(key)
+                .expect("appended above");
+            info.ops.push(log.append_aborted(&aborted));
+        }
+        self.producer_states_mut(key)
+            .record_marker(producer_id, epoch, now_ms);
+        for op in info.ops {
+            self.emit_disk(key.clone(), op);
+        }
+        Ok(info.base_offset)
+    }
+
+    /// The partition's producer state (empty for a partition never written).
+    fn producer_states_mut(&mut self, key: &PartitionKey) -> &mut ProducerStates {
+        self.producer_states.entry(key.clone()).or_default()
+    }
+
+    /// After a failed sync: cuts the partition back to its high watermark, its
+    /// producer and transaction state with it, and emits the cut (and the
+    /// repair of the index files of the segment kept).
+    pub(super) fn truncate_to_durable(&mut self, key: &PartitionKey) {
+        let Some(log) = self.topics.partition_by_key(key) else {
+            return;
+        };
+        let hw = log.high_watermark();
+        let hw_segment = log.high_watermark_position().segment_base;
+        let aborted_kept = match self.partition_txns.get_mut(key) {
+            Some(txns) => {
+                txns.truncate_above(hw);
+                txns.aborted_in(hw_segment, i64::MAX)
+            }
+            None => Vec::new(),
+        };
+        if let Some(states) = self.producer_states.get_mut(key) {
+            states.truncate_above(hw);
+        }
+        let log = self
+            .topics
+            .partition_mut_by_key(key)
+            .expect("present above");
+        let ops = log.truncate_to_durable(&aborted_kept);
+        for op in ops {
+            self.emit_disk(key.clone(), op);
+        }
+    }
+
+    /// Repairs a segment's index files from memory (after a failed sync).
+    pub(super) fn repair_indexes(&mut self, key: &PartitionKey, segment_base: i64) {
+        let Some(log) = self.topics.partition_mut_by_key(key) else {
+            return;
+        };
+        let Some((from, to)) = log.segment_span(segment_base) else {
+            return;
+        };
+        let aborted = self
+            .partition_txns
+            .get(key)
+            .map(|t| t.aborted_in(from, to))
+            .unwrap_or_default();
+        let ops = log.repair_indexes(segment_base, &aborted);
+        for op in ops {
+            self.emit_disk(key.clone(), op);
+        }
+    }
+
+    /// A partition whose files failed a read answers KAFKA_STORAGE_ERROR
+    /// until a restart (Kafka takes the failed log dir offline). A read of a
+    /// segment the log no longer holds (retention or a topic deletion got
+    /// there first) is a race, not a failed disk: the reader was answered
+    /// with an error or a closed connection, and nothing goes offline.
+    pub(super) fn take_offline(&mut self, range: &FileRange) {
+        let dir = &range.dir;
+        let Some(topic) = self.topics.get(&dir.topic) else {
+            return;
+        };
+        let key = topic.key(&dir.topic, dir.partition);
+        let held = self
+            .topics
+            .partition_by_key(&key)
+            .is_some_and(|log| log.holds(range));
+        if held && self.offline.insert(key) {
+            tracing::error!(dir = %dir.dir_name(), "partition offline until restart");
+        }
+    }
+}
