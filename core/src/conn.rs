@@ -25,6 +25,8 @@ pub(crate) struct Conn {
     next_release: u64,
     /// Finished requests not yet released; `None` means "no response" (acks=0).
     finished: BTreeMap<u64, Option<Frame>>,
+    /// Where the connection comes from (`Input::Connected`), "" if untold.
+    pub(crate) client_host: String,
 }
 
 impl Conn {

@@ -159,6 +159,10 @@ pub enum Input {
     /// The state found on disk. Must be the first input; requests before it
     /// are a driver bug.
     Boot(BootState),
+    /// A connection was accepted from `client_host` (Kafka's form: `/` and
+    /// the peer's IP), which DescribeGroups reports for its members. Optional:
+    /// a connection whose first input is a frame has host "".
+    Connected { conn: ConnId, client_host: String },
     /// One request frame from a connection, with the 4-byte size prefix removed.
     Frame { conn: ConnId, frame: Bytes },
     /// The connection is gone; anything owed to it is dropped.

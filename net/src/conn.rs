@@ -86,8 +86,13 @@ pub async fn start(
         responses,
         _stop_reader: stop_reader,
     };
+    let client_host = format!("/{}", peer.ip());
     if events
-        .send(Event::Connected { conn, handle })
+        .send(Event::Connected {
+            conn,
+            handle,
+            client_host,
+        })
         .await
         .is_err()
     {

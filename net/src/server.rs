@@ -73,6 +73,8 @@ pub enum Event {
     Connected {
         conn: ConnId,
         handle: ConnHandle,
+        /// The peer as Kafka shows it (`/127.0.0.1`).
+        client_host: String,
     },
     Frame {
         conn: ConnId,
@@ -284,10 +286,14 @@ impl<Q: StorageQueue> Driver<Q> {
 
     fn on_event(&mut self, event: Event) -> anyhow::Result<()> {
         match event {
-            Event::Connected { conn, handle } => {
+            Event::Connected {
+                conn,
+                handle,
+                client_host,
+            } => {
                 let previous = self.conns.insert(conn, handle);
                 assert!(previous.is_none(), "connection id {conn} reused");
-                Ok(())
+                self.handle(Input::Connected { conn, client_host })
             }
             Event::Frame { conn, frame } => {
                 if !self.conns.contains_key(&conn) {

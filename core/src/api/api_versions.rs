@@ -1,4 +1,4 @@
-//! ApiVersions (key 18), v0–v3.
+//! ApiVersions (key 18), v0–v4 (v4, KIP-1102, has v3's schema).
 //!
 //! Lists `versions::SUPPORTED`. A version above what we serve is answered as
 //! Kafka does: a v0 body with UNSUPPORTED_VERSION and the list, so the client

@@ -20,11 +20,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
         .transactional_ids
         .iter()
         .map(|id| {
-            let base = TransactionState::default()
-                .with_transactional_id(id.clone())
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1)
-                .with_transaction_start_time_ms(-1);
+            // Kafka answers an id it cannot describe with the message's
+            // defaults (producer id, epoch and start time 0; seen in
+            // conformance), not with -1s.
+            let base = TransactionState::default().with_transactional_id(id.clone());
             if id.0.is_empty() {
                 return base.with_error_code(ResponseError::InvalidRequest.code());
             }

@@ -264,8 +264,14 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                     files.insert((ti, pi), range);
                 }
                 Records::Error(e) => {
+                    // As Kafka's ReplicaManager answers a failed read: no
+                    // offsets and no aborted list (seen in conformance).
                     pd.error_code = e.code();
                     pd.records = Some(bytes::Bytes::new());
+                    pd.high_watermark = -1;
+                    pd.last_stable_offset = -1;
+                    pd.log_start_offset = -1;
+                    pd.aborted_transactions = None;
                     has_error = true;
                 }
             }

@@ -53,17 +53,20 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                     Ok(part) => part,
                     Err(e) => return base.with_error_code(e.code()),
                 };
+                // An offset found carries the leader epoch; nothing found
+                // keeps -1, as Kafka answers (seen in conformance).
+                let found = base.clone().with_leader_epoch(super::LEADER_EPOCH);
                 let log = part.log;
                 let upper = part.read_bound(read_committed);
                 let search = match p.timestamp {
-                    LATEST => return base.with_offset(upper),
-                    EARLIEST => return base.with_offset(log.log_start_offset()),
+                    LATEST => return found.with_offset(upper),
+                    EARLIEST => return found.with_offset(log.log_start_offset()),
                     MAX_TIMESTAMP => log.max_timestamp(upper, &gathered.reads),
                     ts if ts >= 0 => log.offset_for_timestamp(ts, upper, &gathered.reads),
                     _ => return base.with_error_code(ResponseError::InvalidRequest.code()),
                 };
                 match search {
-                    TimeSearch::Found(offset, ts) => base.with_offset(offset).with_timestamp(ts),
+                    TimeSearch::Found(offset, ts) => found.with_offset(offset).with_timestamp(ts),
                     TimeSearch::NotFound => base,
                     TimeSearch::Need(range) if gathered.has_failed(&range) => {
                         base.with_error_code(ResponseError::KafkaStorageError.code())

@@ -60,9 +60,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                     pr.log_start_offset = appended.log_start_offset;
                     waits.push((appended.key, appended.last_offset, ti, pi));
                 }
-                Err((error, message)) => {
-                    pr.error_code = error.code();
-                    pr.error_message = message.map(StrBytes::from_string);
+                Err(refusal) => {
+                    pr.error_code = refusal.error.code();
+                    pr.error_message = refusal.message.map(StrBytes::from_string);
+                    if refusal.by_log {
+                        pr.log_start_offset = b
+                            .partition_view(&name, part.index)
+                            .map_or(-1, |view| view.log.log_start_offset());
+                    }
                 }
             }
             topic_response.partition_responses.push(pr);
@@ -102,7 +107,34 @@ struct Appended {
     log_start_offset: i64,
 }
 
-type AppendResult = Result<Appended, (ResponseError, Option<String>)>;
+type AppendResult = Result<Appended, Refusal>;
+
+/// Why a partition's batch was refused.
+struct Refusal {
+    error: ResponseError,
+    message: Option<String>,
+    /// Refused by the partition's log (its producer state), not before it:
+    /// Kafka then reports the log start offset with the error
+    /// (ReplicaManager.appendToLocalLog; seen in conformance), else -1.
+    by_log: bool,
+}
+
+impl Refusal {
+    fn by_log(self) -> Self {
+        Self {
+            by_log: true,
+            ..self
+        }
+    }
+}
+
+fn refused(error: ResponseError, message: Option<String>) -> Refusal {
+    Refusal {
+        error,
+        message,
+        by_log: false,
+    }
+}
 
 fn append_partition(
     b: &mut Broker,
@@ -111,22 +143,22 @@ fn append_partition(
     records: Option<&bytes::Bytes>,
 ) -> AppendResult {
     let Some(topic) = b.topics().get(topic_name) else {
-        return Err((ResponseError::UnknownTopicOrPartition, None));
+        return Err(refused(ResponseError::UnknownTopicOrPartition, None));
     };
     if partition < 0 || partition as usize >= topic.partitions.len() {
-        return Err((ResponseError::UnknownTopicOrPartition, None));
+        return Err(refused(ResponseError::UnknownTopicOrPartition, None));
     }
     if b.is_offline(&topic.key(topic_name, partition)) {
-        return Err((ResponseError::KafkaStorageError, None));
+        return Err(refused(ResponseError::KafkaStorageError, None));
     }
     let Some(records) = records else {
-        return Err((
+        return Err(refused(
             ResponseError::CorruptMessage,
             Some("records are null".into()),
         ));
     };
     if records.len() > limits::RECORD_LIST_BYTES_MAX {
-        return Err((ResponseError::RecordListTooLarge, None));
+        return Err(refused(ResponseError::RecordListTooLarge, None));
     }
     let config = b.config();
     let message_bytes_max = topic.config_i64(config, "max.message.bytes").max(0) as usize;
@@ -135,25 +167,27 @@ fn append_partition(
         topic.config(config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
     let key = topic.key(topic_name, partition);
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
-        BatchError::CrcMismatch { .. } => (ResponseError::CorruptMessage, Some(e.to_string())),
-        other => (ResponseError::InvalidRecord, Some(other.to_string())),
+        BatchError::CrcMismatch { .. } => {
+            refused(ResponseError::CorruptMessage, Some(e.to_string()))
+        }
+        other => refused(ResponseError::InvalidRecord, Some(other.to_string())),
     })?;
     if batches.len() != 1 {
         let m = "Produce requests with version 3 and above carry exactly one record batch";
-        return Err((ResponseError::InvalidRecord, Some(m.into())));
+        return Err(refused(ResponseError::InvalidRecord, Some(m.into())));
     }
     for (header, bytes) in &batches {
         if header.is_control() {
-            return Err((
+            return Err(refused(
                 ResponseError::InvalidRecord,
                 Some("clients may not write control batches".into()),
             ));
         }
         if bytes.len() > segment_bytes {
-            return Err((ResponseError::RecordListTooLarge, None));
+            return Err(refused(ResponseError::RecordListTooLarge, None));
         }
         if bytes.len() > message_bytes_max {
-            return Err((ResponseError::MessageTooLarge, None));
+            return Err(refused(ResponseError::MessageTooLarge, None));
         }
     }
     let (header, bytes) = batches.into_iter().next().expect("exactly one batch");
@@ -171,7 +205,12 @@ fn append_partition(
                     .partition_by_key(&key)
                     .expect("exists")
                     .log_start_offset();
-                let log_append_time_ms = -1;
+                // Kafka answers a duplicate with its stored batch's
+                // timestamp in log_append_time_ms (UnifiedLog's duplicate
+                // path; seen in conformance). A retried batch carries the
+                // same max timestamp; on a LogAppendTime topic Kafka would
+                // give the original's append time instead.
+                let log_append_time_ms = header.max_timestamp;
                 return Ok(Appended {
                     key,
                     base_offset: first_offset,
@@ -181,10 +220,14 @@ fn append_partition(
                 });
             }
             Err(e @ ProducerError::InvalidEpoch { .. }) => {
-                return Err((ResponseError::InvalidProducerEpoch, Some(e.to_string())))
+                return Err(
+                    refused(ResponseError::InvalidProducerEpoch, Some(e.to_string())).by_log(),
+                )
             }
             Err(e @ ProducerError::OutOfOrderSequence { .. }) => {
-                return Err((ResponseError::OutOfOrderSequenceNumber, Some(e.to_string())))
+                return Err(
+                    refused(ResponseError::OutOfOrderSequenceNumber, Some(e.to_string())).by_log(),
+                )
             }
         }
     }
@@ -215,32 +258,33 @@ fn check_transaction(
     topic: &str,
     partition: i32,
     h: &crate::batch::BatchHeader,
-) -> Result<(), (ResponseError, Option<String>)> {
+) -> Result<(), Refusal> {
     if !h.is_transactional() {
         let open_here = h.has_producer_id() && b.has_ongoing_txn(key, h.producer_id);
         if open_here {
-            return Err((
+            return Err(refused(
                 ResponseError::InvalidTxnState,
                 Some("Expected a transactional write".into()),
-            ));
+            )
+            .by_log());
         }
         return Ok(());
     }
     let Some((_, entry)) = b.txns().by_producer(h.producer_id) else {
-        return Err((ResponseError::InvalidProducerIdMapping, None));
+        return Err(refused(ResponseError::InvalidProducerIdMapping, None));
     };
     let r = &entry.record;
     if r.producer_epoch != h.producer_epoch {
-        return Err((ResponseError::InvalidProducerEpoch, None));
+        return Err(refused(ResponseError::InvalidProducerEpoch, None));
     }
     if entry.completion.is_some() || r.state.is_prepare() {
         let m = "Unable to verify the partition has been added to the transaction. Underlying error: CONCURRENT_TRANSACTIONS";
-        return Err((ResponseError::NotEnoughReplicas, Some(m.into())));
+        return Err(refused(ResponseError::NotEnoughReplicas, Some(m.into())));
     }
     if r.state != crate::txn::TxnState::Ongoing
         || !r.partitions.contains(&(topic.to_string(), partition))
     {
-        return Err((
+        return Err(refused(
             ResponseError::InvalidTxnState,
             Some("Partition was not added to the transaction".into()),
         ));

@@ -191,6 +191,9 @@ impl Broker {
                 }
             }
             Input::Disconnected { conn } => self.handle_disconnected(conn),
+            Input::Connected { conn, client_host } => {
+                self.conns.entry(conn).or_default().client_host = client_host;
+            }
             Input::SyncDone { io, result } => self.handle_sync_done(io, result),
             Input::MetaDone { io, result } => self.handle_meta_done(io, result),
             Input::ReadDone { io, result } => self.handle_read_done(io, result),

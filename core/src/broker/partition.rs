@@ -120,11 +120,20 @@ impl Broker {
         let info = log.append(bytes, now_ms, log_append_time);
         let log_start_offset = log.log_start_offset();
         if header.has_producer_id() {
+            // The producer's last timestamp is its batch's (Kafka's
+            // ProducerStateEntry.lastTimestamp: what DescribeProducers shows
+            // and producer.id.expiration.ms counts from), the same before and
+            // after a restart rebuilds it from the log.
+            let batch_timestamp_ms = if log_append_time {
+                now_ms
+            } else {
+                header.max_timestamp
+            };
             self.producer_states_mut(key).record(
                 header,
                 info.base_offset,
                 info.last_offset,
-                now_ms,
+                batch_timestamp_ms,
             );
         }
         if header.is_transactional() {

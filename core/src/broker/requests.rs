@@ -34,11 +34,9 @@ impl Broker {
             tracing::debug!(conn, key_raw, "unknown api key; closing");
             return self.close(conn);
         };
-        let seq = self
-            .conns
-            .get_mut(&conn)
-            .expect("entry made above")
-            .take_seq();
+        let state = self.conns.get_mut(&conn).expect("entry made above");
+        let seq = state.take_seq();
+        let client_host = state.client_host.clone();
         let mut ctx = RequestCtx {
             conn,
             seq,
@@ -46,6 +44,7 @@ impl Broker {
             version,
             correlation_id,
             client_id: Default::default(),
+            client_host,
         };
         if !versions::is_supported(api_key, version) {
             if api_key == ApiKey::ApiVersions {

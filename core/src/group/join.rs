@@ -25,6 +25,7 @@ pub(crate) struct JoinArgs {
     pub member_id: String,
     pub instance_id: Option<String>,
     pub client_id: String,
+    pub client_host: String,
     pub session_timeout_ms: i32,
     /// Already the session timeout for v0 (which has no rebalance timeout).
     pub rebalance_timeout_ms: i32,
@@ -241,8 +242,7 @@ impl Coordinator {
             id: id.clone(),
             instance_id: args.instance_id,
             client_id: args.client_id,
-            // The core never learns client addresses.
-            client_host: String::new(),
+            client_host: args.client_host,
             rebalance_timeout_ms: args.rebalance_timeout_ms,
             session_timeout_ms: args.session_timeout_ms,
             protocol_type: args.protocol_type,

@@ -43,8 +43,10 @@ struct ProducerEntry {
     epoch: i16,
     /// Oldest first; at most PRODUCER_BATCHES_RETAINED.
     batches: VecDeque<BatchMeta>,
-    /// When the producer last wrote here (broker time, or the batch's max
-    /// timestamp when rebuilt from the log), for producer.id.expiration.ms.
+    /// The timestamp of the producer's last batch here (its max timestamp,
+    /// or its log append time; a marker's is the broker's time), for
+    /// producer.id.expiration.ms and DescribeProducers, as Kafka's
+    /// ProducerStateEntry.lastTimestamp.
     last_write_ms: i64,
 }
 
@@ -178,8 +180,15 @@ impl ProducerStates {
         Ok(AppendCheck::Append)
     }
 
-    /// Records an appended batch (after `check` said Append).
-    pub fn record(&mut self, h: &BatchHeader, first_offset: i64, last_offset: i64, now_ms: i64) {
+    /// Records an appended batch (after `check` said Append); `timestamp_ms`
+    /// is the batch's (its max timestamp, or its log append time).
+    pub fn record(
+        &mut self,
+        h: &BatchHeader,
+        first_offset: i64,
+        last_offset: i64,
+        timestamp_ms: i64,
+    ) {
         assert!(
             h.has_producer_id(),
             "only batches with a producer id are recorded"
@@ -194,14 +203,15 @@ impl ProducerStates {
             .or_insert_with(|| ProducerEntry {
                 epoch: h.producer_epoch,
                 batches: VecDeque::new(),
-                last_write_ms: now_ms,
+                last_write_ms: timestamp_ms,
             });
         if h.producer_epoch != entry.epoch {
             // ProducerStateEntry.maybeUpdateProducerEpoch: a new epoch forgets the old batches.
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
         }
-        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        // Set, not raised: as Kafka's ProducerAppendInfo, the last batch's.
+        entry.last_write_ms = timestamp_ms;
         entry.batches.push_back(BatchMeta {
             first_seq: h.base_sequence,
             last_seq: h.last_sequence(),
@@ -244,7 +254,7 @@ impl ProducerStates {
             entry.epoch = epoch;
             entry.batches.clear();
         }
-        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        entry.last_write_ms = now_ms;
     }
 
     /// Every producer's state, for DescribeProducers.

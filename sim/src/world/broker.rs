@@ -681,6 +681,7 @@ fn describe_input(input: &Input) -> String {
         Input::Boot(_) => "Boot".into(),
         Input::Frame { conn, frame } => format!("frame #{conn} {}B", frame.len()),
         Input::Disconnected { conn } => format!("disconnected #{conn}"),
+        Input::Connected { conn, client_host } => format!("connected #{conn} from {client_host}"),
         Input::SyncDone { io, result } => format!("SyncDone#{io} {result:?}"),
         Input::MetaDone { io, result } => format!("MetaDone#{io} {result:?}"),
         Input::ReadDone { io, result } => match result {
