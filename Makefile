@@ -23,6 +23,10 @@ help:
 	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make sim     sweep SEEDS random seeds of the simulator;  make replay SCENARIO=name SEED=n"
 	@echo "make madsim  the real server under madsim (simulated network, clock, disk)"
+	@echo "make go-wire  the Go client wire tests (tests/go: franz-go, kadm, Sarama)"
+	@echo "make jvm     the JVM client wire tests (tests/jvm: kafka-clients, Spring Kafka)"
+	@echo "make conformance-kafka  scripts against Apache Kafka 4.3.1 and doze, compared field by field"
+	@echo "make kafka-ref  fetch Apache Kafka 4.3.1 (a test reference; tests/kafka_ref/kafka-ref.sh start|stop|tool)"
 	@echo "make fmt | fmt-check | clippy"
 
 build-release:
@@ -63,7 +67,7 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json
 
 js-deps: $(JS_STAMP)
 
-deps: venv kcat js-deps
+deps: venv kcat js-deps go-deps
 
 # --- tests ------------------------------------------------------------------
 
@@ -78,7 +82,7 @@ cargo-test:
 wire: venv js-deps build-release
 	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 1500 ../$(VPY) -m pytest $(PYTEST_ARGS)
 
-test: deps cargo-test sim-ci madsim-ci wire
+test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka
 
 # --- benchmarks (not part of test) ------------------------------------------
 
@@ -149,3 +153,77 @@ madsim:
 .PHONY: madsim-ci
 madsim-ci:
 	$(MAKE) madsim MADSIM_TEST_SEED=1 MADSIM_TEST_NUM=8
+
+# --- Apache Kafka 4.3.1 as a test reference (tests/kafka_ref) -----------------
+
+# Resolves Kafka from Maven Central into ~/.m2 and writes its runtime
+# classpath; re-runs only when the pom changes (or the file is gone). Then:
+# tests/kafka_ref/kafka-ref.sh start|stop|tool (see tests/kafka_ref/README.md).
+# A test reference only: the broker never depends on it.
+KAFKA_REF_CP := tests/kafka_ref/target/classpath.txt
+
+$(KAFKA_REF_CP): tests/kafka_ref/pom.xml
+	cd tests/kafka_ref && mvn -q -B dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+	@# build-classpath may leave an unchanged file untouched; make compares mtimes.
+	@touch $@
+
+.PHONY: kafka-ref
+kafka-ref: $(KAFKA_REF_CP)
+
+# --- differential conformance against Apache Kafka 4.3.1 (conformance/) -------
+
+# The harness (conformance/harness): kafka-clients' own message classes build
+# each request and read each answer, so scripts name Kafka's fields and no
+# API needs code of its own. Compiled with javac; Maven only resolves jars.
+CONF_H       := conformance/harness
+CONF_CP      := $(CONF_H)/target/classpath.txt
+CONF_CLASSES := $(CONF_H)/target/classes/.stamp
+
+$(CONF_CP): $(CONF_H)/pom.xml
+	cd $(CONF_H) && mvn -q -B dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+	@touch $@
+
+$(CONF_CLASSES): $(CONF_CP) $(wildcard $(CONF_H)/src/main/java/doze/conformance/*.java)
+	mkdir -p $(CONF_H)/target/classes
+	javac -Xlint:-options --release 17 -nowarn -d $(CONF_H)/target/classes -cp "$$(cat $(CONF_CP))" \
+	  $(CONF_H)/src/main/java/doze/conformance/*.java
+	@touch $@
+
+# Plays conformance/scripts against Kafka and doze; fails on any difference
+# not listed with its reason in conformance/DIFFERENCES.md. Part of `make test`.
+.PHONY: conformance-kafka conformance-record
+conformance-kafka: kafka-ref build-release $(CONF_CLASSES)
+	timeout --kill-after=30 600 conformance/run.sh
+
+# Rewrites conformance/recordings/ from Kafka 4.3.1's answers (core's test
+# `kafka_recordings_replay` replays them against the core).
+conformance-record: kafka-ref build-release $(CONF_CLASSES)
+	timeout --kill-after=30 600 conformance/run.sh --record
+
+# --- Go client wire tests (tests/go: franz-go, kadm, Sarama) -----------------
+
+GO ?= go
+# Extra `go test` arguments, e.g. `make go-wire GO_TEST_ARGS='-run Sarama'`.
+GO_TEST_ARGS ?=
+
+.PHONY: go-deps go-wire
+
+# The modules pinned by tests/go/go.sum, from the Go module proxy (~2 s cold).
+go-deps:
+	cd tests/go && $(GO) mod download
+
+# `go test -timeout` bounds the test run (~20 s); `timeout` bounds the whole,
+# including the first compile (about a minute cold on 2 cores).
+go-wire: go-deps build-release
+	cd tests/go && DOZE_KAFKA_BIN=$(CURDIR)/$(BIN) timeout --kill-after=30 900 \
+	  $(GO) test -count=1 -timeout 300s -v $(GO_TEST_ARGS) ./...
+
+# --- JVM client wire tests (tests/jvm) --------------------------------------
+
+# kafka-clients 4.3.1 (and 4.4.0 for the idempotent crash test) and Spring
+# Kafka 4.1 on Java 17 against the release binary (tests/jvm/README.md);
+# about a minute warm. Maven's downloads are cached in ~/.m2.
+.PHONY: jvm
+jvm: build-release
+	cd tests/jvm && DOZE_KAFKA_BIN=$(CURDIR)/$(BIN) timeout --kill-after=30 600 \
+	  mvn -q -B clean test; rc=$$?; ./summary.sh; exit $$rc

@@ -1,0 +1,99 @@
+package doze.conformance;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.fasterxml.jackson.databind.node.TextNode;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.function.Function;
+import org.apache.kafka.common.compress.Compression;
+import org.apache.kafka.common.record.internal.ControlRecordType;
+import org.apache.kafka.common.record.internal.MemoryRecords;
+import org.apache.kafka.common.record.internal.MutableRecordBatch;
+import org.apache.kafka.common.record.internal.Record;
+import org.apache.kafka.common.record.internal.SimpleRecord;
+
+/**
+ * Record sets both ways: a script writes a batch as readable JSON, and a
+ * response's record bytes are summarised batch by batch (offsets, producer,
+ * flags, control type, values), since their raw bytes hold timestamps and
+ * producer ids that legitimately differ between brokers.
+ */
+final class Records {
+    private static final JsonNodeFactory F = JsonNodeFactory.instance;
+    /** Byte offset of the CRC field in a v2 record batch. */
+    private static final int CRC_OFFSET = 17;
+
+    private Records() {}
+
+    /**
+     * `{"producerId":…, "producerEpoch":…, "baseSequence":…, "transactional":
+     * bool, "values":[…], "corruptCrc": bool}` as base64 record-set bytes.
+     */
+    static TextNode build(JsonNode spec, Function<JsonNode, Long> number) {
+        List<SimpleRecord> records = new ArrayList<>();
+        long ts = 1_700_000_000_000L;
+        for (JsonNode v : spec.path("values")) {
+            records.add(new SimpleRecord(ts, null, v.asText().getBytes(StandardCharsets.UTF_8)));
+        }
+        SimpleRecord[] rs = records.toArray(new SimpleRecord[0]);
+        long pid = spec.has("producerId") ? number.apply(spec.get("producerId")) : -1;
+        short epoch = spec.has("producerEpoch") ? number.apply(spec.get("producerEpoch")).shortValue() : -1;
+        int seq = spec.has("baseSequence") ? number.apply(spec.get("baseSequence")).intValue() : -1;
+        MemoryRecords m;
+        if (spec.path("transactional").asBoolean(false)) {
+            m = MemoryRecords.withTransactionalRecords(Compression.NONE, pid, epoch, seq, rs);
+        } else if (pid >= 0) {
+            m = MemoryRecords.withIdempotentRecords(Compression.NONE, pid, epoch, seq, rs);
+        } else {
+            m = MemoryRecords.withRecords(Compression.NONE, rs);
+        }
+        ByteBuffer buf = m.buffer();
+        byte[] bytes = new byte[buf.remaining()];
+        buf.get(bytes);
+        if (spec.path("corruptCrc").asBoolean(false)) {
+            bytes[CRC_OFFSET] ^= (byte) 0xff;
+        }
+        return TextNode.valueOf(Base64.getEncoder().encodeToString(bytes));
+    }
+
+    /** The batches of base64 record-set bytes, summarised. */
+    static JsonNode summary(String base64) {
+        byte[] bytes = Base64.getDecoder().decode(base64);
+        ArrayNode out = F.arrayNode();
+        if (bytes.length == 0) {
+            return out;
+        }
+        MemoryRecords m = MemoryRecords.readableRecords(ByteBuffer.wrap(bytes));
+        for (MutableRecordBatch b : m.batches()) {
+            ObjectNode o = F.objectNode();
+            o.put("baseOffset", b.baseOffset());
+            o.put("lastOffset", b.lastOffset());
+            o.put("producerId", b.producerId());
+            o.put("producerEpoch", b.producerEpoch());
+            o.put("baseSequence", b.baseSequence());
+            o.put("transactional", b.isTransactional());
+            o.put("control", b.isControlBatch());
+            ArrayNode values = o.putArray("values");
+            for (Record r : b) {
+                if (b.isControlBatch()) {
+                    values.add(ControlRecordType.parse(r.key()).name());
+                } else if (r.value() == null) {
+                    values.addNull();
+                } else {
+                    ByteBuffer v = r.value();
+                    byte[] vb = new byte[v.remaining()];
+                    v.get(vb);
+                    values.add(new String(vb, StandardCharsets.UTF_8));
+                }
+            }
+            out.add(o);
+        }
+        return out;
+    }
+}
