@@ -371,3 +371,52 @@ fn retention_deletes_old_segments_by_size_and_time() {
     assert_eq!(orphans, 0, "a segment's index files go with its .log");
     assert!(start <= 20);
 }
+
+/// Every ListOffsets and Metadata version gets an answer (kafka-protocol
+/// refuses to encode a field set at a version that lacks it: leader_epoch
+/// below ListOffsets v4 once closed aiokafka's and kafkajs's connections).
+#[test]
+fn list_offsets_and_metadata_answer_at_every_version() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
+    let (min, max) = doze_core::versions::range(ApiKey::ListOffsets).unwrap();
+    for version in min..=max {
+        for timestamp in [-1, -2, T0_MS] {
+            let req = ListOffsetsRequest::default().with_topics(vec![
+                list_offsets_request::ListOffsetsTopic::default()
+                    .with_name(name("t"))
+                    .with_partitions(vec![list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(timestamp)]),
+            ]);
+            w.send(1, version, &req);
+            match w.recv(1) {
+                Some((_, ResponseKind::ListOffsets(r))) => {
+                    let p = &r.topics[0].partitions[0];
+                    assert_eq!(p.error_code, 0, "v{version} ts {timestamp}");
+                    let want_epoch = if version >= 4 { 0 } else { -1 };
+                    assert_eq!(p.leader_epoch, want_epoch, "v{version}");
+                }
+                other => panic!("ListOffsets v{version} ts {timestamp}: {other:?}"),
+            }
+        }
+    }
+    let (min, max) = doze_core::versions::range(ApiKey::Metadata).unwrap();
+    for version in min..=max {
+        let topic = metadata_request::MetadataRequestTopic::default().with_name(Some(name("t")));
+        w.send(
+            1,
+            version,
+            &MetadataRequest::default().with_topics(Some(vec![topic])),
+        );
+        match w.recv(1) {
+            Some((_, ResponseKind::Metadata(r))) => {
+                assert_eq!(r.topics[0].error_code, 0, "v{version}");
+                assert_eq!(r.topics[0].partitions.len(), 1, "v{version}");
+            }
+            other => panic!("Metadata v{version}: {other:?}"),
+        }
+    }
+}

@@ -54,8 +54,14 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                     Err(e) => return base.with_error_code(e.code()),
                 };
                 // An offset found carries the leader epoch; nothing found
-                // keeps -1, as Kafka answers (seen in conformance).
-                let found = base.clone().with_leader_epoch(super::LEADER_EPOCH);
+                // keeps -1, as Kafka answers (seen in conformance). The field
+                // exists from v4 (kafka-protocol refuses to encode it below).
+                let epoch = if ctx.version >= 4 {
+                    super::LEADER_EPOCH
+                } else {
+                    -1
+                };
+                let found = base.clone().with_leader_epoch(epoch);
                 let log = part.log;
                 let upper = part.read_bound(read_committed);
                 let search = match p.timestamp {
