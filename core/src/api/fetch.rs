@@ -265,12 +265,14 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                 }
                 Records::Error(e) => {
                     // As Kafka's ReplicaManager answers a failed read: no
-                    // offsets and no aborted list (seen in conformance).
+                    // high watermark, stable offset or aborted list (seen in
+                    // conformance). Kafka sends no log start either; doze
+                    // keeps it (listed in conformance/DIFFERENCES.md): the
+                    // simulator's consumers reset from it.
                     pd.error_code = e.code();
                     pd.records = Some(bytes::Bytes::new());
                     pd.high_watermark = -1;
                     pd.last_stable_offset = -1;
-                    pd.log_start_offset = -1;
                     pd.aborted_transactions = None;
                     has_error = true;
                 }
