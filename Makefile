@@ -79,7 +79,7 @@ cargo-test:
 
 # Each wire test is bounded by pytest-timeout (tests/pytest.ini) and the whole
 # run by `timeout`, so a hung broker cannot eat CI's budget.
-wire: venv js-deps build-release
+wire: venv js-deps build-release kafka-ref
 	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 1500 ../$(VPY) -m pytest $(PYTEST_ARGS)
 
 test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka

@@ -43,7 +43,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
                         .with_producer_epoch(d.epoch as i32)
                         .with_last_sequence(d.last_sequence)
                         .with_last_timestamp(d.last_timestamp_ms)
-                        .with_coordinator_epoch(-1)
+                        .with_coordinator_epoch(d.coordinator_epoch)
                         .with_current_txn_start_offset(open)
                 })
                 .collect();

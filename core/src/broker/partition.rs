@@ -172,7 +172,13 @@ impl Broker {
             .partition_mut_by_key(key)
             .ok_or(MarkerRefused::Gone)?;
         let mut info = log.append(
-            crate::txn::marker::build(producer_id, epoch, commit, 0, now_ms),
+            crate::txn::marker::build(
+                producer_id,
+                epoch,
+                commit,
+                crate::txn::marker::COORDINATOR_EPOCH,
+                now_ms,
+            ),
             now_ms,
             false,
         );

@@ -48,6 +48,14 @@ struct ProducerEntry {
     /// producer.id.expiration.ms and DescribeProducers, as Kafka's
     /// ProducerStateEntry.lastTimestamp.
     last_write_ms: i64,
+    /// The coordinator epoch of the producer's last marker here, -1 before
+    /// any (DescribeProducers' CoordinatorEpoch, as Kafka's entry keeps it).
+    #[serde(default = "no_coordinator_epoch")]
+    coordinator_epoch: i32,
+}
+
+fn no_coordinator_epoch() -> i32 {
+    -1
 }
 
 /// One producer as DescribeProducers reports it.
@@ -57,6 +65,7 @@ pub struct ProducerDescription {
     pub epoch: i16,
     pub last_sequence: i32,
     pub last_timestamp_ms: i64,
+    pub coordinator_epoch: i32,
 }
 
 /// What to do with a batch that passed the checks.
@@ -204,6 +213,7 @@ impl ProducerStates {
                 epoch: h.producer_epoch,
                 batches: VecDeque::new(),
                 last_write_ms: timestamp_ms,
+                coordinator_epoch: -1,
             });
         if h.producer_epoch != entry.epoch {
             // ProducerStateEntry.maybeUpdateProducerEpoch: a new epoch forgets the old batches.
@@ -249,12 +259,14 @@ impl ProducerStates {
                 epoch,
                 batches: VecDeque::new(),
                 last_write_ms: now_ms,
+                coordinator_epoch: -1,
             });
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
         }
         entry.last_write_ms = now_ms;
+        entry.coordinator_epoch = crate::txn::marker::COORDINATOR_EPOCH;
     }
 
     /// Every producer's state, for DescribeProducers.
@@ -266,6 +278,7 @@ impl ProducerStates {
                 epoch: e.epoch,
                 last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
                 last_timestamp_ms: e.last_write_ms,
+                coordinator_epoch: e.coordinator_epoch,
             })
             .collect()
     }

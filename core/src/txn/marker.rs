@@ -28,6 +28,10 @@ fn put_zigzag_varint(buf: &mut BytesMut, v: i64) {
     }
 }
 
+/// The coordinator epoch markers carry: one node, so the transaction
+/// coordinator never moves and keeps Kafka's first epoch, 0.
+pub const COORDINATOR_EPOCH: i32 = 0;
+
 /// Builds a marker batch (base offset 0; the log assigns the real one).
 pub fn build(
     producer_id: i64,
