@@ -25,6 +25,7 @@ help:
 	@echo "make madsim  the real server under madsim (simulated network, clock, disk)"
 	@echo "make go-wire  the Go client wire tests (tests/go: franz-go, kadm, Sarama)"
 	@echo "make jvm     the JVM client wire tests (tests/jvm: kafka-clients, Spring Kafka)"
+	@echo "make mirror  MirrorMaker 2: doze -> Apache Kafka 4.3.1 (tests/mirror)"
 	@echo "make conformance-kafka  scripts against Apache Kafka 4.3.1 and doze, compared field by field"
 	@echo "make kafka-ref  fetch Apache Kafka 4.3.1 (a test reference; tests/kafka_ref/kafka-ref.sh start|stop|tool)"
 	@echo "make fmt | fmt-check | clippy"
@@ -82,7 +83,7 @@ cargo-test:
 wire: venv js-deps build-release kafka-ref
 	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 1500 ../$(VPY) -m pytest $(PYTEST_ARGS)
 
-test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka
+test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka mirror
 
 # --- benchmarks (not part of test) ------------------------------------------
 
@@ -227,3 +228,19 @@ go-wire: go-deps build-release
 jvm: build-release
 	cd tests/jvm && DOZE_KAFKA_BIN=$(CURDIR)/$(BIN) timeout --kill-after=30 600 \
 	  mvn -q -B clean test; rc=$$?; ./summary.sh; exit $$rc
+
+# --- MirrorMaker 2 from doze to Apache Kafka 4.3.1 (tests/mirror) ------------
+
+# connect-mirror 4.3.1 (MirrorMaker 2) and its dependencies from Maven Central
+# into ~/.m2, and their classpath; re-resolves only when the pom changes.
+MIRROR_CP := tests/mirror/target/classpath.txt
+
+$(MIRROR_CP): tests/mirror/pom.xml
+	cd tests/mirror && mvn -q -B dependency:build-classpath -Dmdep.outputFile=target/classpath.txt
+	@touch $@
+
+# MirrorMaker 2 copies a topic and two consumer groups from doze to Kafka and
+# the groups continue there (tests/mirror/README.md); about a minute.
+.PHONY: mirror
+mirror: venv kafka-ref build-release $(MIRROR_CP)
+	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 420 ../$(VPY) -m pytest -rP mirror/test_mirror.py
