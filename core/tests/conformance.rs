@@ -46,6 +46,19 @@ struct Replay {
 }
 
 impl Replay {
+    /// A fresh core with the file's `setup.topics` created.
+    fn start(rec: &Value) -> Self {
+        let mut w = World::new(BrokerConfig::default());
+        for t in rec["setup"]["topics"].as_array().unwrap() {
+            let partitions = t["partitions"].as_i64().unwrap() as i32;
+            create_topic(&mut w, t["name"].as_str().unwrap(), partitions);
+        }
+        Self {
+            w,
+            saved: BTreeMap::new(),
+        }
+    }
+
     fn int(&self, v: &Value) -> i64 {
         match v {
             Value::String(s) if s.starts_with('$') => *self
@@ -57,8 +70,12 @@ impl Replay {
         }
     }
 
+    /// An integer field of a body (a literal or a saved `$name`); absent or
+    /// null: `default`.
     fn field(&self, body: &Value, key: &str, default: i64) -> i64 {
-        body.get(key).map_or(default, |v| self.int(v))
+        body.get(key)
+            .filter(|v| !v.is_null())
+            .map_or(default, |v| self.int(v))
     }
 
     fn send(&mut self, conn: u64, api: &str, version: i16, body: &Value) {
@@ -154,17 +171,7 @@ fn derived_orderings_replay() {
             source.contains("Not recorded"),
             "{file}: the source must say honestly where expectations come from"
         );
-        let mut r = Replay {
-            w: World::new(BrokerConfig::default()),
-            saved: BTreeMap::new(),
-        };
-        for t in rec["setup"]["topics"].as_array().unwrap() {
-            create_topic(
-                &mut r.w,
-                t["name"].as_str().unwrap(),
-                t["partitions"].as_i64().unwrap() as i32,
-            );
-        }
+        let mut r = Replay::start(&rec);
         for (i, step) in rec["steps"].as_array().unwrap().iter().enumerate() {
             let at = format!("{file} step {i}");
             if let Some(io) = step.get("io").and_then(Value::as_str) {
@@ -218,36 +225,18 @@ fn derived_orderings_replay() {
 /// only by the differential harness (`make conformance-kafka`).
 const REPLAYABLE: [&str; 4] = ["InitProducerId", "EndTxn", "AddPartitionsToTxn", "Produce"];
 
-struct Recorded {
-    w: World,
-    saved: BTreeMap<String, i64>,
-}
-
-impl Recorded {
-    fn int(&self, v: &Value) -> i64 {
-        match v {
-            Value::String(s) if s.starts_with('$') => self.saved[&s[1..]],
-            Value::Number(n) => n.as_i64().unwrap(),
-            other => panic!("not an integer: {other}"),
-        }
-    }
-
-    fn get(&self, body: &Value, key: &str, default: i64) -> i64 {
-        body.get(key)
-            .filter(|v| !v.is_null())
-            .map_or(default, |v| self.int(v))
-    }
-
-    fn send(&mut self, api: &str, version: i16, body: &Value) {
-        let pid = ProducerId(self.get(body, "producerId", -1));
-        let epoch = self.get(body, "producerEpoch", -1) as i16;
+impl Replay {
+    /// Sends a recorded step's request (Kafka's JSON names) on connection 1.
+    fn send_recorded(&mut self, api: &str, version: i16, body: &Value) {
+        let pid = ProducerId(self.field(body, "producerId", -1));
+        let epoch = self.field(body, "producerEpoch", -1) as i16;
         match api {
             "InitProducerId" => {
                 let id = body["transactionalId"].as_str().map(tid);
                 let req = InitProducerIdRequest::default()
                     .with_transactional_id(id)
                     .with_transaction_timeout_ms(
-                        self.get(body, "transactionTimeoutMs", 60_000) as i32
+                        self.field(body, "transactionTimeoutMs", 60_000) as i32
                     )
                     .with_producer_id(pid)
                     .with_producer_epoch(epoch);
@@ -282,14 +271,16 @@ impl Recorded {
                     .with_v3_and_below_transactional_id(tid(body["v3AndBelowTransactionalId"]
                         .as_str()
                         .unwrap()))
-                    .with_v3_and_below_producer_id(ProducerId(self.get(
+                    .with_v3_and_below_producer_id(ProducerId(self.field(
                         body,
                         "v3AndBelowProducerId",
                         -1,
                     )))
-                    .with_v3_and_below_producer_epoch(
-                        self.get(body, "v3AndBelowProducerEpoch", -1) as i16
-                    )
+                    .with_v3_and_below_producer_epoch(self.field(
+                        body,
+                        "v3AndBelowProducerEpoch",
+                        -1,
+                    ) as i16)
                     .with_v3_and_below_topics(topics);
                 self.w.send(1, version, &req);
             }
@@ -305,9 +296,9 @@ impl Recorded {
                     .collect();
                 let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
                 let producer = support::Producer {
-                    id: self.get(spec, "producerId", -1),
-                    epoch: self.get(spec, "producerEpoch", -1) as i16,
-                    sequence: self.get(spec, "baseSequence", -1) as i32,
+                    id: self.field(spec, "producerId", -1),
+                    epoch: self.field(spec, "producerEpoch", -1) as i16,
+                    sequence: self.field(spec, "baseSequence", -1) as i32,
                     transactional: spec["transactional"].as_bool().unwrap_or(false),
                 };
                 let batch = support::producer_batch(
@@ -320,7 +311,7 @@ impl Recorded {
                     topic["name"].as_str().unwrap(),
                     part["index"].as_i64().unwrap() as i32,
                     batch,
-                    self.get(body, "acks", -1) as i16,
+                    self.field(body, "acks", -1) as i16,
                 );
                 req.transactional_id = body["transactionalId"].as_str().map(tid);
                 self.w.send(1, version, &req);
@@ -331,7 +322,7 @@ impl Recorded {
 
     /// The fields this replayer compares, in the recording's names, with
     /// producer ids shown as the names they were saved under.
-    fn fields(&self, response: &ResponseKind) -> BTreeMap<String, Value> {
+    fn recorded_fields(&self, response: &ResponseKind) -> BTreeMap<String, Value> {
         let named = |id: i64| {
             self.saved
                 .iter()
@@ -441,17 +432,7 @@ fn kafka_recordings_replay() {
         if !replayable {
             continue;
         }
-        let mut r = Recorded {
-            w: World::new(BrokerConfig::default()),
-            saved: BTreeMap::new(),
-        };
-        for t in rec["setup"]["topics"].as_array().unwrap() {
-            create_topic(
-                &mut r.w,
-                t["name"].as_str().unwrap(),
-                t["partitions"].as_i64().unwrap() as i32,
-            );
-        }
+        let mut r = Replay::start(&rec);
         for (i, step) in steps.iter().enumerate() {
             if step.get("sleep_ms").is_some() {
                 continue;
@@ -466,7 +447,7 @@ fn kafka_recordings_replay() {
                 .unwrap_or_default();
             let mut tries = 0;
             let response = loop {
-                r.send(api, version, &step["body"]);
+                r.send_recorded(api, version, &step["body"]);
                 let (_, response) = r.w.recv(1).unwrap_or_else(|| panic!("{at}: no answer"));
                 // As the harness (and Kafka's clients) retry: resend while
                 // an error the step names is answered (the core finishes the
@@ -474,7 +455,7 @@ fn kafka_recordings_replay() {
                 let is_code =
                     |k: &str| k.ends_with("errorCode") || !k.contains(' ') && k.contains('/');
                 let retry = r
-                    .fields(&response)
+                    .recorded_fields(&response)
                     .iter()
                     .any(|(k, v)| is_code(k) && retry_while.contains(v));
                 tries += 1;
@@ -492,8 +473,8 @@ fn kafka_recordings_replay() {
                     r.saved.insert(var.as_str().unwrap().to_string(), v);
                 }
             }
-            let got = r.fields(&response);
-            let want = Recorded::recorded(api, &step["response"]);
+            let got = r.recorded_fields(&response);
+            let want = Replay::recorded(api, &step["response"]);
             for (k, want) in &want {
                 let have = got
                     .get(k)
