@@ -19,8 +19,6 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InvalidProducerEpochException;
 import org.apache.kafka.common.errors.ProducerFencedException;
-import org.apache.kafka.common.serialization.StringDeserializer;
-import org.apache.kafka.common.serialization.StringSerializer;
 
 /**
  * The transactional read-process-write copier, run as its own JVM by
@@ -41,46 +39,25 @@ import org.apache.kafka.common.serialization.StringSerializer;
  */
 public final class CopierMain {
     public static void main(String[] args) throws Exception {
-        String bootstrap = args[0];
-        String in = args[1];
-        String out = args[2];
-        String group = args[3];
-        String txnId = args[4];
-        int rate = Integer.parseInt(args[5]);
-        long total = Long.parseLong(args[6]);
-        int partitions = Integer.parseInt(args[7]);
+        copy(args[0], args[1], args[2], args[3], args[4], Integer.parseInt(args[5]), Long.parseLong(args[6]),
+                Integer.parseInt(args[7]));
+    }
+
+    static void copy(String bootstrap, String in, String out, String group, String txnId, int rate, long total,
+            int partitions) throws Exception {
         long pauseNanos = 1_000_000_000L / rate;
 
-        Properties common = new Properties();
-        common.put("bootstrap.servers", bootstrap);
-        common.put("reconnect.backoff.ms", "50");
-        common.put("reconnect.backoff.max.ms", "500");
-        common.put("retry.backoff.ms", "50");
-        common.put("retry.backoff.max.ms", "500");
-
-        Properties pp = new Properties();
-        pp.putAll(common);
-        pp.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, txnId);
-        pp.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, "30000");
-        pp.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
+        Properties pp = Kafka.transactionalProducerProps(bootstrap, txnId);
         pp.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
         pp.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "30000");
         pp.put(ProducerConfig.LINGER_MS_CONFIG, "5");
-        pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
 
-        Properties cp = new Properties();
-        cp.putAll(common);
-        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        cp.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        cp.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        // A dead copier leaves the group after 4 s, so that its successor gets the partitions.
+        Properties cp = Kafka.groupConsumerProps(bootstrap, group);
         cp.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "4000");
         cp.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "1000");
         cp.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, "30000");
         cp.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "50");
-        cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
 
         KafkaProducer<String, String> producer = new KafkaProducer<>(pp);
         producer.initTransactions();

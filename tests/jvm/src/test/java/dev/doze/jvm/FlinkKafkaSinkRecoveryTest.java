@@ -6,24 +6,19 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
+import java.util.function.IntFunction;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
 
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionState;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
@@ -31,8 +26,6 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InvalidTxnStateException;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.protocol.Errors;
-import org.apache.kafka.common.serialization.StringDeserializer;
-import org.apache.kafka.common.serialization.StringSerializer;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -65,8 +58,9 @@ import org.junit.jupiter.api.extension.ExtendWith;
  * value allowed by the broker ..."), not as InvalidTxnTimeoutException: its
  * InitProducerIdHandler has no case for that error.
  *
- * <p>The scenarios take a bootstrap address (and a crash hook), so the same
- * code can be pointed at a reference Apache Kafka; here they run against doze.
+ * <p>The tests use their broker only through its bootstrap address (and one
+ * through a crash hook), so the same code can be pointed at a reference Apache
+ * Kafka; here they run against doze.
  */
 @ExtendWith(DozeExtension.class)
 class FlinkKafkaSinkRecoveryTest {
@@ -77,10 +71,51 @@ class FlinkKafkaSinkRecoveryTest {
     /** Flink's KafkaSink default transaction.timeout.ms (one hour). */
     static final int FLINK_DEFAULT_TXN_TIMEOUT_MS = 3_600_000;
 
+    /**
+     * Checkpoints 1..3 of subtask 0 used the ids prefix-0-1..3 (InitProducerId of a
+     * new id: epoch 0; each gets its own producer id). A restored job probes from
+     * checkpoint 1 as Flink's TransactionAborter does (initTransactions, look at the
+     * epoch, close): the used ids answer epoch 1, and the first never-used one,
+     * prefix-0-4, epoch 0, where probing stops.
+     */
     @Test
     @Timeout(value = 60, unit = TimeUnit.SECONDS)
     void probingFindsNeverUsedTransactionalIdsByEpochZero(DozeBroker broker) throws Exception {
-        probeNeverUsedIds(broker.bootstrap());
+        Sink sink = Sink.create(broker.bootstrap(), "flink-probe", 1);
+        Set<Long> producerIds = new HashSet<>();
+        for (int cp = 1; cp <= 3; cp++) {
+            try (FlinkStyleProducer p = sink.producer(cp)) {
+                p.initTransactions();
+                assertEquals(0, p.epoch(), "InitProducerId of the never-seen id " + sink.transactionalId(cp));
+                producerIds.add(p.producerId());
+                p.beginTransaction();
+                p.send(new ProducerRecord<>(sink.topic(), "k", "cp" + cp)).get(30, TimeUnit.SECONDS);
+                p.commitTransaction();
+            }
+        }
+        assertEquals(3, producerIds.size(), "three transactional ids, three producer ids: " + producerIds);
+
+        List<String> probed = new ArrayList<>();
+        int firstUnused = -1;
+        for (int cp = 1; cp <= 10 && firstUnused < 0; cp++) {
+            try (FlinkStyleProducer p = sink.producer(cp)) {
+                p.initTransactions();
+                probed.add(cp + ":" + p.producerId() + "/" + p.epoch());
+                if (cp <= 3) {
+                    assertTrue(producerIds.contains(p.producerId()), "probe of used id " + sink.transactionalId(cp)
+                            + " got another producer id: " + probed);
+                }
+                if (p.epoch() == 0) {
+                    firstUnused = cp;
+                }
+            }
+        }
+        System.out.println("flink probe: checkpoint:producerId/epoch " + probed);
+        assertEquals(4, firstUnused, "probing stops at the first never-used id (epoch 0): " + probed);
+        assertEquals(List.of("1", "1", "1", "0"), probed.stream().map(s -> s.substring(s.indexOf('/') + 1))
+                .collect(Collectors.toList()), "epochs of the probed ids (used ones bumped once, new one 0)");
+        assertEquals(List.of("cp1", "cp2", "cp3"), sink.values("read_committed"),
+                "probing aborted or duplicated nothing");
     }
 
     @Test
@@ -95,74 +130,6 @@ class FlinkKafkaSinkRecoveryTest {
         resumeAndCommit(broker.bootstrap(), "broker SIGKILLed and restarted", broker::restartAfterKill9);
     }
 
-    @Test
-    @Timeout(value = 60, unit = TimeUnit.SECONDS)
-    void resumedCommitOfAbortedTransactionIsInvalidTxnState(DozeBroker broker) throws Exception {
-        resumeAborted(broker.bootstrap());
-    }
-
-    @Test
-    @Timeout(value = 60, unit = TimeUnit.SECONDS)
-    void resumedCommitWithStaleEpochIsFenced(DozeBroker broker) throws Exception {
-        resumeStaleEpoch(broker.bootstrap());
-    }
-
-    @Test
-    @Timeout(value = 60, unit = TimeUnit.SECONDS)
-    void flinkDefaultOneHourTransactionTimeoutIsRefused(DozeBroker broker) throws Exception {
-        oneHourTimeout(broker.bootstrap());
-    }
-
-    // --- scenarios -----------------------------------------------------------------------------
-
-    /**
-     * Checkpoints 1..3 of subtask 0 used the ids prefix-0-1..3 (InitProducerId of a
-     * new id: epoch 0; each gets its own producer id). A restored job probes from
-     * checkpoint 1 as Flink's TransactionAborter does (initTransactions, look at the
-     * epoch, close): the used ids answer epoch 1, and the first never-used one,
-     * prefix-0-4, epoch 0, where probing stops.
-     */
-    static void probeNeverUsedIds(String bootstrap) throws Exception {
-        String topic = Kafka.unique("flink-probe");
-        String prefix = Kafka.unique("flink-sink");
-        createTopic(bootstrap, topic, 1);
-        Set<Long> producerIds = new HashSet<>();
-        for (int cp = 1; cp <= 3; cp++) {
-            try (FlinkStyleProducer p = new FlinkStyleProducer(producerProps(bootstrap), prefix + "-0-" + cp)) {
-                p.initTransactions();
-                assertEquals(0, p.epoch(), "InitProducerId of the never-seen id " + prefix + "-0-" + cp);
-                producerIds.add(p.producerId());
-                p.beginTransaction();
-                p.send(new ProducerRecord<>(topic, "k", "cp" + cp)).get(30, TimeUnit.SECONDS);
-                p.commitTransaction();
-            }
-        }
-        assertEquals(3, producerIds.size(), "three transactional ids, three producer ids: " + producerIds);
-
-        List<String> probed = new ArrayList<>();
-        int firstUnused = -1;
-        for (int cp = 1; cp <= 10 && firstUnused < 0; cp++) {
-            String id = prefix + "-0-" + cp;
-            try (FlinkStyleProducer p = new FlinkStyleProducer(producerProps(bootstrap), id)) {
-                p.initTransactions();
-                probed.add(cp + ":" + p.producerId() + "/" + p.epoch());
-                if (cp <= 3) {
-                    assertTrue(producerIds.contains(p.producerId()), "probe of used id " + id
-                            + " got another producer id: " + probed);
-                }
-                if (p.epoch() == 0) {
-                    firstUnused = cp;
-                }
-            }
-        }
-        System.out.println("flink probe: checkpoint:producerId/epoch " + probed);
-        assertEquals(4, firstUnused, "probing stops at the first never-used id (epoch 0): " + probed);
-        assertEquals(List.of("1", "1", "1", "0"), probed.stream().map(s -> s.substring(s.indexOf('/') + 1))
-                .collect(Collectors.toList()), "epochs of the probed ids (used ones bumped once, new one 0)");
-        assertEquals(List.of("cp1", "cp2", "cp3"), values(bootstrap, topic, 1, "read_committed"),
-                "probing aborted or duplicated nothing");
-    }
-
     /**
      * A pre-committed transaction (records sent and flushed, producer id and
      * epoch stored, the producer abandoned as by a crash; optionally the
@@ -173,65 +140,57 @@ class FlinkKafkaSinkRecoveryTest {
      * (a second recovery) succeeds without changing anything.
      */
     static void resumeAndCommit(String bootstrap, String label, Runnable crash) throws Exception {
-        String topic = Kafka.unique("flink-out");
-        String txnId = Kafka.unique("flink-sink") + "-0-1";
-        createTopic(bootstrap, topic, PARTITIONS);
+        Sink sink = Sink.create(bootstrap, "flink-out", PARTITIONS);
         List<String> sent = IntStream.range(0, RECORDS).mapToObj(i -> String.format("r%03d", i))
                 .collect(Collectors.toList());
 
-        FlinkStyleProducer writer = new FlinkStyleProducer(producerProps(bootstrap), txnId);
+        FlinkStyleProducer writer = sink.producer(1);
         try {
-            writer.initTransactions();
-            writer.beginTransaction();
-            for (int i = 0; i < RECORDS; i++) {
-                writer.send(new ProducerRecord<>(topic, i % PARTITIONS, "k" + i, sent.get(i)));
-            }
-            writer.flush(); // the pre-commit at the checkpoint barrier
+            sink.precommit(writer, RECORDS, sent::get);
             long pid = writer.producerId();
             short epoch = writer.epoch();
             assertTrue(pid >= 0 && epoch >= 0, "producer id/epoch after initTransactions: " + pid + "/" + epoch);
             // The checkpoint holds (txnId, pid, epoch); then the task dies: the writer is never used again.
-            assertEquals(List.of(), values(bootstrap, topic, PARTITIONS, "read_committed"),
+            assertEquals(List.of(), sink.values("read_committed"),
                     "records of the open transaction are visible to read_committed");
-            assertEquals(RECORDS, values(bootstrap, topic, PARTITIONS, "read_uncommitted").size(),
-                    "the pre-committed records are in the log");
+            assertEquals(RECORDS, sink.values("read_uncommitted").size(), "the pre-committed records are in the log");
 
             crash.run();
 
-            TransactionDescription open = describe(bootstrap, txnId);
+            TransactionDescription open = sink.describe(1);
             assertEquals(TransactionState.ONGOING, open.state(), "transaction before recovery (" + label + ")");
             assertEquals(pid, open.producerId(), "producer id before recovery (" + label + ")");
             assertEquals(epoch, open.producerEpoch(), "epoch before recovery (" + label + ")");
-            assertEquals(Set.copyOf(partitions(topic, PARTITIONS)), open.topicPartitions(),
+            assertEquals(Set.copyOf(Kafka.partitions(sink.topic(), PARTITIONS)), open.topicPartitions(),
                     "the transaction's partitions before recovery (" + label + ")");
-            assertEquals(List.of(), values(bootstrap, topic, PARTITIONS, "read_committed"),
+            assertEquals(List.of(), sink.values("read_committed"),
                     "records visible before the recovery commit (" + label + ")");
 
             // Recovery: commit the checkpoint's transaction from the stored id and epoch.
-            try (FlinkStyleProducer recovery = new FlinkStyleProducer(producerProps(bootstrap), txnId)) {
+            try (FlinkStyleProducer recovery = sink.producer(1)) {
                 recovery.resumeTransaction(pid, epoch);
                 recovery.commitTransaction();
                 assertEquals(pid, recovery.producerId(), "producer id after the resumed commit");
                 assertEquals(epoch, recovery.epoch(), "epoch after the resumed commit");
             }
-            TransactionDescription done = describe(bootstrap, txnId);
+            TransactionDescription done = sink.describe(1);
             assertEquals(TransactionState.COMPLETE_COMMIT, done.state(), "transaction after the resumed commit");
             assertEquals(pid, done.producerId(), "the coordinator's producer id changed: an InitProducerId was sent?");
             assertEquals(epoch, done.producerEpoch(), "the coordinator's epoch changed: an InitProducerId was sent?");
-            assertEquals(sorted(sent), sorted(values(bootstrap, topic, PARTITIONS, "read_committed")),
+            assertEquals(sorted(sent), sorted(sink.values("read_committed")),
                     "read_committed after the resumed commit (" + label + ")");
-            Map<TopicPartition, Long> hw = ends(bootstrap, topic, PARTITIONS, "read_uncommitted");
-            assertEquals(hw, ends(bootstrap, topic, PARTITIONS, "read_committed"), "LSO after the commit");
+            Map<TopicPartition, Long> hw = sink.ends("read_uncommitted");
+            assertEquals(hw, sink.ends("read_committed"), "LSO after the commit");
 
             // A second recovery from the same checkpoint commits the same transaction again: NONE.
-            try (FlinkStyleProducer again = new FlinkStyleProducer(producerProps(bootstrap), txnId)) {
+            try (FlinkStyleProducer again = sink.producer(1)) {
                 again.resumeTransaction(pid, epoch);
                 again.commitTransaction();
             }
-            TransactionDescription after = describe(bootstrap, txnId);
+            TransactionDescription after = sink.describe(1);
             assertEquals(TransactionState.COMPLETE_COMMIT, after.state(), "transaction after the repeated commit");
             assertEquals(epoch, after.producerEpoch(), "epoch after the repeated commit");
-            assertEquals(sorted(sent), sorted(values(bootstrap, topic, PARTITIONS, "read_committed")),
+            assertEquals(sorted(sent), sorted(sink.values("read_committed")),
                     "read_committed after the repeated commit (" + label + ")");
             System.out.printf("flink resume (%s): producer %d epoch %d committed by a resumed producer, "
                     + "twice; high watermarks %s%n", label, pid, epoch, hw);
@@ -245,26 +204,21 @@ class FlinkKafkaSinkRecoveryTest {
      * committed by resuming it: EndTxn(COMMIT) answers INVALID_TXN_STATE, and its
      * records stay invisible.
      */
-    static void resumeAborted(String bootstrap) throws Exception {
-        String topic = Kafka.unique("flink-aborted");
-        String txnId = Kafka.unique("flink-sink") + "-0-1";
-        createTopic(bootstrap, topic, PARTITIONS);
+    @Test
+    @Timeout(value = 60, unit = TimeUnit.SECONDS)
+    void resumedCommitOfAbortedTransactionIsInvalidTxnState(DozeBroker broker) throws Exception {
+        Sink sink = Sink.create(broker.bootstrap(), "flink-aborted", PARTITIONS);
         long pid;
         short epoch;
-        try (FlinkStyleProducer writer = new FlinkStyleProducer(producerProps(bootstrap), txnId)) {
-            writer.initTransactions();
-            writer.beginTransaction();
-            for (int i = 0; i < 10; i++) {
-                writer.send(new ProducerRecord<>(topic, i % PARTITIONS, "k" + i, "a" + i));
-            }
-            writer.flush();
+        try (FlinkStyleProducer writer = sink.producer(1)) {
+            sink.precommit(writer, 10, i -> "a" + i);
             pid = writer.producerId();
             epoch = writer.epoch();
             writer.abortTransaction();
         }
-        assertEquals(TransactionState.COMPLETE_ABORT, describe(bootstrap, txnId).state(), "after abortTransaction");
+        assertEquals(TransactionState.COMPLETE_ABORT, sink.describe(1).state(), "after abortTransaction");
 
-        try (FlinkStyleProducer recovery = new FlinkStyleProducer(producerProps(bootstrap), txnId)) {
+        try (FlinkStyleProducer recovery = sink.producer(1)) {
             recovery.resumeTransaction(pid, epoch);
             KafkaException e = assertThrows(KafkaException.class, recovery::commitTransaction,
                     "a resumed commit of an aborted transaction succeeded");
@@ -273,12 +227,11 @@ class FlinkKafkaSinkRecoveryTest {
                     "the resumed commit of an aborted transaction failed, but not with INVALID_TXN_STATE: " + e);
             recovery.closeNow();
         }
-        TransactionDescription d = describe(bootstrap, txnId);
+        TransactionDescription d = sink.describe(1);
         assertEquals(TransactionState.COMPLETE_ABORT, d.state(), "after the refused commit");
         assertEquals(epoch, d.producerEpoch(), "epoch after the refused commit");
-        assertEquals(List.of(), values(bootstrap, topic, PARTITIONS, "read_committed"),
-                "records of the aborted transaction became visible");
-        assertEquals(10, values(bootstrap, topic, PARTITIONS, "read_uncommitted").size(), "aborted records in the log");
+        assertEquals(List.of(), sink.values("read_committed"), "records of the aborted transaction became visible");
+        assertEquals(10, sink.values("read_uncommitted").size(), "aborted records in the log");
     }
 
     /**
@@ -287,18 +240,13 @@ class FlinkKafkaSinkRecoveryTest {
      * epoch): the resumed commit answers PRODUCER_FENCED, the records stay
      * invisible, and the newer producer's transactions are unaffected.
      */
-    static void resumeStaleEpoch(String bootstrap) throws Exception {
-        String topic = Kafka.unique("flink-fenced");
-        String txnId = Kafka.unique("flink-sink") + "-0-1";
-        createTopic(bootstrap, topic, PARTITIONS);
-        FlinkStyleProducer writer = new FlinkStyleProducer(producerProps(bootstrap), txnId);
-        try (FlinkStyleProducer newer = new FlinkStyleProducer(producerProps(bootstrap), txnId)) {
-            writer.initTransactions();
-            writer.beginTransaction();
-            for (int i = 0; i < 10; i++) {
-                writer.send(new ProducerRecord<>(topic, i % PARTITIONS, "k" + i, "stale" + i));
-            }
-            writer.flush();
+    @Test
+    @Timeout(value = 60, unit = TimeUnit.SECONDS)
+    void resumedCommitWithStaleEpochIsFenced(DozeBroker broker) throws Exception {
+        Sink sink = Sink.create(broker.bootstrap(), "flink-fenced", PARTITIONS);
+        FlinkStyleProducer writer = sink.producer(1);
+        try (FlinkStyleProducer newer = sink.producer(1)) {
+            sink.precommit(writer, 10, i -> "stale" + i);
             long pid = writer.producerId();
             short epoch = writer.epoch();
 
@@ -307,11 +255,11 @@ class FlinkKafkaSinkRecoveryTest {
             assertTrue(newer.epoch() > epoch, "InitProducerId did not bump the epoch: " + epoch + " -> "
                     + newer.epoch());
             // Kafka: the open transaction is aborted (fencing epoch), then InitProducerId bumps again: Empty.
-            TransactionDescription d = describe(bootstrap, txnId);
+            TransactionDescription d = sink.describe(1);
             assertEquals(TransactionState.EMPTY, d.state(), "the transactional id after InitProducerId");
             assertEquals(newer.epoch(), d.producerEpoch(), "the coordinator's epoch after InitProducerId");
 
-            try (FlinkStyleProducer recovery = new FlinkStyleProducer(producerProps(bootstrap), txnId)) {
+            try (FlinkStyleProducer recovery = sink.producer(1)) {
                 recovery.resumeTransaction(pid, epoch);
                 KafkaException e = assertThrows(KafkaException.class, recovery::commitTransaction,
                         "a resumed commit with a stale epoch succeeded");
@@ -321,14 +269,13 @@ class FlinkKafkaSinkRecoveryTest {
                         "the stale resumed commit failed, but not as fenced: " + e);
                 recovery.closeNow();
             }
-            assertEquals(List.of(), values(bootstrap, topic, PARTITIONS, "read_committed"),
-                    "records of the fenced transaction became visible");
+            assertEquals(List.of(), sink.values("read_committed"), "records of the fenced transaction became visible");
 
             // The fencing producer is unaffected by the stale attempt.
             newer.beginTransaction();
-            newer.send(new ProducerRecord<>(topic, 0, "k", "newer")).get(30, TimeUnit.SECONDS);
+            newer.send(new ProducerRecord<>(sink.topic(), 0, "k", "newer")).get(30, TimeUnit.SECONDS);
             newer.commitTransaction();
-            assertEquals(List.of("newer"), values(bootstrap, topic, PARTITIONS, "read_committed"),
+            assertEquals(List.of("newer"), sink.values("read_committed"),
                     "read_committed after the newer producer's commit");
         } finally {
             writer.closeNow();
@@ -339,8 +286,10 @@ class FlinkKafkaSinkRecoveryTest {
      * Flink's default transaction.timeout.ms (1 h) exceeds transaction.max.timeout.ms
      * (15 min): InitProducerId answers INVALID_TRANSACTION_TIMEOUT; exactly 15 min is accepted.
      */
-    static void oneHourTimeout(String bootstrap) {
-        Properties p = producerProps(bootstrap);
+    @Test
+    @Timeout(value = 60, unit = TimeUnit.SECONDS)
+    void flinkDefaultOneHourTransactionTimeoutIsRefused(DozeBroker broker) {
+        Properties p = producerProps(broker.bootstrap());
         p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, Integer.toString(FLINK_DEFAULT_TXN_TIMEOUT_MS));
         try (FlinkStyleProducer producer = new FlinkStyleProducer(p, Kafka.unique("flink-sink") + "-0-1")) {
             KafkaException e = assertThrows(KafkaException.class, producer::initTransactions,
@@ -362,20 +311,8 @@ class FlinkKafkaSinkRecoveryTest {
 
     // --- helpers (a bootstrap address, not a DozeBroker, so that any broker will do) -----------
 
-    static Properties common(String bootstrap) {
-        Properties p = new Properties();
-        p.put("bootstrap.servers", bootstrap);
-        p.put("reconnect.backoff.ms", "50");
-        p.put("reconnect.backoff.max.ms", "500");
-        p.put("retry.backoff.ms", "50");
-        p.put("retry.backoff.max.ms", "500");
-        return p;
-    }
-
     static Properties producerProps(String bootstrap) {
-        Properties p = common(bootstrap);
-        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
-        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        Properties p = Kafka.producerProps(bootstrap);
         p.put(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, Integer.toString(TXN_TIMEOUT_MS));
         p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "30000");
         p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
@@ -383,67 +320,55 @@ class FlinkKafkaSinkRecoveryTest {
         return p;
     }
 
-    static Admin admin(String bootstrap) {
-        Properties p = common(bootstrap);
-        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "15000");
-        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
-        return Admin.create(p);
-    }
-
-    static void createTopic(String bootstrap, String topic, int partitions) throws Exception {
-        try (Admin a = admin(bootstrap)) {
-            a.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get(30, TimeUnit.SECONDS);
+    /**
+     * A test's sink: its topic (created) and the transactional ids of its
+     * subtask 0, {@code <prefix>-0-<checkpoint>} as Flink names them.
+     */
+    record Sink(String bootstrap, String topic, int partitions, String prefix) {
+        static Sink create(String bootstrap, String topicPrefix, int partitions) throws Exception {
+            Sink sink = new Sink(bootstrap, Kafka.unique(topicPrefix), partitions, Kafka.unique("flink-sink"));
+            Kafka.createTopic(bootstrap, sink.topic, partitions);
+            return sink;
         }
-    }
 
-    static TransactionDescription describe(String bootstrap, String txnId) throws Exception {
-        try (Admin a = admin(bootstrap)) {
-            return a.describeTransactions(List.of(txnId)).description(txnId).get(30, TimeUnit.SECONDS);
+        String transactionalId(int checkpoint) {
+            return prefix + "-0-" + checkpoint;
         }
-    }
 
-    static List<TopicPartition> partitions(String topic, int n) {
-        return IntStream.range(0, n).mapToObj(i -> new TopicPartition(topic, i)).collect(Collectors.toList());
-    }
-
-    static Properties consumerProps(String bootstrap, String isolation) {
-        Properties p = common(bootstrap);
-        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        return p;
-    }
-
-    static Map<TopicPartition, Long> ends(String bootstrap, String topic, int n, String isolation) {
-        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(consumerProps(bootstrap, isolation))) {
-            return new HashMap<>(c.endOffsets(partitions(topic, n), Duration.ofSeconds(30)));
+        FlinkStyleProducer producer(int checkpoint) {
+            return new FlinkStyleProducer(producerProps(bootstrap), transactionalId(checkpoint));
         }
-    }
 
-    /** Every value up to the end offsets (LSO for read_committed), partition by partition in offset order. */
-    static List<String> values(String bootstrap, String topic, int n, String isolation) {
-        List<TopicPartition> tps = partitions(topic, n);
-        Map<Integer, List<String>> byPart = new HashMap<>();
-        tps.forEach(tp -> byPart.put(tp.partition(), new ArrayList<>()));
-        Properties p = consumerProps(bootstrap, isolation);
-        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
-        try (KafkaConsumer<String, String> c = new KafkaConsumer<>(p)) {
-            c.assign(tps);
-            c.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = c.endOffsets(tps, Duration.ofSeconds(30));
-            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
-            while (tps.stream().anyMatch(tp -> c.position(tp, Duration.ofSeconds(30)) < end.get(tp))) {
-                assertTrue(System.nanoTime() < deadline, topic + " (" + isolation + "): end offsets " + end
-                        + " not reached");
-                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
-                    if (r.offset() < end.get(new TopicPartition(topic, r.partition()))) {
-                        byPart.get(r.partition()).add(r.value());
-                    }
-                }
+        /**
+         * A writer's checkpoint up to its pre-commit: initTransactions, a
+         * transaction with n records (record i: partition i % partitions, key
+         * k&lt;i&gt;, value(i)), flushed as at the checkpoint barrier.
+         */
+        void precommit(FlinkStyleProducer writer, int n, IntFunction<String> value) {
+            writer.initTransactions();
+            writer.beginTransaction();
+            for (int i = 0; i < n; i++) {
+                writer.send(new ProducerRecord<>(topic, i % partitions, "k" + i, value.apply(i)));
+            }
+            writer.flush();
+        }
+
+        TransactionDescription describe(int checkpoint) throws Exception {
+            String id = transactionalId(checkpoint);
+            try (Admin a = Kafka.admin(bootstrap)) {
+                return a.describeTransactions(List.of(id)).description(id).get(30, TimeUnit.SECONDS);
             }
         }
-        return tps.stream().flatMap(tp -> byPart.get(tp.partition()).stream()).collect(Collectors.toList());
+
+        Map<TopicPartition, Long> ends(String isolation) {
+            return Kafka.endOffsets(bootstrap, topic, partitions, isolation);
+        }
+
+        /** Every value up to the end offsets (LSO for read_committed), partition by partition in offset order. */
+        List<String> values(String isolation) {
+            return Kafka.readValues(bootstrap, topic, partitions, isolation, Duration.ofSeconds(30)).values().stream()
+                    .flatMap(List::stream).collect(Collectors.toList());
+        }
     }
 
     static List<String> sorted(List<String> l) {

@@ -60,13 +60,11 @@ public final class StreamsEosAppMain {
     }
 
     public static void main(String[] args) throws Exception {
-        String bootstrap = args[0];
-        String appId = args[1];
-        String in = args[2];
-        String out = args[3];
-        String stateDir = args[4];
-        long pauseMicros = Long.parseLong(args[5]);
+        run(args[0], args[1], args[2], args[3], args[4], Long.parseLong(args[5]));
+    }
 
+    static void run(String bootstrap, String appId, String in, String out, String stateDir, long pauseMicros)
+            throws Exception {
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
