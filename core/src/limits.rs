@@ -71,6 +71,13 @@ pub const CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 /// At most this long between a partition's change and its next checkpoint.
 pub const CHECKPOINT_INTERVAL_MS: i64 = 30_000;
 
+/// Bytes of requests the driver may have read and not yet handed to the
+/// core, plus appends queued to its disk writer and not yet written. Above
+/// it the connection readers stop taking requests, so a producer faster
+/// than the broker or its disk waits in its own socket (as Kafka's
+/// `queued.max.request.bytes` makes it) instead of in the broker's memory.
+pub const QUEUED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
 /// Disk ops the storage carries out in one group-commit round before its
 /// fsyncs start, so that a queue that never empties still gets its syncs
 /// answered (net's disk worker, and its madsim store).

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tracing::{debug, warn};
 
 use crate::server::Event;
-use crate::storage::{FrameReadError, SharedReader};
+use crate::storage::{Backlog, FrameReadError, SharedReader};
 
 /// Responses queued for one connection before it is closed as not reading
 /// them. A client waiting for this many answers is stuck or hostile.
@@ -72,6 +72,7 @@ pub async fn start(
     events: mpsc::Sender<Event>,
     permit: OwnedSemaphorePermit,
     files: SharedReader,
+    backlog: Arc<Backlog>,
 ) {
     // Kafka requests are small and latency-bound; Nagle would hold them back.
     if let Err(e) = stream.set_nodelay(true) {
@@ -113,29 +114,50 @@ pub async fn start(
         Arc::clone(&permit),
     ));
     tokio::spawn(read_loop(
-        conn,
-        peer,
+        Reader {
+            conn,
+            peer,
+            events,
+            backlog,
+        },
         read_half,
-        events,
         reader_stopped,
         reader_done,
         permit,
     ));
 }
 
-async fn read_loop(
+/// What the reader needs besides its socket and the signals of its end.
+struct Reader {
     conn: ConnId,
     peer: SocketAddr,
-    read_half: OwnedReadHalf,
     events: mpsc::Sender<Event>,
+    /// Bytes queued and not yet taken or written: no reading while too many.
+    backlog: Arc<Backlog>,
+}
+
+async fn read_loop(
+    reader: Reader,
+    read_half: OwnedReadHalf,
     mut stop: oneshot::Receiver<()>,
     _done: oneshot::Sender<()>,
     _permit: Arc<OwnedSemaphorePermit>,
 ) {
+    let Reader {
+        conn,
+        peer,
+        events,
+        backlog,
+    } = reader;
     let mut socket = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     loop {
         let frame = tokio::select! {
-            frame = read_frame(&mut socket) => frame,
+            // No new request while the disk is behind: the client waits in
+            // its socket, not in our memory.
+            frame = async {
+                backlog.room().await;
+                read_frame(&mut socket).await
+            } => frame,
             // The broker dropped its handle; whatever was half read is moot.
             _ = &mut stop => {
                 debug!(conn, %peer, "closed by the broker");
@@ -144,6 +166,7 @@ async fn read_loop(
         };
         match frame {
             Ok(Some(frame)) => {
+                backlog.add(frame.len());
                 if events.send(Event::Frame { conn, frame }).await.is_err() {
                     return; // shutting down
                 }

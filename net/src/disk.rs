@@ -62,6 +62,7 @@ use tracing::{debug, info, warn};
 
 use crate::datadir::{partition_path, segment_path, sync_dir};
 use crate::filereader::FileReader;
+use crate::storage::Backlog;
 
 /// Segment files kept open at once (all four kinds count). Past this the
 /// least recently used one is synced (if dirty) and closed, so thousands of
@@ -71,6 +72,7 @@ pub const OPEN_FILES_MAX: usize = 512;
 pub struct DiskWorker {
     ops: mpsc::Sender<DiskOp>,
     thread: thread::JoinHandle<Result<(), IoError>>,
+    backlog: Arc<Backlog>,
 }
 
 impl DiskWorker {
@@ -81,8 +83,9 @@ impl DiskWorker {
         logs_dir: PathBuf,
         completions: UnboundedSender<Input>,
         reader: FileReader,
+        backlog: Arc<Backlog>,
     ) -> io::Result<Self> {
-        Self::spawn_with(logs_dir, completions, reader, OPEN_FILES_MAX)
+        Self::spawn_with(logs_dir, completions, reader, OPEN_FILES_MAX, backlog)
     }
 
     fn spawn_with(
@@ -90,32 +93,52 @@ impl DiskWorker {
         completions: UnboundedSender<Input>,
         reader: FileReader,
         open_files_max: usize,
+        backlog: Arc<Backlog>,
     ) -> io::Result<Self> {
         let (ops, queue) = mpsc::channel();
-        let disk = Disk::new(logs_dir, reader, open_files_max);
+        let disk = Disk::new(logs_dir, reader, open_files_max, Arc::clone(&backlog));
         let thread = thread::Builder::new()
             .name("doze-disk".into())
             .spawn(move || disk.run(queue, completions))?;
-        Ok(Self { ops, thread })
+        Ok(Self {
+            ops,
+            thread,
+            backlog,
+        })
     }
 
     /// Splits into the queue (for the broker task) and the thread (for the
     /// shutdown). Dropping the queue tells the worker to finish and stop.
     pub fn into_parts(self) -> (DiskQueue, thread::JoinHandle<Result<(), IoError>>) {
-        (DiskQueue(self.ops), self.thread)
+        (
+            DiskQueue {
+                ops: self.ops,
+                backlog: self.backlog,
+            },
+            self.thread,
+        )
     }
 }
 
 /// The broker task's end of the worker's queue.
-pub struct DiskQueue(mpsc::Sender<DiskOp>);
+pub struct DiskQueue {
+    ops: mpsc::Sender<DiskOp>,
+    backlog: Arc<Backlog>,
+}
 
 impl DiskQueue {
     /// Queues one op. Fails only if the worker thread is gone (it panicked),
     /// after which nothing can be made durable.
     pub fn submit(&self, op: DiskOp) -> Result<(), IoError> {
-        self.0
-            .send(op)
-            .map_err(|_| IoError("the disk worker has stopped".into()))
+        let appended = match &op {
+            DiskOp::Append { bytes, .. } => bytes.len(),
+            _ => 0,
+        };
+        self.backlog.add(appended);
+        self.ops.send(op).map_err(|_| {
+            self.backlog.done(appended);
+            IoError("the disk worker has stopped".into())
+        })
     }
 }
 
@@ -155,10 +178,17 @@ struct Disk {
     dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
     /// The first failure since the last `Sync`, which that `Sync` will report.
     error: Option<IoError>,
+    /// Append bytes queued and not yet written (the readers' back-pressure).
+    backlog: Arc<Backlog>,
 }
 
 impl Disk {
-    fn new(logs_dir: PathBuf, reader: FileReader, open_files_max: usize) -> Self {
+    fn new(
+        logs_dir: PathBuf,
+        reader: FileReader,
+        open_files_max: usize,
+        backlog: Arc<Backlog>,
+    ) -> Self {
         assert!(
             open_files_max > 0,
             "the disk worker needs at least one open file"
@@ -173,6 +203,7 @@ impl Disk {
             dirty_dirs: HashSet::new(),
             dirs_to_retry: Arc::default(),
             error: None,
+            backlog,
         }
     }
 
@@ -249,7 +280,11 @@ impl Disk {
                 segment_base,
                 file,
                 bytes,
-            } => self.append(&(dir, segment_base, file), &bytes),
+            } => {
+                let result = self.append(&(dir, segment_base, file), &bytes);
+                self.backlog.done(bytes.len());
+                result
+            }
             DiskOp::Truncate {
                 dir,
                 segment_base,
@@ -564,13 +599,27 @@ mod tests {
     }
 
     fn start(logs: &Path, open_files_max: usize) -> (DiskQueue, UnboundedReceiver<Input>, Join) {
+        let (queue, done, thread, _) = start_counted(logs, open_files_max);
+        (queue, done, thread)
+    }
+
+    fn start_counted(
+        logs: &Path,
+        open_files_max: usize,
+    ) -> (DiskQueue, UnboundedReceiver<Input>, Join, Arc<Backlog>) {
         let (tx, done) = unbounded_channel();
         let reader = FileReader::new(logs.to_path_buf());
-        let (queue, thread) =
-            DiskWorker::spawn_with(logs.to_path_buf(), tx, reader, open_files_max)
-                .unwrap()
-                .into_parts();
-        (queue, done, thread)
+        let backlog = Arc::new(Backlog::default());
+        let (queue, thread) = DiskWorker::spawn_with(
+            logs.to_path_buf(),
+            tx,
+            reader,
+            open_files_max,
+            Arc::clone(&backlog),
+        )
+        .unwrap()
+        .into_parts();
+        (queue, done, thread, backlog)
     }
 
     type Join = thread::JoinHandle<Result<(), IoError>>;
@@ -632,6 +681,39 @@ mod tests {
             }
             _ => panic!("expected ReadDone {want_io}"),
         }
+    }
+
+    #[test]
+    fn the_backlog_counts_appends_until_they_are_written() {
+        let logs = temp_logs("backlog");
+        let (queue, mut done, thread, backlog) = start_counted(&logs, OPEN_FILES_MAX);
+        let p = PartitionDir::new("orders", 0);
+        queue.submit(log(&p, 0, b"hello")).unwrap();
+        queue.submit(truncate(&p, 0, SegmentFile::Log, 5)).unwrap();
+        assert!(
+            backlog.queued_bytes() <= 5,
+            "only appends count, until written"
+        );
+        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        assert_eq!(sync_result(&mut done, 1), Ok(()));
+        assert_eq!(
+            backlog.queued_bytes(),
+            0,
+            "written appends are no longer queued"
+        );
+        // An append to a file that cannot be created still leaves the queue.
+        let bad = PartitionDir::new("orders", 1);
+        fs::write(logs.join(bad.dir_name()), b"a file, not a directory").unwrap();
+        queue.submit(log(&bad, 0, b"lost")).unwrap();
+        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        assert!(sync_result(&mut done, 2).is_err());
+        assert_eq!(
+            backlog.queued_bytes(),
+            0,
+            "a failed append is no longer queued"
+        );
+        drop(queue);
+        let _ = thread.join();
     }
 
     #[test]
@@ -822,7 +904,12 @@ mod tests {
 
         // What the next round syncs, looked at on a worker's state directly:
         // the files that are there, their directory and logs/.
-        let mut disk = Disk::new(logs.clone(), FileReader::new(logs.clone()), 4);
+        let mut disk = Disk::new(
+            logs.clone(),
+            FileReader::new(logs.clone()),
+            4,
+            Arc::default(),
+        );
         let (tx, _rx) = unbounded_channel();
         let mut syncs = Vec::new();
         disk.execute(adopt(0), &mut syncs, &tx);

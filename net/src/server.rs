@@ -49,7 +49,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::HostPort;
 use crate::conn::{self, ConnHandle, Response};
 use crate::metadb::MetaWrite;
-use crate::storage::{SharedReader, Started, Storage, StorageQueue};
+use crate::storage::{Backlog, SharedReader, Started, Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.
 const EVENTS_QUEUED_MAX: usize = 4096;
@@ -128,6 +128,7 @@ pub async fn serve<S: Storage>(
     let Started {
         queue: storage,
         reader,
+        backlog,
         finished: storage_finished,
     } = storage.start(completion_tx)?;
 
@@ -137,6 +138,7 @@ pub async fn serve<S: Storage>(
         broker: Broker::new(settings),
         conns: HashMap::new(),
         storage,
+        backlog: Arc::clone(&backlog),
         stopping: false,
         stopped: false,
     };
@@ -145,7 +147,7 @@ pub async fn serve<S: Storage>(
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
     let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
-    let acceptor = tokio::spawn(accept_loop(listener, event_tx, reader));
+    let acceptor = tokio::spawn(accept_loop(listener, event_tx, reader, backlog));
 
     // Tests and scripts wait for this line. Written without `println!`, which
     // would panic if stdout had been closed.
@@ -188,7 +190,12 @@ pub async fn serve<S: Storage>(
 
 /// Accepts connections until aborted, numbering them from 1. Connection ids
 /// are never reused within a run (the core's contract).
-async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, files: SharedReader) {
+async fn accept_loop(
+    listener: TcpListener,
+    events: mpsc::Sender<Event>,
+    files: SharedReader,
+    backlog: Arc<Backlog>,
+) {
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn: ConnId = 1;
     loop {
@@ -214,6 +221,7 @@ async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, files: 
             events.clone(),
             permit,
             Arc::clone(&files),
+            Arc::clone(&backlog),
         )
         .await;
     }
@@ -226,6 +234,9 @@ struct Driver<Q> {
     /// frames still in flight from such a connection are dropped.
     conns: HashMap<ConnId, ConnHandle>,
     storage: Q,
+    /// Request bytes read and not yet taken by the core, with the appends
+    /// not yet written: the readers' back-pressure.
+    backlog: Arc<Backlog>,
     /// `Input::Shutdown` was sent: no more frames go to the core.
     stopping: bool,
     /// The core answered `Output::Stopped`.
@@ -296,6 +307,9 @@ impl<Q: StorageQueue> Driver<Q> {
                 self.handle(Input::Connected { conn, client_host })
             }
             Event::Frame { conn, frame } => {
+                // Taken off the queue: what the core keeps of it (appends)
+                // is counted again by the storage until written.
+                self.backlog.done(frame.len());
                 if !self.conns.contains_key(&conn) {
                     return Ok(()); // closed by us; the core is done with it
                 }

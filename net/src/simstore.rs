@@ -386,6 +386,9 @@ impl Storage for SimStorage {
         Ok(Started {
             queue: SimQueue { disk, meta },
             reader: Arc::new(SimReader(Arc::clone(&store))),
+            // Not counted here: under madsim the readers never wait for the
+            // disk (back-pressure is the real storage's, tested in net).
+            backlog: Arc::default(),
             finished,
         })
     }

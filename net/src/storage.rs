@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use doze_core::{DiskOp, FileRange, FramePart, Input, IoError};
+use doze_core::{limits, DiskOp, FileRange, FramePart, Input, IoError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metadb::MetaWrite;
@@ -30,6 +30,52 @@ pub use self::production::{DiskAndSled, Workers};
 /// Resolves once the storage has carried out everything submitted before the
 /// queue was dropped and made it durable; an error means it may not be.
 pub type Finished = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// Bytes of requests read and not yet taken by the core, and of appends
+/// queued to the disk writer and not yet written. The connection readers
+/// wait while it is above `QUEUED_BYTES_MAX` (back-pressure: without
+/// it a producer with many requests in flight, faster than the broker or
+/// its disk, fills the broker's memory with queued requests and appends).
+#[derive(Default)]
+pub struct Backlog {
+    bytes: std::sync::atomic::AtomicUsize,
+    drained: tokio::sync::Notify,
+}
+
+impl Backlog {
+    /// `n` bytes were queued (a request read, an append submitted).
+    pub fn add(&self, n: usize) {
+        self.bytes
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `n` queued bytes left the queue (taken by the core, written or failed).
+    pub fn done(&self, n: usize) {
+        let before = self
+            .bytes
+            .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+        assert!(before >= n, "more append bytes done than queued");
+        if before - n <= limits::QUEUED_BYTES_MAX {
+            self.drained.notify_waiters();
+        }
+    }
+
+    pub fn queued_bytes(&self) -> usize {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Resolves once the queued appends are at most the limit.
+    pub async fn room(&self) {
+        loop {
+            // Created before the check, so a `done` in between still wakes it.
+            let drained = self.drained.notified();
+            if self.queued_bytes() <= limits::QUEUED_BYTES_MAX {
+                return;
+            }
+            drained.await;
+        }
+    }
+}
 
 /// A storage before it starts: `serve` starts it once, before the core boots.
 pub trait Storage {
@@ -47,6 +93,8 @@ pub struct Started<Q> {
     pub queue: Q,
     /// For the connection writers.
     pub reader: SharedReader,
+    /// For the connection readers: the appends not yet written.
+    pub backlog: Arc<Backlog>,
     pub finished: Finished,
 }
 
@@ -123,6 +171,8 @@ mod production {
 
     use anyhow::{anyhow, Context};
     use doze_core::{DiskOp, Input, IoError};
+
+    use super::Backlog;
     use tokio::sync::mpsc::UnboundedSender;
 
     use super::{Finished, Started, Storage, StorageQueue};
@@ -159,10 +209,15 @@ mod production {
 
         fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<Workers>> {
             let reader = FileReader::new(self.logs_dir.clone());
-            let (disk, disk_thread) =
-                DiskWorker::spawn(self.logs_dir, completions.clone(), reader.clone())
-                    .context("cannot start the disk worker")?
-                    .into_parts();
+            let backlog = Arc::new(Backlog::default());
+            let (disk, disk_thread) = DiskWorker::spawn(
+                self.logs_dir,
+                completions.clone(),
+                reader.clone(),
+                Arc::clone(&backlog),
+            )
+            .context("cannot start the disk worker")?
+            .into_parts();
             let (meta, meta_thread) = MetaWorker::spawn(self.db, completions)
                 .context("cannot start the meta worker")?
                 .into_parts();
@@ -182,8 +237,36 @@ mod production {
             Ok(Started {
                 queue: Workers { disk, meta },
                 reader: Arc::new(reader),
+                backlog,
                 finished,
             })
         }
+    }
+}
+
+#[cfg(all(test, not(madsim)))]
+mod backlog_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn readers_wait_while_the_backlog_is_over_the_limit() {
+        let backlog = Arc::new(Backlog::default());
+        backlog.room().await; // empty: room at once
+        backlog.add(limits::QUEUED_BYTES_MAX + 1);
+        let waiting = tokio::spawn({
+            let backlog = Arc::clone(&backlog);
+            async move { backlog.room().await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "over the limit: the reader waits");
+        backlog.done(1);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("back at the limit: the reader goes on")
+            .unwrap();
+        backlog.done(limits::QUEUED_BYTES_MAX);
+        assert_eq!(backlog.queued_bytes(), 0);
     }
 }
