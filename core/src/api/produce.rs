@@ -18,7 +18,7 @@
 //! the partition (see `check_transaction`).
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
@@ -46,7 +46,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     let mut waits = Vec::new();
     for (ti, topic_data) in req.topic_data.iter().enumerate() {
         let name = topic_data.name.0.to_string();
-        let mut topic_response = TopicProduceResponse::default().with_name(topic_data.name.clone());
+        // An owned copy of the name: the decoded one is a slice of the
+        // request frame, which a response waiting for its fsync would keep
+        // whole (every batch of the request) until then.
+        let owned_name = TopicName(StrBytes::from_string(name.clone()));
+        let mut topic_response = TopicProduceResponse::default().with_name(owned_name);
         for (pi, part) in topic_data.partition_data.iter().enumerate() {
             let mut pr = PartitionProduceResponse::default()
                 .with_index(part.index)

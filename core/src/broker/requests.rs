@@ -65,7 +65,12 @@ impl Broker {
         match decoded {
             Ok(Ok((header, request))) => {
                 // Kafka names members after their client id.
-                ctx.client_id = header.client_id.unwrap_or_default();
+                // Copied: a decoded string is a slice of the request frame,
+                // and the context lives as long as the request waits (a
+                // produce until its fsync), which would keep the whole frame.
+                let client_id = header.client_id.unwrap_or_default();
+                ctx.client_id =
+                    kafka_protocol::protocol::StrBytes::from_string(client_id.to_string());
                 api::dispatch(self, ctx, request)
             }
             Ok(Err(e)) => {
