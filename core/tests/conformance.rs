@@ -40,6 +40,20 @@ fn json_files(sub: &str) -> Vec<(String, Value)> {
     out
 }
 
+/// An AddPartitionsToTxn (v3) topic from its name and a JSON array of
+/// partition numbers.
+fn txn_topic(topic: &str, partitions: &Value) -> AddPartitionsToTxnTopic {
+    let partitions = partitions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_i64().unwrap() as i32)
+        .collect();
+    AddPartitionsToTxnTopic::default()
+        .with_name(name(topic))
+        .with_partitions(partitions)
+}
+
 struct Replay {
     w: World,
     saved: BTreeMap<String, i64>,
@@ -110,17 +124,7 @@ impl Replay {
                     .as_object()
                     .unwrap()
                     .iter()
-                    .map(|(t, ps)| {
-                        let ps = ps
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .map(|p| p.as_i64().unwrap() as i32)
-                            .collect();
-                        AddPartitionsToTxnTopic::default()
-                            .with_name(name(t))
-                            .with_partitions(ps)
-                    })
+                    .map(|(t, ps)| txn_topic(t, ps))
                     .collect();
                 let req = AddPartitionsToTxnRequest::default()
                     .with_v3_and_below_transactional_id(tid(&id))
@@ -255,17 +259,7 @@ impl Replay {
                     .as_array()
                     .unwrap()
                     .iter()
-                    .map(|t| {
-                        let ps = t["partitions"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .map(|p| p.as_i64().unwrap() as i32)
-                            .collect();
-                        AddPartitionsToTxnTopic::default()
-                            .with_name(name(t["name"].as_str().unwrap()))
-                            .with_partitions(ps)
-                    })
+                    .map(|t| txn_topic(t["name"].as_str().unwrap(), &t["partitions"]))
                     .collect();
                 let req = AddPartitionsToTxnRequest::default()
                     .with_v3_and_below_transactional_id(tid(body["v3AndBelowTransactionalId"]

@@ -703,6 +703,15 @@ mod tests {
         assert!(!file(&disk).durable);
     }
 
+    fn cut_log_to(len: u64) -> DiskOp {
+        DiskOp::Truncate {
+            dir: dir(),
+            segment_base: 0,
+            file: SegmentFile::Log,
+            len,
+        }
+    }
+
     #[test]
     fn a_removal_or_a_cut_no_sync_covered_comes_back_at_a_power_cut() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
@@ -710,13 +719,7 @@ mod tests {
         append(&mut disk, &mut rng, b"abcdef");
         append_to(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
         sync(&mut disk, &mut rng, 1);
-        let cut = DiskOp::Truncate {
-            dir: dir(),
-            segment_base: 0,
-            file: SegmentFile::Log,
-            len: 2,
-        };
-        disk.apply(cut, &mut rng);
+        disk.apply(cut_log_to(2), &mut rng);
         disk.apply(DiskOp::DeletePartition { dir: dir() }, &mut rng);
         assert!(disk.files().is_empty());
         assert_eq!(disk.unsynced().1.len(), 2);
@@ -727,13 +730,7 @@ mod tests {
             8
         );
 
-        let cut = DiskOp::Truncate {
-            dir: dir(),
-            segment_base: 0,
-            file: SegmentFile::Log,
-            len: 2,
-        };
-        disk.apply(cut, &mut rng);
+        disk.apply(cut_log_to(2), &mut rng);
         disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
         disk.apply(
             DiskOp::DeleteSegment {
