@@ -20,6 +20,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    // No authorizer: answered SECURITY_DISABLED, as Kafka without one.
+    (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::InitProducerId, 0, 5),
     // Consumer groups, classic protocol only (no ConsumerGroupHeartbeat):
     // Kafka 4.x's ranges (it dropped OffsetCommit v0-1 and OffsetFetch v0).
@@ -82,6 +84,7 @@ mod tests {
             ApiKey::DescribeConfigs => r!(DescribeConfigsRequest, DescribeConfigsResponse),
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
+            ApiKey::DescribeAcls => r!(DescribeAclsRequest, DescribeAclsResponse),
             ApiKey::InitProducerId => r!(InitProducerIdRequest, InitProducerIdResponse),
             ApiKey::FindCoordinator => r!(FindCoordinatorRequest, FindCoordinatorResponse),
             ApiKey::JoinGroup => r!(JoinGroupRequest, JoinGroupResponse),
@@ -119,6 +122,7 @@ mod tests {
             ApiKey::DescribeConfigs => ResponseKind::DescribeConfigs(Default::default()),
             ApiKey::CreatePartitions => ResponseKind::CreatePartitions(Default::default()),
             ApiKey::DescribeCluster => ResponseKind::DescribeCluster(Default::default()),
+            ApiKey::DescribeAcls => ResponseKind::DescribeAcls(Default::default()),
             ApiKey::InitProducerId => ResponseKind::InitProducerId(Default::default()),
             ApiKey::FindCoordinator => ResponseKind::FindCoordinator(Default::default()),
             ApiKey::JoinGroup => ResponseKind::JoinGroup(Default::default()),

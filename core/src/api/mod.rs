@@ -14,6 +14,7 @@ pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -91,6 +92,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
     }
     match request {
         RequestKind::ApiVersions(r) => api_versions::handle(b, ctx, r),
+        RequestKind::DescribeAcls(r) => describe_acls::handle(b, ctx, r),
         RequestKind::Metadata(r) => metadata::handle(b, ctx, r),
         RequestKind::Produce(r) => produce::handle(b, ctx, r),
         RequestKind::Fetch(r) => fetch::handle(b, ctx, r),
