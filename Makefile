@@ -194,6 +194,7 @@ $(CONF_CLASSES): $(CONF_CP) $(wildcard $(CONF_H)/src/main/java/doze/conformance/
 # not listed with its reason in conformance/DIFFERENCES.md. Part of `make test`.
 .PHONY: conformance-kafka conformance-record
 conformance-kafka: kafka-ref build-release $(CONF_CLASSES)
+	@echo "conformance-kafka: conformance/scripts against Apache Kafka 4.3.1 and doze"
 	timeout --kill-after=30 600 conformance/run.sh
 
 # Rewrites conformance/recordings/ from Kafka 4.3.1's answers (core's test

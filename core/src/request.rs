@@ -18,6 +18,4 @@ pub struct RequestCtx {
     pub correlation_id: i32,
     /// The client id of the request header ("" when null).
     pub client_id: kafka_protocol::protocol::StrBytes,
-    /// The connection's host as Kafka shows it (`/127.0.0.1`), "" if untold.
-    pub client_host: String,
 }

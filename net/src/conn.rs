@@ -152,8 +152,8 @@ async fn read_loop(
     let mut socket = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     loop {
         let frame = tokio::select! {
-            // No new request while the disk is behind: the client waits in
-            // its socket, not in our memory.
+            // No new request while the core or the disk is behind: the
+            // client waits in its socket, not in our memory.
             frame = async {
                 backlog.room().await;
                 read_frame(&mut socket).await

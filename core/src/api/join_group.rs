@@ -26,7 +26,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
         member_id: req.member_id.to_string(),
         instance_id: req.group_instance_id.map(|s| s.to_string()),
         client_id: ctx.client_id.to_string(),
-        client_host: ctx.client_host.clone(),
+        client_host: b.client_host(ctx.conn),
         session_timeout_ms: req.session_timeout_ms,
         rebalance_timeout_ms,
         protocol_type: req.protocol_type.to_string(),

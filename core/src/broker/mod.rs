@@ -146,6 +146,14 @@ impl Broker {
         self.topics.names()
     }
 
+    /// Where a connection comes from, as Kafka shows it (`/127.0.0.1`); ""
+    /// if the driver did not say (`Input::Connected`).
+    pub(crate) fn client_host(&self, conn: ConnId) -> String {
+        self.conns
+            .get(&conn)
+            .map_or_else(String::new, |c| c.client_host.clone())
+    }
+
     /// The time of the input being handled (ms since the UNIX epoch).
     pub(crate) fn now_ms(&self) -> i64 {
         self.now_ms

@@ -34,9 +34,11 @@ impl Broker {
             tracing::debug!(conn, key_raw, "unknown api key; closing");
             return self.close(conn);
         };
-        let state = self.conns.get_mut(&conn).expect("entry made above");
-        let seq = state.take_seq();
-        let client_host = state.client_host.clone();
+        let seq = self
+            .conns
+            .get_mut(&conn)
+            .expect("entry made above")
+            .take_seq();
         let mut ctx = RequestCtx {
             conn,
             seq,
@@ -44,7 +46,6 @@ impl Broker {
             version,
             correlation_id,
             client_id: Default::default(),
-            client_host,
         };
         if !versions::is_supported(api_key, version) {
             if api_key == ApiKey::ApiVersions {
