@@ -18,6 +18,8 @@ per broker and one tool at a time within it:
     kafka-console-consumer (kt-topic; kt-txn read_committed; kt-txn read_uncommitted)
     kafka-consumer-groups --describe, --describe --state, --list
     kafka-configs topics kt-topic, the same with --all, brokers
+    kafka-configs --alter --add-config cleanup.policy=[compact,delete],segment.ms=3600000,
+      --describe; --alter --delete-config segment.ms, --describe; a value out of range
     kafka-get-offsets latest, earliest, max-timestamp, a timestamp
     kafka-transactions list, describe, describe-producers, find-hanging
 
@@ -297,6 +299,15 @@ def scenario(t, base_ts):
         t.tool("configs-topic-all", CONFIGS_CMD, "--describe", "--entity-type", "topics",
                "--entity-name", TOPIC, "--all")
         t.tool("configs-brokers", CONFIGS_CMD, "--describe", "--entity-type", "brokers")
+        topic_entity = ["--entity-type", "topics", "--entity-name", TOPIC]
+        t.tool("configs-add", CONFIGS_CMD, "--alter", *topic_entity,
+               "--add-config", "cleanup.policy=[compact,delete],segment.ms=3600000")
+        t.tool("configs-topic-added", CONFIGS_CMD, "--describe", *topic_entity)
+        t.tool("configs-delete", CONFIGS_CMD, "--alter", *topic_entity,
+               "--delete-config", "segment.ms")
+        t.tool("configs-topic-deleted", CONFIGS_CMD, "--describe", *topic_entity)
+        t.tool("configs-add-bad", CONFIGS_CMD, "--alter", *topic_entity,
+               "--add-config", "min.cleanable.dirty.ratio=2")
 
         t.tool("offsets-latest", OFFSETS_CMD, "--topic-partitions", "kt-.*")
         t.tool("offsets-earliest", OFFSETS_CMD, "--topic", "kt-.*", "--time", -2)
@@ -621,13 +632,43 @@ def test_configs_topic_all_values(tools):
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "doze's DescribeConfigs (key 32) lists only the 8 topic configs it implements "
+    "doze's DescribeConfigs (key 32) lists only the 13 topic configs it implements "
     "(core/src/topic_config.rs); Kafka lists 34"))
 def test_configs_topic_all_names(tools):
     doze, kafka = both(tools, "configs-topic-all")
     d, k = _all_configs(doze.out), _all_configs(kafka.out)
     print(f"topic configs Kafka lists and doze does not: {sorted(set(k) - set(d))}")
     assert sorted(d) == sorted(k)
+
+
+@pytest.mark.parametrize("key", ["configs-add", "configs-delete"])
+def test_configs_alter(tools, key):
+    doze, kafka = both(tools, key)
+    assert lines(doze.out) == lines(kafka.out) == [f"Completed updating config for topic {TOPIC}."]
+
+
+@pytest.mark.parametrize("key,expected", [
+    ("configs-topic-added", ["cleanup.policy=compact,delete sensitive=false",
+                             "max.message.bytes=2000000 sensitive=false",
+                             "retention.ms=86400000 sensitive=false",
+                             "segment.ms=3600000 sensitive=false"]),
+    ("configs-topic-deleted", ["cleanup.policy=compact,delete sensitive=false",
+                               "max.message.bytes=2000000 sensitive=false",
+                               "retention.ms=86400000 sensitive=false"]),
+])
+def test_configs_topic_after_alter(tools, key, expected):
+    doze, kafka = both(tools, key)
+    d, k = config_lines(doze.out), config_lines(kafka.out)
+    assert d == k == [f"Dynamic configs for topic {TOPIC} are:"] + expected
+
+
+def test_configs_alter_out_of_range(tools):
+    doze, kafka = show(tools, "configs-add-bad")
+    message = ("InvalidConfigurationException: Invalid value 2.0 for configuration "
+               "min.cleanable.dirty.ratio: Value must be no more than 1")
+    for r in (doze, kafka):
+        assert r.rc != 0, r.out
+        assert message in r.out + r.err, r.out + r.err
 
 
 def test_configs_brokers(tools):

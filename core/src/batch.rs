@@ -255,11 +255,11 @@ pub fn verify_crc(batch: &[u8]) -> Result<(), BatchError> {
 /// `recordsCount == lastOffsetDelta + 1` from clients; we only demand a
 /// non-empty batch that has no more records than offsets, which is what the
 /// offset assignment relies on (a compacted batch has fewer records).
-fn check_record_count(header: &BatchHeader) -> Result<(), BatchError> {
+fn check_record_count(header: &BatchHeader, empty_ok: bool) -> Result<(), BatchError> {
     if header.last_offset_delta < 0 {
         return Err(BatchError::BadRecordCount);
     }
-    if header.records_count <= 0 {
+    if header.records_count < 0 || (header.records_count == 0 && !empty_ok) {
         return Err(BatchError::BadRecordCount);
     }
     if i64::from(header.records_count) > i64::from(header.last_offset_delta) + 1 {
@@ -273,15 +273,25 @@ fn check_record_count(header: &BatchHeader) -> Result<(), BatchError> {
 /// long. Used both for produce and for the log's start-up scan.
 pub fn check_batch(buf: &[u8]) -> Result<BatchHeader, BatchError> {
     let header = parse_header(buf)?;
-    check_body(buf, &header)?;
+    check_body(buf, &header, false)?;
     Ok(header)
 }
 
-fn check_body(buf: &[u8], header: &BatchHeader) -> Result<(), BatchError> {
+/// `check_batch` for a batch read back from the log, which may hold no
+/// records: the log cleaner keeps an emptied batch when it is a producer's
+/// last, for its sequence and epoch (Kafka's BatchRetention.RETAIN_EMPTY),
+/// and a compacted batch holds fewer records than offsets.
+pub fn check_stored_batch(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = parse_header(buf)?;
+    check_body(buf, &header, true)?;
+    Ok(header)
+}
+
+fn check_body(buf: &[u8], header: &BatchHeader, empty_ok: bool) -> Result<(), BatchError> {
     if buf.len() < header.total_bytes() {
         return Err(BatchError::Truncated);
     }
-    check_record_count(header)?;
+    check_record_count(header, empty_ok)?;
     verify_crc(buf)
 }
 
@@ -313,7 +323,7 @@ pub fn split_produce_records(
                 batch_bytes_max,
             });
         }
-        check_body(rest, &header)?;
+        check_body(rest, &header, false)?;
         batches.push((header, records.slice(at..at + batch_bytes)));
         at += batch_bytes;
     }
@@ -445,7 +455,7 @@ impl Iterator for RecordTimes<'_> {
 
 /// A zigzag varlong as in Kafka's ByteUtils.readVarlong; `None` when the bytes
 /// run out or the encoding is longer than 10 bytes.
-fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
+pub(crate) fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
     let mut raw: u64 = 0;
     for i in 0..10 {
         let byte = *buf.get(*at)?;
@@ -459,7 +469,7 @@ fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
 }
 
 /// A zigzag varint; `None` also when the value does not fit an i32.
-fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
+pub(crate) fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
     i32::try_from(read_varlong(buf, at)?).ok()
 }
 

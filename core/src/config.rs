@@ -34,6 +34,24 @@ pub struct BrokerConfig {
     pub retention_bytes: i64,
     /// log.retention.check.interval.ms
     pub retention_check_interval_ms: i64,
+    /// log.roll.ms (or log.roll.hours): the default segment.ms, how old the
+    /// active segment may grow before an append rolls it.
+    pub segment_ms: i64,
+    /// log.cleanup.policy: the default cleanup.policy, stored as
+    /// `topic_config::normalize` prints it ("delete", "compact",
+    /// "compact,delete", or "" for neither).
+    pub cleanup_policy: String,
+    /// log.cleaner.min.cleanable.ratio: the default min.cleanable.dirty.ratio.
+    pub min_cleanable_ratio: f64,
+    /// log.cleaner.min.compaction.lag.ms: the default min.compaction.lag.ms.
+    pub min_compaction_lag_ms: i64,
+    /// log.cleaner.max.compaction.lag.ms: the default max.compaction.lag.ms.
+    pub max_compaction_lag_ms: i64,
+    /// log.cleaner.delete.retention.ms: the default delete.retention.ms.
+    pub delete_retention_ms: i64,
+    /// log.cleaner.backoff.ms: how long the cleaner waits, when no log is
+    /// dirty enough, before it looks again.
+    pub cleaner_backoff_ms: i64,
     /// message.max.bytes
     pub message_max_bytes: usize,
     /// group.initial.rebalance.delay.ms: how long a new group waits for more
@@ -71,6 +89,13 @@ impl Default for BrokerConfig {
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: -1,
             retention_check_interval_ms: 5 * 60 * 1000,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            cleanup_policy: "delete".into(),
+            min_cleanable_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
+            cleaner_backoff_ms: 15_000,
             message_max_bytes: crate::limits::MESSAGE_BYTES_MAX,
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
@@ -105,6 +130,33 @@ impl BrokerConfig {
             "log.retention.bytes" => self.retention_bytes = num(key, value)?,
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = num(key, value)?
+            }
+            "log.cleaner.backoff.ms" => self.cleaner_backoff_ms = num(key, value)?,
+            // The broker defaults of topic configs take the topic config's rules.
+            "log.roll.ms" => self.segment_ms = topic_default(key, "segment.ms", value)?,
+            // As log.retention.hours: the later setting wins (Kafka takes
+            // log.roll.ms over log.roll.hours whatever their order).
+            "log.roll.hours" => {
+                let hours: i64 = num(key, value)?;
+                let ms = hours
+                    .checked_mul(3_600_000)
+                    .ok_or_else(|| format!("bad value {value:?} for {key}"))?;
+                self.segment_ms = topic_default(key, "segment.ms", &ms.to_string())?
+            }
+            "log.cleanup.policy" => {
+                self.cleanup_policy = topic_default(key, "cleanup.policy", value)?
+            }
+            "log.cleaner.min.cleanable.ratio" => {
+                self.min_cleanable_ratio = topic_default(key, "min.cleanable.dirty.ratio", value)?
+            }
+            "log.cleaner.min.compaction.lag.ms" => {
+                self.min_compaction_lag_ms = topic_default(key, "min.compaction.lag.ms", value)?
+            }
+            "log.cleaner.max.compaction.lag.ms" => {
+                self.max_compaction_lag_ms = topic_default(key, "max.compaction.lag.ms", value)?
+            }
+            "log.cleaner.delete.retention.ms" => {
+                self.delete_retention_ms = topic_default(key, "delete.retention.ms", value)?
             }
             "message.max.bytes" => self.message_max_bytes = num(key, value)?,
             "group.initial.rebalance.delay.ms" => {
@@ -151,6 +203,20 @@ impl BrokerConfig {
     }
 }
 
+/// A broker default of a topic config, checked by the topic config's rules
+/// and parsed from its stored form.
+fn topic_default<T: std::str::FromStr>(
+    broker_key: &str,
+    topic_key: &str,
+    value: &str,
+) -> Result<T, String> {
+    let stored = crate::topic_config::normalize(topic_key, value)
+        .map_err(|e| format!("{broker_key}: {e}"))?;
+    stored
+        .parse()
+        .map_err(|_| format!("bad value {value:?} for {broker_key}"))
+}
+
 impl BrokerConfig {
     /// The broker properties DescribeConfigs reports, by their Kafka names.
     pub fn describe(&self) -> Vec<(&'static str, String)> {
@@ -176,6 +242,28 @@ impl BrokerConfig {
             (
                 "log.retention.check.interval.ms",
                 self.retention_check_interval_ms.to_string(),
+            ),
+            ("log.roll.ms", self.segment_ms.to_string()),
+            (
+                "log.cleaner.backoff.ms",
+                self.cleaner_backoff_ms.to_string(),
+            ),
+            ("log.cleanup.policy", self.cleanup_policy.clone()),
+            (
+                "log.cleaner.min.cleanable.ratio",
+                crate::topic_config::java_double(self.min_cleanable_ratio),
+            ),
+            (
+                "log.cleaner.min.compaction.lag.ms",
+                self.min_compaction_lag_ms.to_string(),
+            ),
+            (
+                "log.cleaner.max.compaction.lag.ms",
+                self.max_compaction_lag_ms.to_string(),
+            ),
+            (
+                "log.cleaner.delete.retention.ms",
+                self.delete_retention_ms.to_string(),
             ),
             ("message.max.bytes", self.message_max_bytes.to_string()),
             (

@@ -90,6 +90,46 @@ impl SegmentFile {
     }
 }
 
+/// Which name a segment's file goes by: its live name, or one of the two
+/// names the log cleaner writes a replacement under before it is swapped in,
+/// as Kafka's cleaner does (`{name}.cleaned` while being written,
+/// `{name}.swap` once complete). A rename from `Swap` to `Live` replaces the
+/// live file atomically (rename(2)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileStage {
+    Live,
+    Cleaned,
+    Swap,
+}
+
+impl FileStage {
+    /// What the stage appends to the file's live name.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            FileStage::Live => "",
+            FileStage::Cleaned => ".cleaned",
+            FileStage::Swap => ".swap",
+        }
+    }
+
+    /// The file's name at this stage.
+    pub fn file_name(self, file: SegmentFile, base_offset: i64) -> String {
+        format!("{}{}", file.file_name(base_offset), self.suffix())
+    }
+
+    /// The inverse of `file_name`: (base offset, kind, stage).
+    pub fn parse_file_name(name: &str) -> Option<(i64, SegmentFile, FileStage)> {
+        for stage in [FileStage::Cleaned, FileStage::Swap] {
+            if let Some(live) = name.strip_suffix(stage.suffix()) {
+                let (base, kind) = SegmentFile::parse_file_name(live)?;
+                return Some((base, kind, stage));
+            }
+        }
+        let (base, kind) = SegmentFile::parse_file_name(name)?;
+        Some((base, kind, FileStage::Live))
+    }
+}
+
 /// The segment file name for a base offset, as Kafka names them.
 pub fn segment_file_name(base_offset: i64) -> String {
     SegmentFile::Log.file_name(base_offset)
@@ -140,8 +180,16 @@ pub struct BootState {
 pub struct RecoveredPartition {
     pub dir: PartitionDir,
     /// Segments in any order; the core sorts them by base offset. A segment
-    /// is listed when any of its files is present.
+    /// is listed when any of its live files is present.
     pub segments: Vec<RecoveredSegment>,
+    /// The cleaner's replacements found complete: one entry per segment base
+    /// whose `.log.swap` is present, describing its `.swap` files as
+    /// `segments` describes live ones (a `None` file: no `.swap` of it; the
+    /// swap had already renamed it into place). The core finishes the swap.
+    pub swaps: Vec<RecoveredSegment>,
+    /// Segment bases with any other `.cleaned` or `.swap` file: a cleaning
+    /// that did not commit, which the core discards.
+    pub abandoned: Vec<i64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -226,7 +274,8 @@ pub enum DiskOp {
         file: SegmentFile,
         len: u64,
     },
-    /// Remove a segment: its `.log` and its index files, those present.
+    /// Remove a segment: its `.log` and its index files, and any `.cleaned`
+    /// or `.swap` file of it, those present.
     DeleteSegment {
         dir: PartitionDir,
         segment_base: i64,
@@ -237,6 +286,35 @@ pub enum DiskOp {
     /// with exactly `range.len` bytes, or an error (EIO, a file gone or
     /// shorter than the range). It sees every earlier operation.
     Read { io: IoId, range: FileRange },
+    /// Append bytes at the end of a segment file's `.cleaned` copy (the log
+    /// cleaner's replacement being written), creating it when absent. No
+    /// completion: a failure is reported by the next Sync, which also makes
+    /// the bytes durable.
+    AppendCleaned {
+        dir: PartitionDir,
+        segment_base: i64,
+        file: SegmentFile,
+        bytes: Bytes,
+    },
+    /// Rename one of a segment's files from one stage to another
+    /// (`Cleaned` to `Swap`, or `Swap` to `Live`, which replaces the live file
+    /// atomically). Durable once the next Sync completes (it fsyncs the
+    /// directory); until then a power cut may undo it. No completion: a
+    /// failure (a missing source) is reported by the next Sync.
+    Rename {
+        dir: PartitionDir,
+        segment_base: i64,
+        file: SegmentFile,
+        from: FileStage,
+        to: FileStage,
+    },
+    /// Remove a segment's `.cleaned` and `.swap` files, those present (a
+    /// cleaning abandoned, or found abandoned at start-up). Durable with the
+    /// next Sync.
+    DiscardStaged {
+        dir: PartitionDir,
+        segment_base: i64,
+    },
     /// The core takes a segment's files as they are on disk (found at
     /// start-up, maybe left unsynced in the page cache by a crashed process):
     /// the next Sync makes them durable as if they had just been written.
@@ -265,6 +343,21 @@ pub enum Output {
     /// size prefix is the sum of the parts' lengths. A part the driver cannot
     /// read: close the connection, send nothing of the frame, and report
     /// `Input::ResponseReadFailed`.
+    ///
+    /// Ordering with the disk ops: **a response's file parts see every
+    /// `Output::Disk` op emitted before this output and none emitted after
+    /// it**, however late the driver copies them. The cleaner renames a new
+    /// `{base}.log` over the live one while consumers are served, and
+    /// retention deletes segments: a response planned before the swap or the
+    /// deletion reads the old file (the driver pins a descriptor at this
+    /// point, which keeps the old inode alive), one planned after reads the
+    /// new file. The contract is about which file a name holds: the bytes a
+    /// part reads are synced ones (below the high watermark), which the
+    /// core never cuts and whose appends ran before their sync completed,
+    /// so the driver does not order the reads against appends and cuts
+    /// (net serves a response whose files it has open, with no rename or
+    /// deletion queued, at once). A response must not point at bytes not
+    /// yet synced.
     ResponseParts {
         conn: ConnId,
         parts: Vec<FramePart>,

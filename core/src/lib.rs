@@ -24,10 +24,10 @@ mod topics;
 pub mod txn;
 pub mod versions;
 
-pub use broker::Broker;
+pub use broker::{Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
 pub use io::{
-    BootState, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, Output,
-    PartitionDir, SegmentFile,
+    BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, MetaOp,
+    Output, PartitionDir, SegmentFile,
 };
 pub use topics::PartitionKey;

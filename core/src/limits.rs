@@ -82,3 +82,12 @@ pub const QUEUED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// fsyncs start, so that a queue that never empties still gets its syncs
 /// answered (net's disk worker, and its madsim store).
 pub const ROUND_OPS_MAX: usize = 4096;
+
+/// Bytes the log cleaner reads from a segment at a time (a batch larger
+/// than this is read whole).
+pub const CLEANER_READ_BYTES: usize = 1024 * 1024;
+/// Keys one cleaning pass maps at most (16-byte hashes and an offset each:
+/// about 64 MiB at this bound with the hash map's overhead, as Kafka's
+/// log.cleaner.dedupe.buffer.size of 128 MiB bounds its map). A pass whose
+/// dirty range holds more keys cleans what it mapped and leaves the rest dirty.
+pub const CLEANER_MAP_ENTRIES_MAX: usize = 1_000_000;

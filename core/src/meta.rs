@@ -26,6 +26,32 @@ pub fn topic_key(name: &str) -> Vec<u8> {
     format!("{TOPIC_PREFIX}{name}").into_bytes()
 }
 
+const LOG_START_PREFIX: &str = "logstart/";
+
+/// A partition's log start offset as DeleteRecords moved it, stored under
+/// `logstart/<topic id>/<partition>` (Kafka keeps the same in its
+/// log-start-offset-checkpoint file). Start-up takes the larger of it and
+/// the first segment's base: retention moves the start by deleting whole
+/// segments, which needs no record.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogStartRecord {
+    pub offset: i64,
+}
+
+/// `logstart/<topic id>/<partition>`, the topic id hyphenated as in `ckpt/`.
+pub fn log_start_key(topic_id: &uuid::Uuid, partition: i32) -> Vec<u8> {
+    format!("{LOG_START_PREFIX}{}/{partition}", topic_id.hyphenated()).into_bytes()
+}
+
+/// The meta.db deletes of a deleted topic's log start records.
+pub fn log_start_delete_ops(topic_id: &uuid::Uuid, partitions: i32) -> Vec<crate::io::MetaOp> {
+    (0..partitions)
+        .map(|p| crate::io::MetaOp::Delete {
+            key: log_start_key(topic_id, p),
+        })
+        .collect()
+}
+
 pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     serde_json::to_vec(record).expect("meta records always serialize")
 }
@@ -60,6 +86,13 @@ pub enum MetaEntry {
         topic_id: String,
         partition: i32,
         record: crate::checkpoint::CheckpointRecord,
+    },
+    /// A partition's log start moved by DeleteRecords:
+    /// `logstart/<topic id>/<partition>`.
+    LogStart {
+        topic_id: String,
+        partition: i32,
+        record: LogStartRecord,
     },
 }
 
@@ -102,6 +135,18 @@ pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
             .ok_or_else(|| format!("meta.db: bad key {key:?}"))?;
         let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
         return Ok(MetaEntry::Checkpoint {
+            topic_id,
+            partition,
+            record,
+        });
+    }
+    if let Some(rest) = key.strip_prefix(LOG_START_PREFIX) {
+        let parsed = rest
+            .rsplit_once('/')
+            .and_then(|(t, p)| Some((t.to_string(), p.parse::<i32>().ok()?)));
+        let (topic_id, partition) = parsed.ok_or_else(|| format!("meta.db: bad key {key:?}"))?;
+        let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
+        return Ok(MetaEntry::LogStart {
             topic_id,
             partition,
             record,
@@ -158,6 +203,28 @@ mod tests {
             } => {
                 assert_eq!((group.as_str(), topic.as_str(), partition), ("g/1", "t", 2));
                 assert_eq!(record, r);
+            }
+            other => panic!("decoded as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn log_start_round_trips() {
+        let id = uuid::Uuid::from_u128(0x1234);
+        let key = log_start_key(&id, 3);
+        assert_eq!(
+            String::from_utf8(key.clone()).unwrap(),
+            format!("logstart/{}/3", id.hyphenated())
+        );
+        match decode_entry(&key, &encode(&LogStartRecord { offset: 42 })).unwrap() {
+            MetaEntry::LogStart {
+                topic_id,
+                partition,
+                record,
+            } => {
+                assert_eq!(topic_id, id.hyphenated().to_string());
+                assert_eq!(partition, 3);
+                assert_eq!(record.offset, 42);
             }
             other => panic!("decoded as {other:?}"),
         }

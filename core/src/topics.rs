@@ -39,8 +39,31 @@ impl Topic {
 
     pub fn config_i64(&self, broker: &BrokerConfig, key: &str) -> i64 {
         self.config(broker, key)
-            .and_then(|v| v.parse().ok())
+            .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("topic config {key} has no numeric value"))
+    }
+
+    /// What the log cleaner and retention need of this topic's configs.
+    pub fn cleanup_config(&self, broker: &BrokerConfig) -> topic_config::CleanupConfig {
+        topic_config::CleanupConfig::from_values(|key| {
+            self.config(broker, key)
+                .unwrap_or_else(|| panic!("topic config {key} is unknown"))
+        })
+    }
+
+    /// segment.bytes and segment.ms, which every partition log is given.
+    fn roll_limits(&self, broker: &BrokerConfig) -> (u64, i64) {
+        let segment_bytes = self.config_i64(broker, "segment.bytes");
+        let segment_bytes = u64::try_from(segment_bytes).expect("segment.bytes is positive");
+        (segment_bytes, self.config_i64(broker, "segment.ms"))
+    }
+
+    /// A new, empty log for partition `p`, with the topic's roll limits.
+    fn new_log(&self, broker: &BrokerConfig, name: &str, p: i32) -> PartitionLog {
+        let (segment_bytes, segment_ms) = self.roll_limits(broker);
+        let mut log = PartitionLog::new(PartitionDir::new(name, p), segment_bytes);
+        log.set_segment_ms(segment_ms);
+        log
     }
 
     pub fn key(&self, name: &str, partition: i32) -> PartitionKey {
@@ -128,11 +151,9 @@ impl Topics {
             record: record.clone(),
             partitions: Vec::new(),
         };
-        let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
         for p in 0..record.partitions {
-            topic
-                .partitions
-                .push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
+            let log = topic.new_log(config, name, p);
+            topic.partitions.push(log);
         }
         let previous = self.map.insert(name.to_string(), topic);
         assert!(previous.is_none(), "topic {name} inserted twice");
@@ -146,11 +167,33 @@ impl Topics {
             "partitions never shrink"
         );
         topic.record = record;
-        let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
         for p in topic.partitions.len() as i32..topic.record.partitions {
-            topic
-                .partitions
-                .push(PartitionLog::new(PartitionDir::new(name, p), segment_bytes));
+            let log = topic.new_log(config, name, p);
+            topic.partitions.push(log);
+        }
+    }
+
+    /// Replaces a topic's config overrides with those of its stored record;
+    /// the logs take the new roll limits at once (the next append), and the
+    /// other configs are read where they are used.
+    pub fn set_configs(&mut self, config: &BrokerConfig, name: &str, record: TopicRecord) {
+        let topic = self
+            .map
+            .get_mut(name)
+            .expect("config change of a missing topic");
+        assert_eq!(
+            topic.record.id, record.id,
+            "config change of another incarnation"
+        );
+        assert_eq!(
+            topic.record.partitions, record.partitions,
+            "a config change keeps the partitions"
+        );
+        topic.record = record;
+        let (segment_bytes, segment_ms) = topic.roll_limits(config);
+        for log in topic.partitions.iter_mut() {
+            log.set_segment_bytes(segment_bytes);
+            log.set_segment_ms(segment_ms);
         }
     }
 
@@ -189,15 +232,19 @@ impl Topics {
         let topic = self.map.get(&dir.topic)?;
         let p = usize::try_from(dir.partition).ok()?;
         topic.partitions.get(p)?;
-        let segment_bytes = topic.config_i64(config, "segment.bytes") as u64;
+        let (segment_bytes, _) = topic.roll_limits(config);
         Some((topic.key(&dir.topic, dir.partition), segment_bytes))
     }
 
-    /// Puts a recovered log in its partition's place.
-    pub fn install(&mut self, key: &PartitionKey, log: PartitionLog) {
+    /// Puts a recovered log in its partition's place. It takes the roll
+    /// limits of the empty log it replaces, which `insert` gave the topic's.
+    pub fn install(&mut self, key: &PartitionKey, mut log: PartitionLog) {
         let slot = self
             .partition_mut_by_key(key)
             .expect("a recovering partition exists");
+        let (segment_bytes, segment_ms) = slot.roll_limits();
+        log.set_segment_bytes(segment_bytes);
+        log.set_segment_ms(segment_ms);
         *slot = log;
     }
 
@@ -209,16 +256,28 @@ impl Topics {
             .collect()
     }
 
-    /// Deletes segments past retention in every partition.
+    /// Deletes segments past retention in every partition. retention.ms and
+    /// retention.bytes apply only where cleanup.policy has `delete`, as in
+    /// Kafka's UnifiedLog.deleteOldSegments; a compacted topic keeps its
+    /// segments for the cleaner (both rules off: -1).
+    /// `skip` is a partition the log cleaner is rewriting: its segments stay
+    /// put until the pass is over (the next check deletes what is due).
     pub fn apply_retention(
         &mut self,
         config: &BrokerConfig,
         now_ms: i64,
+        skip: Option<&PartitionKey>,
     ) -> Vec<(PartitionKey, DiskOp)> {
         let mut ops = Vec::new();
         for (name, topic) in self.map.iter_mut() {
-            let retention_ms = topic.config_i64(config, "retention.ms");
-            let retention_bytes = topic.config_i64(config, "retention.bytes");
+            let (retention_ms, retention_bytes) = if topic.cleanup_config(config).delete {
+                (
+                    topic.config_i64(config, "retention.ms"),
+                    topic.config_i64(config, "retention.bytes"),
+                )
+            } else {
+                (-1, -1)
+            };
             let id = topic.id;
             for (p, log) in topic.partitions.iter_mut().enumerate() {
                 let key = PartitionKey {
@@ -226,6 +285,9 @@ impl Topics {
                     id,
                     partition: p as i32,
                 };
+                if skip == Some(&key) {
+                    continue;
+                }
                 for op in log.apply_retention(now_ms, retention_ms, retention_bytes) {
                     ops.push((key.clone(), op));
                 }

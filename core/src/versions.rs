@@ -17,7 +17,10 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
     // No authorizer: answered SECURITY_DISABLED, as Kafka without one.
@@ -81,7 +84,15 @@ mod tests {
             ApiKey::ApiVersions => r!(ApiVersionsRequest, ApiVersionsResponse),
             ApiKey::CreateTopics => r!(CreateTopicsRequest, CreateTopicsResponse),
             ApiKey::DeleteTopics => r!(DeleteTopicsRequest, DeleteTopicsResponse),
+            ApiKey::DeleteRecords => r!(DeleteRecordsRequest, DeleteRecordsResponse),
             ApiKey::DescribeConfigs => r!(DescribeConfigsRequest, DescribeConfigsResponse),
+            ApiKey::AlterConfigs => r!(AlterConfigsRequest, AlterConfigsResponse),
+            ApiKey::IncrementalAlterConfigs => {
+                r!(
+                    IncrementalAlterConfigsRequest,
+                    IncrementalAlterConfigsResponse
+                )
+            }
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
             ApiKey::DescribeAcls => r!(DescribeAclsRequest, DescribeAclsResponse),
@@ -119,7 +130,12 @@ mod tests {
             ApiKey::ApiVersions => ResponseKind::ApiVersions(Default::default()),
             ApiKey::CreateTopics => ResponseKind::CreateTopics(Default::default()),
             ApiKey::DeleteTopics => ResponseKind::DeleteTopics(Default::default()),
+            ApiKey::DeleteRecords => ResponseKind::DeleteRecords(Default::default()),
             ApiKey::DescribeConfigs => ResponseKind::DescribeConfigs(Default::default()),
+            ApiKey::AlterConfigs => ResponseKind::AlterConfigs(Default::default()),
+            ApiKey::IncrementalAlterConfigs => {
+                ResponseKind::IncrementalAlterConfigs(Default::default())
+            }
             ApiKey::CreatePartitions => ResponseKind::CreatePartitions(Default::default()),
             ApiKey::DescribeCluster => ResponseKind::DescribeCluster(Default::default()),
             ApiKey::DescribeAcls => ResponseKind::DescribeAcls(Default::default()),

@@ -7,11 +7,14 @@
 //! worker (`DiskOp::Read`) and makes what it keeps durable (`DiskOp::Adopt`
 //! and a `Sync`) before serving, so a clean start costs the indexes alone.
 //! Repairs (`DiskOp::Truncate`, `DiskOp::DeleteSegment`) go through the same
-//! worker as any other write. Anything under `logs/` that is not a partition
+//! worker as any other write. The log cleaner's leftovers are listed as they
+//! are too: a complete replacement (a `.log.swap` present) for the core to
+//! finish swapping in, and any other `.cleaned` or `.swap` file as an
+//! abandoned cleaning for it to discard. Anything under `logs/` that is not a partition
 //! dir or a segment file is left alone with a warning: it is not ours to
 //! delete.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 use std::time::Instant;
@@ -19,7 +22,7 @@ use std::time::Instant;
 use anyhow::Context;
 use bytes::Bytes;
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
-use doze_core::{BootState, PartitionDir, SegmentFile};
+use doze_core::{BootState, FileStage, PartitionDir, SegmentFile};
 use tracing::{info, warn};
 
 use crate::datadir::{sync_dir, DataDir};
@@ -59,6 +62,8 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
     }
 
     let partitions = scan_logs(&data.logs_dir())?;
+    let swaps = partitions.iter().map(|p| p.swaps.len()).sum::<usize>();
+    let abandoned = partitions.iter().map(|p| p.abandoned.len()).sum::<usize>();
     let segments = partitions.iter().flat_map(|p| &p.segments);
     let log_bytes: u64 = segments.clone().filter_map(|s| s.log_bytes).sum();
     let index_bytes: usize = segments
@@ -72,6 +77,8 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
         meta_keys = meta.len(),
         partitions = partitions.len(),
         segments = segments.count(),
+        swaps,
+        abandoned,
         log_bytes,
         index_bytes_read = index_bytes,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -102,20 +109,26 @@ fn scan_logs(logs: &Path) -> anyhow::Result<Vec<RecoveredPartition>> {
             warn!(path = %path.display(), "not a partition directory; ignored");
             continue;
         };
-        let segments = list_segments(&path)?;
-        partitions.push(RecoveredPartition { dir, segments });
+        partitions.push(list_segments(dir, &path)?);
     }
     partitions.sort_by(|a, b| a.dir.cmp(&b.dir));
     Ok(partitions)
 }
 
-/// Every segment of a partition with any of its four files present: the
-/// `.log`'s length, and the index files' contents.
-fn list_segments(dir: &Path) -> anyhow::Result<Vec<RecoveredSegment>> {
-    let mut segments: BTreeMap<i64, RecoveredSegment> = BTreeMap::new();
-    let entries = fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+/// A partition's files: every segment with any of its four live files
+/// present (the `.log`'s length, the index files' contents); every base
+/// with a `.log.swap`, described by its `.swap` files alike; and every other
+/// base with a `.cleaned` or `.swap` file. A base with a `.log.swap` is a
+/// swap and never abandoned, whatever else lies beside it: the core's
+/// discard would remove the swap with the rest. A stray `.cleaned` there
+/// outlives the swap and is found abandoned at the next start.
+fn list_segments(dir: PartitionDir, path: &Path) -> anyhow::Result<RecoveredPartition> {
+    let mut live: BTreeMap<i64, RecoveredSegment> = BTreeMap::new();
+    let mut swap: BTreeMap<i64, RecoveredSegment> = BTreeMap::new();
+    let mut staged: BTreeSet<i64> = BTreeSet::new();
+    let entries = fs::read_dir(path).with_context(|| format!("cannot list {}", path.display()))?;
     for entry in entries {
-        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let entry = entry.with_context(|| format!("cannot list {}", path.display()))?;
         let path = entry.path();
         let file_type = entry
             .file_type()
@@ -123,10 +136,21 @@ fn list_segments(dir: &Path) -> anyhow::Result<Vec<RecoveredSegment>> {
         let parsed = entry
             .file_name()
             .to_str()
-            .and_then(SegmentFile::parse_file_name);
-        let Some((base_offset, kind)) = parsed.filter(|_| file_type.is_file()) else {
+            .and_then(FileStage::parse_file_name);
+        let Some((base_offset, kind, stage)) = parsed.filter(|_| file_type.is_file()) else {
             warn!(path = %path.display(), "not a segment file; ignored");
             continue;
+        };
+        let segments = match stage {
+            FileStage::Live => &mut live,
+            FileStage::Swap => {
+                staged.insert(base_offset);
+                &mut swap
+            }
+            FileStage::Cleaned => {
+                staged.insert(base_offset);
+                continue;
+            }
         };
         let segment = segments
             .entry(base_offset)
@@ -147,7 +171,20 @@ fn list_segments(dir: &Path) -> anyhow::Result<Vec<RecoveredSegment>> {
             SegmentFile::TxnIndex => segment.txn_index = read_index(&path),
         }
     }
-    Ok(segments.into_values().collect())
+    let swaps: Vec<RecoveredSegment> = swap
+        .into_values()
+        .filter(|s| s.log_bytes.is_some())
+        .collect();
+    let abandoned = staged
+        .into_iter()
+        .filter(|base| !swaps.iter().any(|s| s.base_offset == *base))
+        .collect();
+    Ok(RecoveredPartition {
+        dir,
+        segments: live.into_values().collect(),
+        swaps,
+        abandoned,
+    })
 }
 
 /// An index file whole. One that cannot be read (or is implausibly large) is
@@ -254,5 +291,80 @@ mod tests {
         drop(boot);
         drop(data);
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_cleaners_files_are_listed_as_swaps_and_abandoned() {
+        use FileStage::{Cleaned, Live, Swap};
+        let part =
+            std::env::temp_dir().join(format!("doze-boot-test-staged-{}/t-0", std::process::id()));
+        let _ = fs::remove_dir_all(&part);
+        fs::create_dir_all(&part).unwrap();
+        let write = |base, file: SegmentFile, stage: FileStage, bytes: &[u8]| {
+            fs::write(part.join(stage.file_name(file, base)), bytes).unwrap();
+        };
+        // 0: a live segment mid-swap: its .log.swap and .index.swap are
+        // complete; its .timeindex was already renamed into place.
+        write(0, SegmentFile::Log, Live, b"old log");
+        write(0, SegmentFile::OffsetIndex, Live, b"old oi");
+        write(0, SegmentFile::Log, Swap, b"new");
+        write(0, SegmentFile::OffsetIndex, Swap, b"oi");
+        write(0, SegmentFile::TimeIndex, Live, b"new ti");
+        // 10: a cleaning stopped while writing: .cleaned files only.
+        write(10, SegmentFile::Log, Live, b"ten");
+        write(10, SegmentFile::Log, Cleaned, b"half");
+        write(10, SegmentFile::TxnIndex, Cleaned, b"x");
+        // 20: stopped while renaming to .swap: the .log (renamed last) is
+        // still .cleaned.
+        write(20, SegmentFile::Log, Live, b"twenty");
+        write(20, SegmentFile::TimeIndex, Swap, b"ti");
+        write(20, SegmentFile::Log, Cleaned, b"tw");
+        // 30: a .log.swap whose live files are all gone (every other file
+        // already renamed into place and the old .log deleted by hand, or
+        // never there): a swap, and no live segment.
+        write(30, SegmentFile::Log, Swap, b"thirty");
+        // 40: staged files only, no .log.swap: abandoned, not a segment.
+        write(40, SegmentFile::TxnIndex, Swap, b"t");
+        fs::write(part.join("00000000000000000050.log.swap.swap"), b"?").unwrap();
+
+        let found = list_segments(PartitionDir::new("t", 0), &part).unwrap();
+        let describe = |segments: &[RecoveredSegment]| -> Vec<_> {
+            let bytes = |b: &Option<Bytes>| b.as_ref().map(|b| b.to_vec());
+            segments
+                .iter()
+                .map(|s| {
+                    (
+                        s.base_offset,
+                        s.log_bytes,
+                        bytes(&s.offset_index),
+                        bytes(&s.time_index),
+                        bytes(&s.txn_index),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            describe(&found.segments),
+            vec![
+                (
+                    0,
+                    Some(7),
+                    Some(b"old oi".to_vec()),
+                    Some(b"new ti".to_vec()),
+                    None
+                ),
+                (10, Some(3), None, None, None),
+                (20, Some(6), None, None, None),
+            ]
+        );
+        assert_eq!(
+            describe(&found.swaps),
+            vec![
+                (0, Some(3), Some(b"oi".to_vec()), None, None),
+                (30, Some(6), None, None, None),
+            ]
+        );
+        assert_eq!(found.abandoned, vec![10, 20, 40]);
+        fs::remove_dir_all(part.parent().unwrap()).unwrap();
     }
 }

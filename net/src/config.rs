@@ -189,6 +189,37 @@ cluster.id=abc\\
     }
 
     #[test]
+    fn log_cleaner_defaults() {
+        let sets = [
+            "log.cleanup.policy=compact, delete",
+            "log.cleaner.min.cleanable.ratio=0.25",
+            "log.cleaner.min.compaction.lag.ms=1000",
+            "log.cleaner.max.compaction.lag.ms=60000",
+            "log.cleaner.delete.retention.ms=5000",
+            "log.roll.hours=2",
+        ]
+        .map(String::from);
+        let settings = load(None, &sets).unwrap();
+        assert_eq!(settings.cleanup_policy, "compact,delete");
+        assert_eq!(settings.min_cleanable_ratio, 0.25);
+        assert_eq!(settings.min_compaction_lag_ms, 1000);
+        assert_eq!(settings.max_compaction_lag_ms, 60_000);
+        assert_eq!(settings.delete_retention_ms, 5000);
+        assert_eq!(settings.segment_ms, 2 * 3_600_000);
+        let settings = load(None, &["log.roll.ms=1500".to_string()]).unwrap();
+        assert_eq!(settings.segment_ms, 1500);
+        for bad in [
+            "log.cleanup.policy=none",
+            "log.cleaner.min.cleanable.ratio=1.5",
+            "log.roll.ms=0",
+            "log.cleaner.max.compaction.lag.ms=0",
+        ] {
+            let err = load(None, &[bad.to_string()]).unwrap_err();
+            assert!(err.contains("Invalid value"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn host_port() {
         let hp: HostPort = "127.0.0.1:9092".parse().unwrap();
         assert_eq!((hp.host.as_str(), hp.port), ("127.0.0.1", 9092));

@@ -8,11 +8,12 @@
 //! `socket.request.max.bytes`).
 //!
 //! Responses go out in the order the broker task queued them. A response
-//! made of parts (a Fetch whose records are file ranges) is assembled by the
-//! storage's `FrameReader` off the broker task, into one buffer, before it is
-//! written; if a part cannot be read, nothing of that frame is sent, the
-//! writer stops, and the broker task hears of it (`Event::ResponseReadFailed`)
-//! and closes the connection.
+//! made of parts (a Fetch whose records are file ranges) comes as a future
+//! from the storage (`StorageQueue::response_frame`), which pinned its files
+//! when the broker task dispatched it; the writer awaits it (the reads run
+//! off the broker task, into one buffer) before writing. If a part cannot be
+//! read, nothing of that frame is sent, the writer stops, and the broker task
+//! hears of it (`Event::ResponseReadFailed`) and closes the connection.
 //!
 //! Lifetime: the broker task holds a `ConnHandle`. Dropping it (the core said
 //! `Close`, or the client stopped reading its responses) stops the reader and
@@ -26,14 +27,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use doze_core::limits::{CONN_REQUESTS_IN_FLIGHT_MAX, REQUEST_BYTES_MAX};
-use doze_core::{ConnId, FileRange, FramePart, IoError};
+use doze_core::{ConnId, FileRange, IoError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tracing::{debug, warn};
 
 use crate::server::Event;
-use crate::storage::{Backlog, FrameReadError, SharedReader};
+use crate::storage::{Backlog, FrameFuture, FrameReadError};
 
 /// Responses queued for one connection before it is closed as not reading
 /// them. A client waiting for this many answers is stuck or hostile.
@@ -51,8 +52,9 @@ const LINGER: Duration = Duration::from_secs(5);
 pub enum Response {
     /// A frame without its size prefix (the writer adds it).
     Frame(Bytes),
-    /// A frame made of parts, read and assembled by the writer.
-    Parts(Vec<FramePart>),
+    /// A frame made of parts, its files pinned at dispatch: the writer
+    /// awaits it, size prefix included.
+    Parts(FrameFuture),
 }
 
 /// The broker task's side of a connection.
@@ -63,15 +65,13 @@ pub struct ConnHandle {
 }
 
 /// Registers the connection with the broker task, then starts its reader and
-/// writer. `permit` counts it against the connection limit until both end;
-/// `files` reads the file parts of its responses.
+/// writer. `permit` counts it against the connection limit until both end.
 pub async fn start(
     conn: ConnId,
     stream: TcpStream,
     peer: SocketAddr,
     events: mpsc::Sender<Event>,
     permit: OwnedSemaphorePermit,
-    files: SharedReader,
     backlog: Arc<Backlog>,
 ) {
     // Kafka requests are small and latency-bound; Nagle would hold them back.
@@ -105,7 +105,6 @@ pub async fn start(
     tokio::spawn(write_loop(
         Writer {
             conn,
-            files,
             events: events.clone(),
         },
         write_half,
@@ -192,7 +191,6 @@ async fn read_loop(
 /// What the writer needs besides its socket and queue.
 struct Writer {
     conn: ConnId,
-    files: SharedReader,
     /// To report a file part it could not read.
     events: mpsc::Sender<Event>,
 }
@@ -216,7 +214,7 @@ async fn write_loop(
         while let Some(response) = queued.recv().await {
             match response {
                 Response::Frame(frame) => write_frame(&mut socket, &frame).await?,
-                Response::Parts(parts) => match writer.files.read_frame(parts).await {
+                Response::Parts(frame) => match frame.await {
                     // Assembled with its size prefix.
                     Ok(frame) => socket.write_all(&frame).await?,
                     Err(FrameReadError::Part { range, error }) => {

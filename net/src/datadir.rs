@@ -5,6 +5,8 @@
 //! <data>/meta.db/                               sled
 //! <data>/logs/<topic>-<partition>/<base>.log    segment files, each with
 //!                                  <base>.index, .timeindex, .txnindex beside it
+//!                                  and, while the cleaner replaces it, the same
+//!                                  names + .cleaned (being written) or + .swap
 //! ```
 //!
 //! Two brokers on one directory would interleave appends and each believe its
@@ -16,7 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
-use doze_core::io::SegmentFile;
+use doze_core::io::{FileStage, SegmentFile};
 use doze_core::{IoError, PartitionDir};
 
 pub struct DataDir {
@@ -124,7 +126,19 @@ pub fn segment_path(
     segment_base: i64,
     file: SegmentFile,
 ) -> Result<PathBuf, IoError> {
-    Ok(partition_path(logs, dir)?.join(file.file_name(segment_base)))
+    staged_path(logs, dir, segment_base, file, FileStage::Live)
+}
+
+/// One file of a segment under one of its names: live, or the cleaner's
+/// `.cleaned` and `.swap` copies.
+pub fn staged_path(
+    logs: &Path,
+    dir: &PartitionDir,
+    segment_base: i64,
+    file: SegmentFile,
+    stage: FileStage,
+) -> Result<PathBuf, IoError> {
+    Ok(partition_path(logs, dir)?.join(stage.file_name(file, segment_base)))
 }
 
 /// Makes a directory's entries (created, renamed, removed files) durable.

@@ -21,6 +21,22 @@
 //! before them, and answered at once with `ReadDone`. They come from the page
 //! cache and are small (`limits::RECOVERY_READ_BYTES` at most).
 //!
+//! Pins: the queue also carries the pins of responses' file parts
+//! (`DiskQueue::response_frame`, see `filereader.rs`), so a response reads
+//! the files its segment names held at its dispatch point. The worker answers
+//! a pin with read descriptors at once, between two ops; the reading itself
+//! happens on tokio's blocking pool.
+//!
+//! The log cleaner's files: `DiskOp::AppendCleaned` writes a segment file's
+//! `{name}.cleaned` copy, `DiskOp::Rename` moves it to `{name}.swap` and then
+//! over the live name (rename(2): atomic), `DiskOp::DiscardStaged` removes
+//! the copies. The worker keys its descriptors and dirty set by name and
+//! stage; a rename carries the descriptor and the dirtiness of its file to
+//! the new name (the inode is the same), drops those of the file it
+//! replaced (no name holds it any more), and dirties the directory. Before a
+//! rename over or a deletion of a live name, the response reader's cached
+//! descriptors of the segment are forgotten.
+//!
 //! Group commit: when a `Sync` arrives, the worker first carries out every op
 //! already queued behind it (in order, including more `Sync`s), then hands one
 //! round of fsyncs to the syncer thread, which reports every `Sync` of the
@@ -56,13 +72,16 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use doze_core::limits;
-use doze_core::{DiskOp, FileRange, Input, IoError, IoId, PartitionDir, SegmentFile};
+use doze_core::{
+    DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, PartitionDir, SegmentFile,
+};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::datadir::{partition_path, segment_path, sync_dir};
-use crate::filereader::FileReader;
-use crate::storage::Backlog;
+use crate::datadir::{partition_path, staged_path, sync_dir};
+use crate::filereader::{part_keys, read_pinned, FileReader, PinJob, PinSource};
+use crate::storage::{Backlog, FrameFuture};
 
 /// Segment files kept open at once (all four kinds count). Past this the
 /// least recently used one is synced (if dirty) and closed, so thousands of
@@ -70,9 +89,16 @@ use crate::storage::Backlog;
 pub const OPEN_FILES_MAX: usize = 512;
 
 pub struct DiskWorker {
-    ops: mpsc::Sender<DiskOp>,
+    ops: mpsc::Sender<Job>,
     thread: thread::JoinHandle<Result<(), IoError>>,
     backlog: Arc<Backlog>,
+    reader: FileReader,
+}
+
+/// What goes through the worker's queue, in the broker task's order.
+enum Job {
+    Op(DiskOp),
+    Pin(PinJob),
 }
 
 impl DiskWorker {
@@ -96,7 +122,12 @@ impl DiskWorker {
         backlog: Arc<Backlog>,
     ) -> io::Result<Self> {
         let (ops, queue) = mpsc::channel();
-        let disk = Disk::new(logs_dir, reader, open_files_max, Arc::clone(&backlog));
+        let disk = Disk::new(
+            logs_dir,
+            reader.clone(),
+            open_files_max,
+            Arc::clone(&backlog),
+        );
         let thread = thread::Builder::new()
             .name("doze-disk".into())
             .spawn(move || disk.run(queue, completions))?;
@@ -104,6 +135,7 @@ impl DiskWorker {
             ops,
             thread,
             backlog,
+            reader,
         })
     }
 
@@ -114,6 +146,7 @@ impl DiskWorker {
             DiskQueue {
                 ops: self.ops,
                 backlog: self.backlog,
+                reader: self.reader,
             },
             self.thread,
         )
@@ -122,8 +155,9 @@ impl DiskWorker {
 
 /// The broker task's end of the worker's queue.
 pub struct DiskQueue {
-    ops: mpsc::Sender<DiskOp>,
+    ops: mpsc::Sender<Job>,
     backlog: Arc<Backlog>,
+    reader: FileReader,
 }
 
 impl DiskQueue {
@@ -131,19 +165,56 @@ impl DiskQueue {
     /// after which nothing can be made durable.
     pub fn submit(&self, op: DiskOp) -> Result<(), IoError> {
         let appended = match &op {
-            DiskOp::Append { bytes, .. } => bytes.len(),
+            DiskOp::Append { bytes, .. } | DiskOp::AppendCleaned { bytes, .. } => bytes.len(),
             _ => 0,
         };
+        // Counted before it can run, so that no pin after it takes a cached
+        // descriptor it is about to make stale.
+        let name_change = changes_live_names(&op);
+        if name_change {
+            self.reader.name_change_queued();
+        }
         self.backlog.add(appended);
-        self.ops.send(op).map_err(|_| {
+        self.ops.send(Job::Op(op)).map_err(|_| {
             self.backlog.done(appended);
+            if name_change {
+                self.reader.name_change_done();
+            }
             IoError("the disk worker has stopped".into())
         })
     }
+
+    /// The frame of a response, its files pinned now, in order with the ops
+    /// submitted (the contract in `storage.rs`). From the reader's cache on
+    /// this task when that is current and holds them all; else through the
+    /// worker's queue, which opens them when it gets there.
+    pub fn response_frame(&self, parts: Vec<FramePart>) -> FrameFuture {
+        let keys = part_keys(&parts);
+        if keys.is_empty() {
+            return read_pinned(parts, PinSource::Ready(Vec::new()));
+        }
+        if let Some(pinned) = self.reader.pin_cached(&keys) {
+            return read_pinned(parts, PinSource::Ready(pinned));
+        }
+        let (reply, pinned) = oneshot::channel();
+        // A worker gone drops the reply, and the frame fails as a whole.
+        let _ = self.ops.send(Job::Pin(PinJob { keys, reply }));
+        read_pinned(parts, PinSource::Queued(pinned))
+    }
 }
 
-/// One file of one segment.
-type FileKey = (PartitionDir, i64, SegmentFile);
+/// Whether an op changes which file a live segment name holds: what makes
+/// the response reader's cached descriptors stale.
+fn changes_live_names(op: &DiskOp) -> bool {
+    match op {
+        DiskOp::DeleteSegment { .. } | DiskOp::DeletePartition { .. } => true,
+        DiskOp::Rename { from, to, .. } => *from == FileStage::Live || *to == FileStage::Live,
+        _ => false,
+    }
+}
+
+/// One file of one segment, under one of its names.
+type FileKey = (PartitionDir, i64, SegmentFile, FileStage);
 
 struct OpenFile {
     file: File,
@@ -209,7 +280,7 @@ impl Disk {
 
     fn run(
         mut self,
-        queue: mpsc::Receiver<DiskOp>,
+        queue: mpsc::Receiver<Job>,
         completions: UnboundedSender<Input>,
     ) -> Result<(), IoError> {
         let (rounds, syncer_queue) = mpsc::channel::<SyncRound>();
@@ -219,17 +290,17 @@ impl Disk {
             .name("doze-sync".into())
             .spawn(move || run_syncer(syncer_queue, syncer_completions, retry))
             .expect("spawn the syncer thread");
-        while let Ok(op) = queue.recv() {
+        while let Ok(job) = queue.recv() {
             // Syncs reached this round, each with the error it must report
             // regardless of how the fsyncs go.
             let mut syncs = Vec::new();
-            self.execute(op, &mut syncs, &completions);
+            self.run_job(job, &mut syncs, &completions);
             if syncs.is_empty() {
                 continue;
             }
             for _ in 1..limits::ROUND_OPS_MAX {
                 match queue.try_recv() {
-                    Ok(op) => self.execute(op, &mut syncs, &completions),
+                    Ok(job) => self.run_job(job, &mut syncs, &completions),
                     Err(_) => break,
                 }
             }
@@ -247,11 +318,27 @@ impl Disk {
             Some(e) => Err(e),
             None => synced,
         };
+        let (pins_fast, pins_queued) = self.reader.pin_counts();
         match &result {
-            Ok(()) => info!("disk worker: final sync done"),
+            Ok(()) => info!(pins_fast, pins_queued, "disk worker: final sync done"),
             Err(e) => warn!(error = %e.0, "disk worker: final sync failed"),
         }
         result
+    }
+
+    fn run_job(
+        &mut self,
+        job: Job,
+        syncs: &mut Vec<(IoId, Option<IoError>)>,
+        completions: &UnboundedSender<Input>,
+    ) {
+        match job {
+            Job::Op(op) => self.execute(op, syncs, completions),
+            Job::Pin(PinJob { keys, reply }) => {
+                // The writer may have gone meanwhile; then nobody reads.
+                let _ = reply.send(self.reader.pin_in_order(keys));
+            }
+        }
     }
 
     fn execute(
@@ -260,6 +347,7 @@ impl Disk {
         syncs: &mut Vec<(IoId, Option<IoError>)>,
         completions: &UnboundedSender<Input>,
     ) {
+        let name_change = changes_live_names(&op);
         let result = match op {
             DiskOp::Sync { io } => {
                 syncs.push((io, self.error.take()));
@@ -281,7 +369,17 @@ impl Disk {
                 file,
                 bytes,
             } => {
-                let result = self.append(&(dir, segment_base, file), &bytes);
+                let result = self.append(&(dir, segment_base, file, FileStage::Live), &bytes);
+                self.backlog.done(bytes.len());
+                result
+            }
+            DiskOp::AppendCleaned {
+                dir,
+                segment_base,
+                file,
+                bytes,
+            } => {
+                let result = self.append(&(dir, segment_base, file, FileStage::Cleaned), &bytes);
                 self.backlog.done(bytes.len());
                 result
             }
@@ -290,14 +388,29 @@ impl Disk {
                 segment_base,
                 file,
                 len,
-            } => self.truncate(&(dir, segment_base, file), len),
+            } => self.truncate(&(dir, segment_base, file, FileStage::Live), len),
+            DiskOp::Rename {
+                dir,
+                segment_base,
+                file,
+                from,
+                to,
+            } => self.rename(&(dir, segment_base, file, from), to),
             DiskOp::DeleteSegment { dir, segment_base } => self.delete_segment(&dir, segment_base),
+            DiskOp::DiscardStaged { dir, segment_base } => {
+                self.remove_files(&dir, segment_base, &[FileStage::Cleaned, FileStage::Swap])
+            }
             DiskOp::DeletePartition { dir } => self.delete_partition(&dir),
             DiskOp::Adopt { dir, segment_base } => self.adopt(&dir, segment_base),
         };
         if let Err(e) = result {
             warn!(error = %e.0, "disk op failed; the next sync will report it");
             self.error.get_or_insert(e);
+        }
+        if name_change {
+            // Done, failed or not: the reader's cache was brought up to date
+            // before the op touched the names, and pins may use it again.
+            self.reader.name_change_done();
         }
     }
 
@@ -325,7 +438,12 @@ impl Disk {
 
     /// Exactly `range.len` bytes; a missing or shorter file is an error.
     fn read(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
-        let key = (range.dir.clone(), range.segment_base, range.file);
+        let key = (
+            range.dir.clone(),
+            range.segment_base,
+            range.file,
+            FileStage::Live,
+        );
         let path = self.path(&key)?;
         let file = self
             .file(&key, false)
@@ -348,25 +466,83 @@ impl Disk {
         Ok(Bytes::from(bytes))
     }
 
-    /// Removes every file of the segment that is there.
+    /// Renames `from` (a file under one stage's name) to the `to` stage's
+    /// name, replacing what is there. The descriptor and the dirtiness follow
+    /// the inode: if its bytes were written since the last sync, the next
+    /// sync fdatasyncs them under the new name, with the directory.
+    fn rename(&mut self, from: &FileKey, to: FileStage) -> Result<(), IoError> {
+        let (dir, base, kind, from_stage) = from.clone();
+        if from_stage == to {
+            return Err(IoError(format!(
+                "a rename of {} onto itself",
+                describe(from)
+            )));
+        }
+        let to_key = (dir.clone(), base, kind, to);
+        let from_path = self.path(from)?;
+        let to_path = self.path(&to_key)?;
+        if from_stage == FileStage::Live || to == FileStage::Live {
+            // Before the name moves on: no pin from here takes the old file.
+            self.reader.forget_segment(&dir, base);
+        }
+        fs::rename(&from_path, &to_path).map_err(|e| {
+            IoError(format!(
+                "cannot rename {} to {}: {e}",
+                from_path.display(),
+                to_path.display()
+            ))
+        })?;
+        // The file replaced has no name any more: its descriptor closes and
+        // its unsynced bytes are moot (a power cut before the next sync may
+        // bring it back as it was last synced, which the core allows for).
+        self.open.remove(&to_key);
+        self.dirty_files.remove(&to_key);
+        if let Some(open) = self.open.remove(from) {
+            self.open.insert(to_key.clone(), open);
+        }
+        if self.dirty_files.remove(from) {
+            self.dirty_files.insert(to_key);
+        }
+        self.dirty_dirs
+            .insert(partition_path(&self.logs_dir, &dir)?);
+        Ok(())
+    }
+
+    /// Removes every file of the segment that is there, under every name.
     fn delete_segment(&mut self, dir: &PartitionDir, base: i64) -> Result<(), IoError> {
         self.reader.forget_segment(dir, base);
+        self.remove_files(
+            dir,
+            base,
+            &[FileStage::Live, FileStage::Cleaned, FileStage::Swap],
+        )
+    }
+
+    /// Removes the segment's files under the names of `stages`, those there.
+    fn remove_files(
+        &mut self,
+        dir: &PartitionDir,
+        base: i64,
+        stages: &[FileStage],
+    ) -> Result<(), IoError> {
         let mut first_error = None;
         for kind in SegmentFile::ALL {
-            let key = (dir.clone(), base, kind);
-            // Its pending writes die with it; there is nothing left to sync.
-            self.open.remove(&key);
-            self.dirty_files.remove(&key);
-            let path = self.path(&key)?;
-            match fs::remove_file(&path) {
-                Ok(()) => {
-                    self.dirty_dirs.insert(partition_path(&self.logs_dir, dir)?);
-                }
-                // Already gone is what was asked for (a repeated repair
-                // after a crash, or an index never written).
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    first_error.get_or_insert(failed("remove", &path, e));
+            for &stage in stages {
+                let key = (dir.clone(), base, kind, stage);
+                // Its pending writes die with it; there is nothing left to sync.
+                self.open.remove(&key);
+                self.dirty_files.remove(&key);
+                let path = self.path(&key)?;
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        self.dirty_dirs.insert(partition_path(&self.logs_dir, dir)?);
+                    }
+                    // Already gone is what was asked for (a repeated repair
+                    // after a crash, or a file never written).
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        first_error.get_or_insert(failed("remove", &path, e));
+                    }
                 }
             }
         }
@@ -376,8 +552,8 @@ impl Disk {
     fn delete_partition(&mut self, dir: &PartitionDir) -> Result<(), IoError> {
         let path = partition_path(&self.logs_dir, dir)?;
         self.reader.forget_partition(dir);
-        self.open.retain(|(d, _, _), _| d != dir);
-        self.dirty_files.retain(|(d, _, _)| d != dir);
+        self.open.retain(|(d, _, _, _), _| d != dir);
+        self.dirty_files.retain(|(d, _, _, _)| d != dir);
         self.dirty_dirs.remove(&path);
         match fs::remove_dir_all(&path) {
             Ok(()) => {
@@ -396,7 +572,7 @@ impl Disk {
     fn adopt(&mut self, dir: &PartitionDir, base: i64) -> Result<(), IoError> {
         let dir_path = partition_path(&self.logs_dir, dir)?;
         for kind in SegmentFile::ALL {
-            let key = (dir.clone(), base, kind);
+            let key = (dir.clone(), base, kind, FileStage::Live);
             if self.open.contains_key(&key) || self.path(&key)?.exists() {
                 self.dirty_files.insert(key);
             }
@@ -425,7 +601,7 @@ impl Disk {
 
     fn open_file(&mut self, key: &FileKey, create: bool) -> io::Result<File> {
         let dir_path = partition_path(&self.logs_dir, &key.0).map_err(|e| io::Error::other(e.0))?;
-        let path = dir_path.join(key.2.file_name(key.1));
+        let path = dir_path.join(key.3.file_name(key.2, key.1));
         // Append mode: every write lands at the current end, which is also
         // right after a `Truncate` has cut the file shorter. Readable too,
         // for `DiskOp::Read` (pread ignores the append mode).
@@ -512,7 +688,7 @@ impl Disk {
     }
 
     fn path(&self, key: &FileKey) -> Result<PathBuf, IoError> {
-        segment_path(&self.logs_dir, &key.0, key.1, key.2)
+        staged_path(&self.logs_dir, &key.0, key.1, key.2, key.3)
     }
 }
 
@@ -578,7 +754,7 @@ fn sync_round(round: &SyncRound, dirs_to_retry: &Mutex<Vec<PathBuf>>) -> Result<
 }
 
 fn describe(key: &FileKey) -> String {
-    format!("{}/{}", key.0.dir_name(), key.2.file_name(key.1))
+    format!("{}/{}", key.0.dir_name(), key.3.file_name(key.2, key.1))
 }
 
 fn failed(what: &str, path: &Path, e: io::Error) -> IoError {
@@ -588,6 +764,7 @@ fn failed(what: &str, path: &Path, e: io::Error) -> IoError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::FrameReadError;
     use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
     fn temp_logs(name: &str) -> PathBuf {
@@ -1004,6 +1181,475 @@ mod tests {
             fs::read(path(&logs, "t-0", 0, SegmentFile::TxnIndex)).unwrap(),
             b"txn"
         );
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    fn cleaned(dir: &PartitionDir, base: i64, file: SegmentFile, bytes: &'static [u8]) -> DiskOp {
+        DiskOp::AppendCleaned {
+            dir: dir.clone(),
+            segment_base: base,
+            file,
+            bytes: Bytes::from_static(bytes),
+        }
+    }
+
+    fn rename(
+        dir: &PartitionDir,
+        base: i64,
+        file: SegmentFile,
+        from: FileStage,
+        to: FileStage,
+    ) -> DiskOp {
+        DiskOp::Rename {
+            dir: dir.clone(),
+            segment_base: base,
+            file,
+            from,
+            to,
+        }
+    }
+
+    fn staged(logs: &Path, dir: &str, base: i64, file: SegmentFile, stage: FileStage) -> PathBuf {
+        logs.join(dir).join(stage.file_name(file, base))
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn cleaned_files_are_written_swapped_in_and_discarded() {
+        use FileStage::{Cleaned, Live, Swap};
+        let logs = temp_logs("clean");
+        let (queue, mut done, thread, backlog) = start_counted(&logs, OPEN_FILES_MAX);
+        let p = PartitionDir::new("c", 0);
+        let live_log = path(&logs, "c-0", 0, SegmentFile::Log);
+
+        // The live segment, then its cleaned copy beside it: the live file
+        // is untouched, and the cleaner's bytes count in the backlog until
+        // written.
+        queue.submit(log(&p, 0, b"old-old-old")).unwrap();
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::Log, b"new"))
+            .unwrap();
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::Log, b"er"))
+            .unwrap();
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::OffsetIndex, b"idx"))
+            .unwrap();
+        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        assert_eq!(sync_result(&mut done, 1), Ok(()));
+        assert_eq!(backlog.queued_bytes(), 0);
+        assert_eq!(fs::read(&live_log).unwrap(), b"old-old-old");
+        assert_eq!(
+            fs::read(staged(&logs, "c-0", 0, SegmentFile::Log, Cleaned)).unwrap(),
+            b"newer"
+        );
+
+        // Cleaned -> swap (the .log last), then swap -> live (the .log last):
+        // the live files are replaced, and nothing staged is left.
+        for (from, to) in [(Cleaned, Swap), (Swap, Live)] {
+            queue
+                .submit(rename(&p, 0, SegmentFile::OffsetIndex, from, to))
+                .unwrap();
+            queue
+                .submit(rename(&p, 0, SegmentFile::Log, from, to))
+                .unwrap();
+        }
+        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        assert_eq!(sync_result(&mut done, 2), Ok(()));
+        assert_eq!(fs::read(&live_log).unwrap(), b"newer");
+        assert_eq!(
+            listing(&logs.join("c-0")),
+            vec![
+                SegmentFile::OffsetIndex.file_name(0),
+                SegmentFile::Log.file_name(0)
+            ]
+        );
+        // The worker's own descriptor of the live name is the new file's:
+        // an append and a read after the swap see it, not the old one.
+        queue.submit(log(&p, 0, b"+")).unwrap();
+        queue.submit(read(3, &p, 0, 0, 6)).unwrap();
+        assert_eq!(read_result(&mut done, 3).unwrap(), &b"newer+"[..]);
+
+        // A renamed source that is not there: reported by the next sync
+        // (and only by it), and nothing is replaced.
+        queue
+            .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
+            .unwrap();
+        queue.submit(DiskOp::Sync { io: 4 }).unwrap();
+        queue.submit(DiskOp::Sync { io: 5 }).unwrap();
+        let missing = sync_result(&mut done, 4).unwrap_err();
+        assert!(missing.0.contains("rename"), "{}", missing.0);
+        assert_eq!(sync_result(&mut done, 5), Ok(()));
+        assert_eq!(fs::read(&live_log).unwrap(), b"newer+");
+
+        // An abandoned cleaning: .cleaned and .swap files removed, the live
+        // ones kept; absent ones are fine.
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::Log, b"x"))
+            .unwrap();
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::TimeIndex, b"t"))
+            .unwrap();
+        queue
+            .submit(rename(&p, 0, SegmentFile::TimeIndex, Cleaned, Swap))
+            .unwrap();
+        queue.submit(DiskOp::Sync { io: 6 }).unwrap();
+        assert_eq!(sync_result(&mut done, 6), Ok(()));
+        assert_eq!(listing(&logs.join("c-0")).len(), 4);
+        let discard = DiskOp::DiscardStaged {
+            dir: p.clone(),
+            segment_base: 0,
+        };
+        queue.submit(discard.clone()).unwrap();
+        queue.submit(discard).unwrap();
+        queue.submit(DiskOp::Sync { io: 7 }).unwrap();
+        assert_eq!(sync_result(&mut done, 7), Ok(()));
+        assert_eq!(
+            listing(&logs.join("c-0")),
+            vec![
+                SegmentFile::OffsetIndex.file_name(0),
+                SegmentFile::Log.file_name(0)
+            ]
+        );
+
+        // A segment deletion takes its staged files with it, and only its.
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::Log, b"x"))
+            .unwrap();
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::TxnIndex, b"y"))
+            .unwrap();
+        queue
+            .submit(rename(&p, 0, SegmentFile::TxnIndex, Cleaned, Swap))
+            .unwrap();
+        queue
+            .submit(cleaned(&p, 9, SegmentFile::Log, b"z"))
+            .unwrap();
+        queue
+            .submit(DiskOp::DeleteSegment {
+                dir: p.clone(),
+                segment_base: 0,
+            })
+            .unwrap();
+        queue.submit(DiskOp::Sync { io: 8 }).unwrap();
+        assert_eq!(sync_result(&mut done, 8), Ok(()));
+        assert_eq!(
+            listing(&logs.join("c-0")),
+            vec![Cleaned.file_name(SegmentFile::Log, 9)]
+        );
+
+        drop(queue);
+        assert_eq!(thread.join().unwrap(), Ok(()));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[test]
+    fn renames_dirty_the_directory_and_carry_the_file_to_sync() {
+        use FileStage::{Cleaned, Live, Swap};
+        let logs = temp_logs("rename-dirty");
+        // The appends below are executed, not submitted: count them here.
+        let backlog = Arc::new(Backlog::default());
+        backlog.add(b"old".len() + b"new".len() + b"unsynced".len());
+        let mut disk = Disk::new(logs.clone(), FileReader::new(logs.clone()), 4, backlog);
+        let (tx, _rx) = unbounded_channel();
+        let p = PartitionDir::new("d", 0);
+        // A swap into place, executed, not submitted: counted here as the
+        // queue counts it.
+        let swap_in = |disk: &mut Disk| {
+            disk.reader.name_change_queued();
+            rename(&p, 0, SegmentFile::Log, Swap, Live)
+        };
+        let names = |round: &SyncRound| {
+            let mut names: Vec<_> = round.files.iter().map(|(n, _)| n.clone()).collect();
+            names.sort();
+            names
+        };
+
+        // Written since the last sync, then renamed: the next round syncs
+        // it under its new name, and the directory.
+        let mut syncs = Vec::new();
+        disk.execute(log(&p, 0, b"old"), &mut syncs, &tx);
+        disk.execute(cleaned(&p, 0, SegmentFile::Log, b"new"), &mut syncs, &tx);
+        disk.execute(
+            rename(&p, 0, SegmentFile::Log, Cleaned, Swap),
+            &mut syncs,
+            &tx,
+        );
+        assert!(disk.error.is_none());
+        let round = disk.take_round(syncs);
+        assert_eq!(
+            names(&round),
+            vec![
+                format!("d-0/{}", Live.file_name(SegmentFile::Log, 0)),
+                format!("d-0/{}", Swap.file_name(SegmentFile::Log, 0)),
+            ]
+        );
+        assert!(round.files.iter().all(|(_, file)| file.is_ok()));
+        let mut dirs = round.dirs.clone();
+        dirs.sort();
+        assert_eq!(dirs, vec![logs.clone(), logs.join("d-0")]);
+        sync_round(&round, &disk.dirs_to_retry).unwrap();
+
+        // Synced before the rename: only the directory is left to sync,
+        // and the live file it replaced is not synced either.
+        let mut syncs = Vec::new();
+        disk.execute(log(&p, 0, b"unsynced"), &mut syncs, &tx);
+        let op = swap_in(&mut disk);
+        disk.execute(op, &mut syncs, &tx);
+        assert!(disk.error.is_none());
+        let round = disk.take_round(syncs);
+        assert!(names(&round).is_empty(), "{:?}", names(&round));
+        assert_eq!(round.dirs, vec![logs.join("d-0")]);
+        assert_eq!(
+            fs::read(path(&logs, "d-0", 0, SegmentFile::Log)).unwrap(),
+            b"new"
+        );
+
+        // A missing source fails and changes nothing; the sync reports it.
+        let mut syncs = Vec::new();
+        let op = swap_in(&mut disk);
+        disk.execute(op, &mut syncs, &tx);
+        disk.execute(DiskOp::Sync { io: 1 }, &mut syncs, &tx);
+        assert_eq!(syncs.len(), 1);
+        assert!(syncs[0].1.is_some(), "the sync carries the rename's error");
+        let round = disk.take_round(syncs);
+        assert!(round.dirs.is_empty());
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    /// The response's frame, with its 4-byte size prefix removed.
+    async fn frame_bytes(frame: FrameFuture) -> Result<Bytes, FrameReadError> {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), frame)
+            .await
+            .expect("a response frame is read within 10 s")?;
+        Ok(frame.slice(4..))
+    }
+
+    fn log_part(dir: &PartitionDir, base: i64, position: u64, len: u64) -> FramePart {
+        FramePart::File(FileRange {
+            dir: dir.clone(),
+            segment_base: base,
+            file: SegmentFile::Log,
+            position,
+            len,
+        })
+    }
+
+    async fn synced(done: &mut UnboundedReceiver<Input>, want_io: IoId) {
+        match done.recv().await {
+            Some(Input::SyncDone { io, result }) => {
+                assert_eq!(io, want_io);
+                assert_eq!(result, Ok(()));
+            }
+            _ => panic!("expected SyncDone {want_io}"),
+        }
+    }
+
+    /// A queue whose worker the test runs by hand (`run`), so that what
+    /// runs before what is certain.
+    struct HandDriven {
+        queue: DiskQueue,
+        jobs: mpsc::Receiver<Job>,
+        disk: Disk,
+        reader: FileReader,
+        completions: UnboundedSender<Input>,
+    }
+
+    impl HandDriven {
+        fn new(logs: &Path) -> Self {
+            let reader = FileReader::new(logs.to_path_buf());
+            let backlog: Arc<Backlog> = Arc::default();
+            let (ops, jobs) = mpsc::channel();
+            let disk = Disk::new(
+                logs.to_path_buf(),
+                reader.clone(),
+                OPEN_FILES_MAX,
+                Arc::clone(&backlog),
+            );
+            let queue = DiskQueue {
+                ops,
+                backlog,
+                reader: reader.clone(),
+            };
+            let (completions, _) = unbounded_channel();
+            Self {
+                queue,
+                jobs,
+                disk,
+                reader,
+                completions,
+            }
+        }
+
+        /// The worker carries out everything queued.
+        fn run(&mut self) {
+            let mut syncs = Vec::new();
+            while let Ok(job) = self.jobs.try_recv() {
+                self.disk.run_job(job, &mut syncs, &self.completions);
+            }
+            assert!(self.disk.error.is_none(), "{:?}", self.disk.error);
+        }
+    }
+
+    #[tokio::test]
+    async fn responses_read_the_files_of_their_dispatch_point() {
+        use FileStage::{Cleaned, Live, Swap};
+        let logs = temp_logs("pin");
+        let mut w = HandDriven::new(&logs);
+        let p = PartitionDir::new("f", 0);
+        let whole = || {
+            vec![
+                FramePart::Bytes(Bytes::from_static(b"<")),
+                log_part(&p, 0, 0, 3),
+                FramePart::Bytes(Bytes::from_static(b">")),
+            ]
+        };
+
+        w.queue.submit(log(&p, 0, b"old")).unwrap();
+        w.queue
+            .submit(cleaned(&p, 0, SegmentFile::Log, b"new"))
+            .unwrap();
+        w.queue
+            .submit(rename(&p, 0, SegmentFile::Log, Cleaned, Swap))
+            .unwrap();
+        w.run();
+
+        // Cold: pinned through the worker's queue, and cached there.
+        let cold = w.queue.response_frame(whole());
+        assert_eq!(
+            w.reader.pin_counts(),
+            (0, 0),
+            "not pinned until the worker gets there"
+        );
+        w.run();
+        assert_eq!(w.reader.pin_counts(), (0, 1));
+        assert_eq!(frame_bytes(cold).await.unwrap(), &b"<old>"[..]);
+        // Warm, nothing renaming queued: pinned at once from the cache.
+        let before_fast = w.queue.response_frame(whole());
+        assert_eq!(w.reader.pin_counts(), (1, 1));
+        // A name change queued (an unrelated deletion): the next response
+        // goes through the queue, ahead of the swap queued after it.
+        w.queue
+            .submit(DiskOp::DeleteSegment {
+                dir: p.clone(),
+                segment_base: 7,
+            })
+            .unwrap();
+        let before_queued = w.queue.response_frame(whole());
+        w.queue
+            .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
+            .unwrap();
+        let after = w.queue.response_frame(whole());
+        assert_eq!(w.reader.pin_counts(), (1, 1));
+        // The swap runs before any of the three is read; each reads the
+        // file of its dispatch point.
+        w.run();
+        assert_eq!(w.reader.pin_counts(), (1, 3));
+        assert_eq!(
+            fs::read(path(&logs, "f-0", 0, SegmentFile::Log)).unwrap(),
+            b"new"
+        );
+        assert_eq!(frame_bytes(before_fast).await.unwrap(), &b"<old>"[..]);
+        assert_eq!(frame_bytes(before_queued).await.unwrap(), &b"<old>"[..]);
+        assert_eq!(frame_bytes(after).await.unwrap(), &b"<new>"[..]);
+        // The swap done, the cache (filled by the last pin) serves again.
+        let after_fast = w.queue.response_frame(whole());
+        assert_eq!(w.reader.pin_counts(), (2, 3));
+        assert_eq!(frame_bytes(after_fast).await.unwrap(), &b"<new>"[..]);
+
+        // Retention deletes the segment: a response dispatched before still
+        // reads it; one dispatched after fails on its part, named.
+        let before_delete = w.queue.response_frame(whole());
+        w.queue
+            .submit(DiskOp::DeleteSegment {
+                dir: p.clone(),
+                segment_base: 0,
+            })
+            .unwrap();
+        let after_delete = w.queue.response_frame(whole());
+        w.run();
+        assert_eq!(frame_bytes(before_delete).await.unwrap(), &b"<new>"[..]);
+        match frame_bytes(after_delete).await {
+            Err(FrameReadError::Part { range, error }) => {
+                assert_eq!(range.segment_base, 0);
+                assert!(error.0.contains("cannot open"), "{}", error.0);
+            }
+            other => panic!("a deleted segment was read: {other:?}"),
+        }
+
+        // The segment made again under the same name (a topic recreated):
+        // the new bytes, never a stale descriptor's. A range past the end is
+        // the part's error too; a frame of bytes alone reads nothing.
+        w.queue.submit(log(&p, 0, b"again")).unwrap();
+        let again = w
+            .queue
+            .response_frame(vec![log_part(&p, 0, 1, 4), log_part(&p, 0, 0, 1)]);
+        let short = w.queue.response_frame(vec![log_part(&p, 0, 3, 3)]);
+        w.run();
+        assert_eq!(frame_bytes(again).await.unwrap(), &b"gaina"[..]);
+        assert!(matches!(
+            frame_bytes(short).await,
+            Err(FrameReadError::Part { .. })
+        ));
+        let plain = w
+            .queue
+            .response_frame(vec![FramePart::Bytes(Bytes::from_static(b"hi"))]);
+        assert_eq!(frame_bytes(plain).await.unwrap(), &b"hi"[..]);
+
+        // The worker gone: the frame fails as a whole, not on a part.
+        let HandDriven { queue, jobs, .. } = w;
+        drop(jobs);
+        let orphan = queue.response_frame(vec![log_part(&p, 0, 0, 1), log_part(&p, 5, 0, 1)]);
+        assert!(matches!(
+            frame_bytes(orphan).await,
+            Err(FrameReadError::Frame(_))
+        ));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_response_before_a_swap_reads_the_old_file_through_the_worker_thread() {
+        use FileStage::{Cleaned, Live, Swap};
+        let logs = temp_logs("pin-thread");
+        let (tx, mut done) = unbounded_channel();
+        let (queue, thread) = DiskWorker::spawn_with(
+            logs.clone(),
+            tx,
+            FileReader::new(logs.clone()),
+            OPEN_FILES_MAX,
+            Arc::default(),
+        )
+        .unwrap()
+        .into_parts();
+        let p = PartitionDir::new("g", 0);
+        queue.submit(log(&p, 0, b"old")).unwrap();
+        queue
+            .submit(cleaned(&p, 0, SegmentFile::Log, b"new"))
+            .unwrap();
+        queue
+            .submit(rename(&p, 0, SegmentFile::Log, Cleaned, Swap))
+            .unwrap();
+        let before = queue.response_frame(vec![log_part(&p, 0, 0, 3)]);
+        queue
+            .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
+            .unwrap();
+        let after = queue.response_frame(vec![log_part(&p, 0, 0, 3)]);
+        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        // The sync answered: the swap has run, and neither frame is read yet.
+        synced(&mut done, 1).await;
+        assert_eq!(frame_bytes(before).await.unwrap(), &b"old"[..]);
+        assert_eq!(frame_bytes(after).await.unwrap(), &b"new"[..]);
+        drop(queue);
+        let joined = tokio::task::spawn_blocking(move || thread.join().unwrap());
+        assert_eq!(joined.await.unwrap(), Ok(()));
         fs::remove_dir_all(&logs).unwrap();
     }
 }

@@ -1,33 +1,65 @@
-//! Production `FrameReader`: reads the file parts of response frames with
-//! pread, on tokio's blocking pool, so neither the broker task nor a
-//! connection's async writer ever waits on the disk.
+//! The file parts of response frames: which file each part reads is fixed
+//! in order with the disk ops (the contract in `storage.rs`), and the bytes
+//! are read with pread on tokio's blocking pool, so neither the broker task
+//! nor a connection's async writer ever waits on the disk.
 //!
-//! Descriptors are cached (a few, least recently used out) because a
-//! consumer at the tail reads the same active segment over and over. A cached
-//! descriptor must never outlive its file's name: a deleted segment or
-//! partition can come back under the same name (a topic deleted and created
-//! again starts at segment 0), and an old descriptor would serve the old
-//! bytes. So the disk worker calls `forget_*` as it deletes, and a descriptor
-//! opened while a deletion ran is not cached (`generation`). What is already
-//! being read keeps its descriptor and finishes: the bytes it was asked for
-//! are the ones that existed when the core answered.
+//! Why the order matters: the log cleaner swaps a new `{base}.log` in by
+//! rename(2) while consumers are being served, and retention deletes
+//! segments. A response planned on the old layout must read the old file (an
+//! open descriptor keeps its inode alive after the name moves on); one
+//! planned after the swap must read the new one. Opening a part's file when
+//! the writer gets to it, possibly after later ops ran, gets both wrong.
+//!
+//! So descriptors are *pinned* when the broker task dispatches the response
+//! (`DiskQueue::response_frame`), and only ever opened by the disk worker,
+//! in order with the ops: a pin is a job in the worker's queue, answered
+//! with the part's descriptors (`Arc<File>`) through a oneshot. The writer
+//! awaits that and preads. Descriptors are cached (a few, least recently
+//! used out): a consumer at the tail reads the same active segment over and
+//! over. The worker forgets a cached descriptor when it renames over, or
+//! deletes, its name, so the cache always holds the files the names held
+//! after the last op the worker carried out.
+//!
+//! The fast path, which is the common one: when no op that changes a live
+//! name (a rename to or from a live name, a segment or partition deletion)
+//! is queued and not yet carried out, the cache is current for the
+//! dispatch point, and a response whose files are all cached is pinned on
+//! the broker task at once, with no round trip through the worker. The
+//! appends and cuts still queued ahead of it do not matter for what it
+//! reads: the core points responses only at synced bytes (below the high
+//! watermark), whose appends the worker carried out before their sync
+//! completed, and cuts only bytes it never served.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use doze_core::{FileRange, FramePart, IoError, PartitionDir, SegmentFile};
+use tokio::sync::oneshot;
 
 use crate::datadir::segment_path;
-use crate::storage::{assemble_frame, FrameFuture, FrameReadError, FrameReader};
+use crate::storage::{assemble_frame, FrameFuture, FrameReadError};
 
 /// Descriptors the reader keeps open: enough for the active segments of the
-/// partitions being consumed at once; a miss costs one open(2).
+/// partitions being consumed at once; a miss costs one open(2) on the disk
+/// worker.
 const READER_OPEN_FILES_MAX: usize = 64;
 
-type FileKey = (PartitionDir, i64, SegmentFile);
+/// A live segment file (responses never read `.cleaned` or `.swap` files).
+pub(crate) type LiveKey = (PartitionDir, i64, SegmentFile);
+
+/// The descriptors of a response's files, each the file its name held at
+/// the dispatch point, or why it could not be opened then.
+pub(crate) type Pinned = Vec<(LiveKey, Result<Arc<File>, IoError>)>;
+
+/// A pin on its way through the disk worker's queue.
+pub(crate) struct PinJob {
+    pub keys: Vec<LiveKey>,
+    pub reply: oneshot::Sender<Pinned>,
+}
 
 #[derive(Clone)]
 pub struct FileReader(Arc<Shared>);
@@ -35,15 +67,20 @@ pub struct FileReader(Arc<Shared>);
 struct Shared {
     logs_dir: PathBuf,
     cache: Mutex<Cache>,
+    /// Ops that change a live name, queued to the worker and not yet carried
+    /// out: while any is, the cache may be ahead of or behind the dispatch
+    /// point, and pins go through the queue.
+    name_changes_queued: AtomicU64,
+    /// Pins served from the cache on the broker task, and through the queue:
+    /// for the log at shutdown and for the tests.
+    pins_fast: AtomicU64,
+    pins_queued: AtomicU64,
 }
 
 #[derive(Default)]
 struct Cache {
-    files: HashMap<FileKey, CachedFile>,
+    files: HashMap<LiveKey, CachedFile>,
     uses: u64,
-    /// Bumped by every `forget_*`: a descriptor opened across a bump may name
-    /// a deleted file and is used once, not cached.
-    generation: u64,
 }
 
 struct CachedFile {
@@ -56,23 +93,42 @@ impl FileReader {
         Self(Arc::new(Shared {
             logs_dir,
             cache: Mutex::default(),
+            name_changes_queued: AtomicU64::new(0),
+            pins_fast: AtomicU64::new(0),
+            pins_queued: AtomicU64::new(0),
         }))
     }
 
-    /// The disk worker is deleting this segment's files.
+    /// The broker task is about to queue an op that changes a live name.
+    pub(crate) fn name_change_queued(&self) {
+        self.0.name_changes_queued.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The worker carried one out (or it never reached the queue), and has
+    /// forgotten the descriptors it made stale.
+    pub(crate) fn name_change_done(&self) {
+        let before = self.0.name_changes_queued.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "more name changes done than queued");
+    }
+
+    /// The disk worker renamed over, or deleted, this segment's live files.
     pub fn forget_segment(&self, dir: &PartitionDir, segment_base: i64) {
-        let mut cache = self.lock();
-        cache.generation += 1;
-        cache
+        self.lock()
             .files
             .retain(|(d, base, _), _| !(d == dir && *base == segment_base));
     }
 
     /// The disk worker is deleting this partition's directory.
     pub fn forget_partition(&self, dir: &PartitionDir) {
-        let mut cache = self.lock();
-        cache.generation += 1;
-        cache.files.retain(|(d, _, _), _| d != dir);
+        self.lock().files.retain(|(d, _, _), _| d != dir);
+    }
+
+    /// (pins served on the broker task, pins that went through the queue)
+    pub fn pin_counts(&self) -> (u64, u64) {
+        (
+            self.0.pins_fast.load(Ordering::Relaxed),
+            self.0.pins_queued.load(Ordering::Relaxed),
+        )
     }
 
     fn lock(&self) -> MutexGuard<'_, Cache> {
@@ -81,128 +137,140 @@ impl FileReader {
         self.0.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn open(&self, range: &FileRange) -> Result<Arc<File>, IoError> {
-        let key = (range.dir.clone(), range.segment_base, range.file);
-        let generation = {
+    /// The broker task's fast path: every key's descriptor, if the cache is
+    /// current for this dispatch point and holds them all.
+    pub(crate) fn pin_cached(&self, keys: &[LiveKey]) -> Option<Pinned> {
+        // Acquire: the worker forgot what an op made stale before it counted
+        // the op done, so a zero here means the cache reflects every name
+        // change queued so far (only this task queues them).
+        if self.0.name_changes_queued.load(Ordering::Acquire) != 0 {
+            return None;
+        }
+        let mut cache = self.lock();
+        cache.uses += 1;
+        let uses = cache.uses;
+        let mut pinned = Vec::with_capacity(keys.len());
+        for key in keys {
+            let cached = cache.files.get_mut(key)?;
+            cached.last_use = uses;
+            pinned.push((key.clone(), Ok(Arc::clone(&cached.file))));
+        }
+        self.0.pins_fast.fetch_add(1, Ordering::Relaxed);
+        Some(pinned)
+    }
+
+    /// The disk worker's side of a pin, in order with the ops: each key's
+    /// descriptor from the cache, or opened now and cached.
+    pub(crate) fn pin_in_order(&self, keys: Vec<LiveKey>) -> Pinned {
+        self.0.pins_queued.fetch_add(1, Ordering::Relaxed);
+        keys.into_iter()
+            .map(|key| {
+                let file = self.open(&key);
+                (key, file)
+            })
+            .collect()
+    }
+
+    /// Only the disk worker opens (between ops, never during one), so what
+    /// it caches is what the name holds now.
+    fn open(&self, key: &LiveKey) -> Result<Arc<File>, IoError> {
+        {
             let mut cache = self.lock();
             cache.uses += 1;
             let uses = cache.uses;
-            if let Some(cached) = cache.files.get_mut(&key) {
+            if let Some(cached) = cache.files.get_mut(key) {
                 cached.last_use = uses;
                 return Ok(Arc::clone(&cached.file));
             }
-            cache.generation
-        };
-        let path = segment_path(&self.0.logs_dir, &range.dir, range.segment_base, range.file)?;
+        }
+        let path = segment_path(&self.0.logs_dir, &key.0, key.1, key.2)?;
         let file = File::open(&path)
             .map(Arc::new)
             .map_err(|e| IoError(format!("cannot open {}: {e}", path.display())))?;
         let mut cache = self.lock();
-        if cache.generation == generation {
-            if cache.files.len() >= READER_OPEN_FILES_MAX {
-                let oldest = cache
-                    .files
-                    .iter()
-                    .min_by_key(|(_, cached)| cached.last_use)
-                    .map(|(key, _)| key.clone());
-                if let Some(oldest) = oldest {
-                    cache.files.remove(&oldest);
-                }
+        if cache.files.len() >= READER_OPEN_FILES_MAX {
+            let oldest = cache
+                .files
+                .iter()
+                .min_by_key(|(_, cached)| cached.last_use)
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                cache.files.remove(&oldest);
             }
-            let last_use = cache.uses;
-            cache.files.insert(
-                key,
-                CachedFile {
-                    file: Arc::clone(&file),
-                    last_use,
-                },
-            );
         }
+        let last_use = cache.uses;
+        cache.files.insert(
+            key.clone(),
+            CachedFile {
+                file: Arc::clone(&file),
+                last_use,
+            },
+        );
         Ok(file)
     }
-
-    /// Reads exactly `buf.len()` bytes of `range` (a short file is an error).
-    fn read_range(&self, range: &FileRange, buf: &mut [u8]) -> Result<(), IoError> {
-        let file = self.open(range)?;
-        file.read_exact_at(buf, range.position).map_err(|e| {
-            IoError(format!(
-                "cannot read {} bytes at {} of {}/{}: {e}",
-                range.len,
-                range.position,
-                range.dir.dir_name(),
-                range.file.file_name(range.segment_base)
-            ))
-        })
-    }
 }
 
-impl FrameReader for FileReader {
-    fn read_frame(&self, parts: Vec<FramePart>) -> FrameFuture {
-        let reader = self.clone();
-        Box::pin(async move {
-            let read = move || assemble_frame(&parts, |range, buf| reader.read_range(range, buf));
-            tokio::task::spawn_blocking(read)
-                .await
-                .unwrap_or_else(|e| Err(FrameReadError::Frame(format!("the read stopped: {e}"))))
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use std::fs;
-
-    fn range(dir: &PartitionDir, base: i64, position: u64, len: u64) -> FileRange {
-        FileRange {
-            dir: dir.clone(),
-            segment_base: base,
-            file: SegmentFile::Log,
-            position,
-            len,
-        }
-    }
-
-    #[tokio::test]
-    async fn frames_read_files_and_forget_deleted_ones() {
-        let logs =
-            std::env::temp_dir().join(format!("doze-filereader-test-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&logs);
-        let p = PartitionDir::new("t", 0);
-        fs::create_dir_all(logs.join("t-0")).unwrap();
-        let seg0 = logs.join("t-0").join(SegmentFile::Log.file_name(0));
-        fs::write(&seg0, b"0123456789").unwrap();
-        let reader = FileReader::new(logs.clone());
-
-        let parts = vec![
-            FramePart::Bytes(Bytes::from_static(b"head")),
-            FramePart::File(range(&p, 0, 2, 3)),
-            FramePart::Bytes(Bytes::from_static(b"tail")),
-        ];
-        let frame = reader.read_frame(parts).await.unwrap();
-        assert_eq!(&frame[..], b"\0\0\0\x0bhead234tail");
-
-        // Past the end of the file, or a file that is not there: the range
-        // that failed is named.
-        for bad in [range(&p, 0, 8, 3), range(&p, 100, 0, 1)] {
-            let parts = vec![FramePart::File(bad.clone())];
-            match reader.read_frame(parts).await {
-                Err(FrameReadError::Part { range, .. }) => assert_eq!(range, bad),
-                other => panic!("{other:?}"),
+/// The distinct files of a response's parts, in order of first use.
+pub(crate) fn part_keys(parts: &[FramePart]) -> Vec<LiveKey> {
+    let mut keys: Vec<LiveKey> = Vec::new();
+    for part in parts {
+        if let FramePart::File(range) = part {
+            let key = (range.dir.clone(), range.segment_base, range.file);
+            if !keys.contains(&key) {
+                keys.push(key);
             }
         }
-
-        // The segment is deleted and made again under the same name: the new
-        // bytes are read, not the cached descriptor's.
-        reader.forget_partition(&p);
-        fs::remove_file(&seg0).unwrap();
-        fs::write(&seg0, b"abcdefghij").unwrap();
-        let frame = reader
-            .read_frame(vec![FramePart::File(range(&p, 0, 0, 2))])
-            .await
-            .unwrap();
-        assert_eq!(&frame[..], b"\0\0\0\x02ab");
-        fs::remove_dir_all(&logs).unwrap();
     }
+    keys
+}
+
+/// Where a response's descriptors come from: already pinned, or a pin
+/// queued to the worker.
+pub(crate) enum PinSource {
+    Ready(Pinned),
+    Queued(oneshot::Receiver<Pinned>),
+}
+
+/// The frame, once its descriptors are in: every file part read with pread
+/// on the blocking pool, straight into the frame's buffer.
+pub(crate) fn read_pinned(parts: Vec<FramePart>, source: PinSource) -> FrameFuture {
+    Box::pin(async move {
+        let pinned = match source {
+            PinSource::Ready(pinned) => pinned,
+            PinSource::Queued(reply) => reply.await.map_err(|_| {
+                FrameReadError::Frame("the disk worker stopped before pinning the files".into())
+            })?,
+        };
+        if pinned.is_empty() {
+            // No file part: nothing to read, no trip to the blocking pool.
+            return assemble_frame(&parts, |_, _| unreachable!("no file part"));
+        }
+        let read = move || {
+            assemble_frame(&parts, |range, buf| {
+                let key = (range.dir.clone(), range.segment_base, range.file);
+                let file = pinned
+                    .iter()
+                    .find(|(k, _)| *k == key)
+                    .map(|(_, file)| file)
+                    .expect("every file part's key was pinned");
+                read_range(file.as_ref().map_err(Clone::clone)?, range, buf)
+            })
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .unwrap_or_else(|e| Err(FrameReadError::Frame(format!("the read stopped: {e}"))))
+    })
+}
+
+/// Reads exactly `buf.len()` bytes of `range` (a short file is an error).
+fn read_range(file: &File, range: &FileRange, buf: &mut [u8]) -> Result<(), IoError> {
+    file.read_exact_at(buf, range.position).map_err(|e| {
+        IoError(format!(
+            "cannot read {} bytes at {} of {}/{}: {e}",
+            range.len,
+            range.position,
+            range.dir.dir_name(),
+            range.file.file_name(range.segment_base)
+        ))
+    })
 }

@@ -15,7 +15,7 @@
 //! ```text
 //!  acceptor ──Connected──┐
 //!  readers ──Frame───────┤ events (bounded)           ┌─► writers (per connection)
-//!          ──Disconnected┤            ▼               │     file parts: FrameReader
+//!          ──Disconnected┤            ▼               │     file parts: pinned, pread
 //!  writers ──ReadFailed──┘     broker task ── Broker ─┼─► disk worker thread ──┐
 //!  disk, meta ──SyncDone/ReadDone/MetaDone──► ▲       └─► meta worker thread ──┤
 //!               (completions, unbounded)      ◄───────────────────────────────┘
@@ -24,7 +24,9 @@
 //! One task owns the `Broker`: the core is a single-threaded state machine,
 //! and a single owner needs no lock. After every `handle` the task drains
 //! `poll_output` until it is empty, so outputs leave in the order the core
-//! produced them; disk ops in particular go to one queue in that order.
+//! produced them; disk ops in particular go to one queue in that order, and
+//! a response's file parts are pinned there too (`response_frame`), so they
+//! read the files as the ops before it left them whatever runs after.
 //!
 //! Back-pressure: connection events go through a bounded channel, so a broker
 //! that falls behind stops the readers (and TCP stops the clients).
@@ -49,7 +51,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::HostPort;
 use crate::conn::{self, ConnHandle, Response};
 use crate::metadb::MetaWrite;
-use crate::storage::{Backlog, SharedReader, Started, Storage, StorageQueue};
+use crate::storage::{Backlog, Started, Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.
 const EVENTS_QUEUED_MAX: usize = 4096;
@@ -127,7 +129,6 @@ pub async fn serve<S: Storage>(
     let (completion_tx, completions) = mpsc::unbounded_channel();
     let Started {
         queue: storage,
-        reader,
         backlog,
         finished: storage_finished,
     } = storage.start(completion_tx)?;
@@ -147,7 +148,7 @@ pub async fn serve<S: Storage>(
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
     let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
-    let acceptor = tokio::spawn(accept_loop(listener, event_tx, reader, backlog));
+    let acceptor = tokio::spawn(accept_loop(listener, event_tx, backlog));
 
     // Tests and scripts wait for this line. Written without `println!`, which
     // would panic if stdout had been closed.
@@ -190,12 +191,7 @@ pub async fn serve<S: Storage>(
 
 /// Accepts connections until aborted, numbering them from 1. Connection ids
 /// are never reused within a run (the core's contract).
-async fn accept_loop(
-    listener: TcpListener,
-    events: mpsc::Sender<Event>,
-    files: SharedReader,
-    backlog: Arc<Backlog>,
-) {
+async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, backlog: Arc<Backlog>) {
     let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
     let mut next_conn: ConnId = 1;
     loop {
@@ -220,7 +216,6 @@ async fn accept_loop(
             peer,
             events.clone(),
             permit,
-            Arc::clone(&files),
             Arc::clone(&backlog),
         )
         .await;
@@ -338,7 +333,14 @@ impl<Q: StorageQueue> Driver<Q> {
         while let Some(output) = self.broker.poll_output() {
             match output {
                 Output::Response { conn, frame } => self.respond(conn, Response::Frame(frame)),
-                Output::ResponseParts { conn, parts } => self.respond(conn, Response::Parts(parts)),
+                Output::ResponseParts { conn, parts } => {
+                    // Pinned here, in output order with the disk ops (the
+                    // contract in storage.rs); not for a connection gone.
+                    if self.conns.contains_key(&conn) {
+                        let frame = self.storage.response_frame(parts);
+                        self.respond(conn, Response::Parts(frame));
+                    }
+                }
                 Output::Close { conn } => {
                     if self.conns.remove(&conn).is_some() {
                         debug!(conn, "closing at the broker's request");

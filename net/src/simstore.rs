@@ -12,12 +12,17 @@
 //! - Latency, from madsim's clock. A `DiskOp::Sync` waits a simulated
 //!   latency, then answers `SyncDone`. As in production, a sync covers the
 //!   ops already queued behind it too (group commit): the worker carries out
-//!   what is queued, issues one SimDisk sync for the round, sleeps, and
-//!   completes it.
+//!   what is queued and issues one SimDisk sync for the round, which a
+//!   syncer task completes after the latency, rounds in order, while the
+//!   worker goes on with the ops behind (production's syncer thread).
 //! - A `DiskOp::Read` is carried out in order with the other ops (it sees
 //!   them all) and answered after a simulated latency, without holding up
-//!   the ops behind it. The file parts of responses (`SimStore::reader`) are
-//!   read after a latency too, from whatever the files hold by then.
+//!   the ops behind it. The file parts of a response are pinned as in
+//!   production (the contract in `storage.rs`): the worker reads them when
+//!   it reaches the response's place in the queue, so they hold what the
+//!   ops before it left and nothing after (what a pinned descriptor of a
+//!   renamed or deleted file still reads), and the writer gets the frame
+//!   after a read latency.
 //! - A meta batch waits a simulated latency, then is applied atomically and
 //!   is durable at once, then answered `MetaDone`. A batch not yet answered
 //!   when the node dies is lost (sled's unflushed buffer dies with the process).
@@ -48,10 +53,11 @@ use madsim::rand::Rng;
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
 
 use crate::metadb::MetaWrite;
 use crate::storage::{
-    assemble_frame, Finished, FrameFuture, FrameReader, Started, Storage, StorageQueue,
+    assemble_frame, Finished, FrameFuture, FrameReadError, Started, Storage, StorageQueue,
 };
 
 /// How a killed node's unsynced segment bytes fare.
@@ -262,6 +268,27 @@ impl SimStore {
         Some(result)
     }
 
+    /// The frame of a response whose pin the worker reached: its file parts
+    /// read now, in order with the ops; `None` if the incarnation is dead.
+    fn read_frame(
+        &self,
+        generation: u64,
+        parts: &[FramePart],
+    ) -> Option<Result<Bytes, FrameReadError>> {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return None;
+        }
+        let mut read_bytes = 0;
+        let frame = assemble_frame(parts, |range, buf| {
+            buf.copy_from_slice(&inner.disk.read(range)?);
+            read_bytes += range.len;
+            Ok(())
+        });
+        inner.response_bytes_read += read_bytes;
+        Some(frame)
+    }
+
     /// Issues a disk sync covering every op carried out so far; `None` if
     /// the incarnation is dead.
     fn issue_sync(&self, generation: u64) -> Option<IoId> {
@@ -309,42 +336,50 @@ impl SimStore {
     }
 }
 
-/// Reads the file parts of response frames from the store's disk (what a
-/// reader sees now), after a simulated latency.
-struct SimReader(Arc<SimStore>);
-
-impl FrameReader for SimReader {
-    fn read_frame(&self, parts: Vec<FramePart>) -> FrameFuture {
-        let store = Arc::clone(&self.0);
-        Box::pin(async move {
-            tokio::time::sleep(SimStore::draw_us(store.latency.read_us)).await;
-            let mut inner = store.lock();
-            let mut read_bytes = 0;
-            let frame = assemble_frame(&parts, |range, buf| {
-                buf.copy_from_slice(&inner.disk.read(range)?);
-                read_bytes += range.len;
-                Ok(())
-            });
-            inner.response_bytes_read += read_bytes;
-            frame
-        })
-    }
-}
-
 /// One incarnation's storage over a `SimStore`, for `server::Setup`.
 pub struct SimStorage(pub Arc<SimStore>);
 
 /// The broker task's end of the simulated workers.
 pub struct SimQueue {
-    disk: UnboundedSender<DiskOp>,
+    disk: UnboundedSender<Job>,
     meta: UnboundedSender<MetaWrite>,
+    store: Arc<SimStore>,
+}
+
+/// What goes through the simulated disk worker's queue, in order.
+enum Job {
+    Op(DiskOp),
+    /// A response's file parts, read when the worker gets here.
+    Pin {
+        parts: Vec<FramePart>,
+        reply: oneshot::Sender<Result<Bytes, FrameReadError>>,
+    },
 }
 
 impl StorageQueue for SimQueue {
     fn submit_disk(&self, op: DiskOp) -> Result<(), IoError> {
         self.disk
-            .send(op)
+            .send(Job::Op(op))
             .map_err(|_| IoError("the simulated disk worker has stopped".into()))
+    }
+
+    fn response_frame(&self, parts: Vec<FramePart>) -> FrameFuture {
+        let has_files = parts.iter().any(|p| matches!(p, FramePart::File(_)));
+        if !has_files {
+            let frame = assemble_frame(&parts, |_, _| unreachable!("no file part"));
+            return Box::pin(async move { frame });
+        }
+        let (reply, frame) = oneshot::channel();
+        // A worker gone drops the reply, and the frame fails as a whole.
+        let _ = self.disk.send(Job::Pin { parts, reply });
+        let latency = SimStore::draw_us(self.store.latency.read_us);
+        Box::pin(async move {
+            let frame = frame.await.map_err(|_| {
+                FrameReadError::Frame("the simulated disk worker stopped before the read".into())
+            })?;
+            tokio::time::sleep(latency).await;
+            frame
+        })
     }
 
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError> {
@@ -384,8 +419,7 @@ impl Storage for SimStorage {
             Ok(())
         });
         Ok(Started {
-            queue: SimQueue { disk, meta },
-            reader: Arc::new(SimReader(Arc::clone(&store))),
+            queue: SimQueue { disk, meta, store },
             // Not counted here: under madsim the readers never wait for the
             // disk (back-pressure is the real storage's, tested in net).
             backlog: Arc::default(),
@@ -397,14 +431,21 @@ impl Storage for SimStorage {
 async fn disk_worker(
     store: Arc<SimStore>,
     generation: u64,
-    mut queue: UnboundedReceiver<DiskOp>,
+    mut queue: UnboundedReceiver<Job>,
     completions: UnboundedSender<Input>,
 ) {
-    while let Some(op) = queue.recv().await {
+    let (rounds, syncer_queue) = mpsc::unbounded_channel();
+    let syncer = tokio::spawn(syncer(
+        Arc::clone(&store),
+        generation,
+        syncer_queue,
+        completions.clone(),
+    ));
+    while let Some(job) = queue.recv().await {
         let mut syncs: Vec<IoId> = Vec::new();
-        let step = |op: DiskOp, syncs: &mut Vec<_>| match op {
-            DiskOp::Sync { io } => syncs.push(io),
-            DiskOp::Read { io, range } => {
+        let step = |job: Job, syncs: &mut Vec<_>| match job {
+            Job::Op(DiskOp::Sync { io }) => syncs.push(io),
+            Job::Op(DiskOp::Read { io, range }) => {
                 let Some(result) = store.read(generation, &range) else {
                     return; // a dead incarnation
                 };
@@ -416,22 +457,50 @@ async fn disk_worker(
                     let _ = completions.send(Input::ReadDone { io, result });
                 });
             }
-            op => store.execute(generation, op),
+            Job::Op(op) => store.execute(generation, op),
+            Job::Pin { parts, reply } => {
+                // A dead incarnation drops the reply: the frame fails.
+                if let Some(frame) = store.read_frame(generation, &parts) {
+                    let _ = reply.send(frame);
+                }
+            }
         };
-        step(op, &mut syncs);
+        step(job, &mut syncs);
         if syncs.is_empty() {
             continue;
         }
         // Group commit: what is already queued rides along with this sync.
         for _ in 1..ROUND_OPS_MAX {
             match queue.try_recv() {
-                Ok(op) => step(op, &mut syncs),
+                Ok(job) => step(job, &mut syncs),
                 Err(_) => break,
             }
         }
         let Some(disk_sync) = store.issue_sync(generation) else {
             return;
         };
+        if rounds.send((disk_sync, syncs)).is_err() {
+            return;
+        }
+    }
+    // The queue closed: a clean stop. The rounds in flight, then the final
+    // sync, as in production.
+    drop(rounds);
+    let _ = syncer.await;
+    if let Some(disk_sync) = store.issue_sync(generation) {
+        let _ = store.complete_sync(generation, disk_sync);
+    }
+}
+
+/// Completes the worker's sync rounds in order, each after a latency, and
+/// answers their `Sync`s.
+async fn syncer(
+    store: Arc<SimStore>,
+    generation: u64,
+    mut rounds: UnboundedReceiver<(IoId, Vec<IoId>)>,
+    completions: UnboundedSender<Input>,
+) {
+    while let Some((disk_sync, syncs)) = rounds.recv().await {
         tokio::time::sleep(SimStore::draw_us(store.latency.sync_us)).await;
         let Some(result) = store.complete_sync(generation, disk_sync) else {
             return;
@@ -442,10 +511,6 @@ async fn disk_worker(
                 return;
             }
         }
-    }
-    // The queue closed: a clean stop. The final sync, as in production.
-    if let Some(disk_sync) = store.issue_sync(generation) {
-        let _ = store.complete_sync(generation, disk_sync);
     }
 }
 

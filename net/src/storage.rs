@@ -9,10 +9,23 @@
 //! durable. Completions go to the broker task's completion channel. Submitting
 //! never blocks the broker task.
 //!
-//! The file parts of response frames (`Output::ResponseParts`) are read by a
-//! `FrameReader` that the connection writers share, off the broker task, so
-//! that record bytes never pass through it and a slow disk holds up only the
-//! connection waiting for them.
+//! The file parts of response frames (`Output::ResponseParts`) are read off
+//! the broker task, by the connection writers, so that record bytes never
+//! pass through it and a slow disk holds up only the connection waiting for
+//! them. But *which* file a part reads is fixed in order with the disk ops:
+//! **a response's file parts see every disk op submitted before the
+//! response was dispatched (`StorageQueue::response_frame`, called in
+//! output order with `submit_disk`) and none submitted after it.** The log
+//! cleaner renames a new `{base}.log` over the live one while consumers are
+//! served, and retention deletes segments: a response planned before the
+//! swap or the deletion reads the old file (a descriptor pinned at dispatch
+//! keeps its inode alive), one planned after reads the new one, however
+//! late its writer gets to it. The contract is about which file a name
+//! holds, not about appends and cuts within a file, which need no ordering:
+//! the core points a response only at synced bytes (their appends ran before
+//! their sync completed) and never cuts those. So a response whose files are
+//! already open, with no rename or deletion queued, is pinned at once, with
+//! no trip through the disk queue (`filereader.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -32,10 +45,12 @@ pub use self::production::{DiskAndSled, Workers};
 pub type Finished = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
 
 /// Bytes of requests read and not yet taken by the core, and of appends
-/// queued to the disk writer and not yet written. The connection readers
-/// wait while it is above `QUEUED_BYTES_MAX` (back-pressure: without
-/// it a producer with many requests in flight, faster than the broker or
-/// its disk, fills the broker's memory with queued requests and appends).
+/// (live and `.cleaned`) queued to the disk writer and not yet written. The
+/// connection readers wait while it is above `QUEUED_BYTES_MAX`
+/// (back-pressure: without it a producer with many requests in flight,
+/// faster than the broker or its disk, fills the broker's memory with queued
+/// requests and appends; the cleaner's copies count as well, so a cleaning
+/// that outruns the disk slows the producers instead of growing the queue).
 #[derive(Default)]
 pub struct Backlog {
     bytes: std::sync::atomic::AtomicUsize,
@@ -91,8 +106,6 @@ pub trait Storage {
 pub struct Started<Q> {
     /// The broker task's end.
     pub queue: Q,
-    /// For the connection writers.
-    pub reader: SharedReader,
     /// For the connection readers: the appends not yet written.
     pub backlog: Arc<Backlog>,
     pub finished: Finished,
@@ -105,26 +118,27 @@ pub trait StorageQueue: Send + 'static {
     fn submit_disk(&self, op: DiskOp) -> Result<(), IoError>;
     /// Queues one meta.db batch. Fails only if the storage is gone.
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError>;
+    /// The frame of an `Output::ResponseParts`, its files pinned at this
+    /// point of the disk op order (the contract above): called when the
+    /// response is dispatched, in output order with `submit_disk`. The
+    /// future, awaited by the connection's writer, resolves to the whole
+    /// frame, its 4-byte size prefix included, ready for the socket.
+    fn response_frame(&self, parts: Vec<FramePart>) -> FrameFuture;
 }
 
-/// Builds response frames whose parts include file ranges.
-pub trait FrameReader: Send + Sync + 'static {
-    /// The whole frame, its 4-byte size prefix included, ready for the socket.
-    fn read_frame(&self, parts: Vec<FramePart>) -> FrameFuture;
-}
-
-pub type SharedReader = Arc<dyn FrameReader>;
+/// A response frame being pinned and read; see `StorageQueue::response_frame`.
 pub type FrameFuture = Pin<Box<dyn Future<Output = Result<Bytes, FrameReadError>> + Send>>;
 
 /// Why a frame of parts cannot be sent. Either way the connection closes
 /// with nothing of the frame sent.
 #[derive(Debug)]
 pub enum FrameReadError {
-    /// A file part could not be read (EIO, the file gone or too short): the
-    /// core hears of it (`Input::ResponseReadFailed`).
+    /// A file part could not be read (EIO, the file gone at the dispatch
+    /// point or too short): the core hears of it (`Input::ResponseReadFailed`).
     Part { range: FileRange, error: IoError },
     /// The frame as a whole cannot be sent: longer than its i32 size prefix
-    /// allows (a core bug), or the reader is gone (shutting down).
+    /// allows (a core bug), or the disk worker stopped before pinning its
+    /// files (shutting down).
     Frame(String),
 }
 
@@ -170,19 +184,19 @@ mod production {
     use std::sync::Arc;
 
     use anyhow::{anyhow, Context};
-    use doze_core::{DiskOp, Input, IoError};
+    use doze_core::{DiskOp, FramePart, Input, IoError};
 
     use super::Backlog;
     use tokio::sync::mpsc::UnboundedSender;
 
-    use super::{Finished, Started, Storage, StorageQueue};
+    use super::{Finished, FrameFuture, Started, Storage, StorageQueue};
     use crate::disk::{DiskQueue, DiskWorker};
     use crate::filereader::FileReader;
     use crate::metadb::{MetaQueue, MetaWorker, MetaWrite};
 
     /// Production storage: segment files under `logs_dir` written and read by
-    /// the disk worker thread (`disk.rs`), response file parts read by
-    /// `filereader.rs`, and meta.db (sled) owned by the meta worker thread
+    /// the disk worker thread (`disk.rs`), response file parts pinned by it
+    /// and read by `filereader.rs`, and meta.db (sled) owned by the meta worker thread
     /// (`metadb.rs`).
     pub struct DiskAndSled {
         pub logs_dir: PathBuf,
@@ -202,6 +216,10 @@ mod production {
         fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError> {
             self.meta.submit(write)
         }
+
+        fn response_frame(&self, parts: Vec<FramePart>) -> FrameFuture {
+            self.disk.response_frame(parts)
+        }
     }
 
     impl Storage for DiskAndSled {
@@ -213,7 +231,7 @@ mod production {
             let (disk, disk_thread) = DiskWorker::spawn(
                 self.logs_dir,
                 completions.clone(),
-                reader.clone(),
+                reader,
                 Arc::clone(&backlog),
             )
             .context("cannot start the disk worker")?
@@ -236,7 +254,6 @@ mod production {
             });
             Ok(Started {
                 queue: Workers { disk, meta },
-                reader: Arc::new(reader),
                 backlog,
                 finished,
             })

@@ -1,5 +1,6 @@
 //! SimDisk: the segment files of every partition (`.log`, `.index`,
-//! `.timeindex`, `.txnindex`), each knowing which of its bytes are durable.
+//! `.timeindex`, `.txnindex`, and the log cleaner's `.cleaned` and `.swap`
+//! copies of them), each knowing which of its bytes are durable.
 //! Every file has `data` (what a read returns: the page cache), `synced_len`
 //! (the prefix that survives a power cut) and `durable` (whether its
 //! directory entry does: a file created since the last sync that covered it
@@ -9,9 +10,10 @@
 //! carried out in the order the core emitted them; a `Sync` fdatasyncs the
 //! files touched (or adopted) since the previous `Sync` and promises only
 //! what was written *before* it was issued, so an append made while a sync is
-//! in flight rides the next one. A write error (a full disk) is kept and
-//! reported by the next `Sync`, as on Linux where a failed write-back
-//! surfaces at fsync. A `Read` sees every op emitted before it.
+//! in flight rides the next one. A write error (a full disk, a rename of a
+//! file that is not there) is kept and reported by the next `Sync`, as on
+//! Linux where a failed write-back surfaces at fsync. A `Read` sees every op
+//! emitted before it, and reads live files only.
 //!
 //! Faults: a failed fsync (nothing new becomes durable), a full disk (appends
 //! write a short prefix and fail), a process crash (the page cache survives:
@@ -22,14 +24,27 @@
 //! entries, or the other way round: a crash between a segment roll and its
 //! index. Read errors are decided by the world (`World::disk_read`).
 //!
-//! Directories and cuts: removing a file (a segment, a partition) changes
-//! its directory, which is durable only once a sync covering that directory
-//! completes (the sync after the removal: production fsyncs the directory
-//! of every file it created, removed or adopted). Until then a power cut
-//! brings back the file's durable bytes. Likewise a truncate below a file's
-//! durable length: until a sync covers the file, a power cut restores the
-//! durable bytes from before the cut. Both come back whole, with no draw of
-//! randomness.
+//! Directories and cuts: removing a file (a segment, a partition, the
+//! cleaner's staged copies) changes its directory, which is durable only
+//! once a sync covering that directory completes (the sync after the
+//! removal: production fsyncs the directory of every file it created,
+//! removed, renamed or adopted). Until then a power cut brings back the
+//! file's durable bytes. Likewise a truncate below a file's durable length:
+//! until a sync covers the file, a power cut restores the durable bytes from
+//! before the cut. Both come back whole, with no draw of randomness.
+//!
+//! Renames (the cleaner's `.cleaned` -> `.swap` -> live, rename(2) replacing
+//! what the destination held) change the directory too, and a power cut
+//! before a sync covering it undoes them: the file goes back to the name it
+//! left, where it was durable, and the file it replaced comes back. What a
+//! power cut leaves of the file's *bytes* does not depend on its name: data
+//! belongs to the inode, so bytes written before the rename and never synced
+//! are lost (but for a written-back prefix) at either name, and a sync
+//! issued before the rename still makes the bytes it covered durable. So a
+//! file is an inode under a name: `files` holds what a reader sees, and
+//! `shadows` the durable entries that differ from it (a file removed,
+//! renamed away or replaced), each naming the inode a power cut puts back
+//! there (still visible under its new name, or kept in `orphans`).
 //!
 //! The madsim store (net/src/simstore.rs) uses this model too, with its own
 //! latencies and madsim's seeded randomness.
@@ -38,43 +53,79 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
-use doze_core::{BootState, DiskOp, FileRange, IoError, IoId, PartitionDir, SegmentFile};
+use doze_core::{
+    BootState, DiskOp, FileRange, FileStage, IoError, IoId, PartitionDir, SegmentFile,
+};
 use rand::RngExt;
 
 /// One file: a partition directory, a segment's base offset, and which of
-/// the segment's four files.
-pub type FileKey = (PartitionDir, i64, SegmentFile);
+/// the segment's files under which of its names (live, or the cleaner's
+/// `.cleaned` / `.swap`). Kind and stage are one pair, so that `(dir, base,
+/// _)` still matches every file of a segment.
+pub type FileKey = (PartitionDir, i64, (SegmentFile, FileStage));
+
+/// The key of a segment's live file (what `Append`, `Truncate` and `Read`
+/// name).
+pub fn live_key(dir: PartitionDir, segment_base: i64, file: SegmentFile) -> FileKey {
+    (dir, segment_base, (file, FileStage::Live))
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct SimFile {
     pub data: Vec<u8>,
-    /// The prefix of `data` that survives a power cut.
+    /// The prefix of `data` that survives a power cut (whatever the file's
+    /// name then).
     pub synced_len: usize,
-    /// The file itself survives a power cut (a sync covered it since it was
-    /// created).
+    /// The file survives a power cut under this name: a sync covered it
+    /// since it was created here, or covered its directory since it was
+    /// renamed here.
     pub durable: bool,
-    /// Which incarnation of the name this is: a file deleted and created
-    /// again is another file, which a sync issued for the first must not
-    /// make durable.
+    /// Which incarnation (inode) this is: a file deleted and created again
+    /// is another file, which a sync issued for the first must not make
+    /// durable. A rename keeps it.
     incarnation: u64,
     /// A truncate cut into the durable bytes and no sync has covered the
     /// file since: what a power cut brings back, and the op number of the
     /// (first) cut.
     cut: Option<(Vec<u8>, u64)>,
+    /// The renames that brought the file here that no sync covering its
+    /// directory has made durable, oldest first: the name it left and the
+    /// op number. A power cut takes it back to the first one's name (when
+    /// it is durable there, a shadow of that name says so; when it is not,
+    /// it is a file never synced, which may vanish).
+    moved: Vec<(FileKey, u64)>,
 }
 
-/// A durable file removed before a sync covered its directory: a power cut
-/// brings it back.
+impl SimFile {
+    /// What a power cut leaves of a file that is not written to any more
+    /// (removed): its durable bytes, whole.
+    fn durable_bytes(&self) -> Vec<u8> {
+        match &self.cut {
+            Some((bytes, _)) => bytes.clone(),
+            None => self.data[..self.synced_len].to_vec(),
+        }
+    }
+}
+
+/// A durable directory entry that no longer names the file a reader sees
+/// under it (the file was removed, renamed away, or replaced by a rename),
+/// and that no sync covering the directory has dropped since: a power cut
+/// puts the file back under this name.
 #[derive(Clone, Debug)]
-struct Unlinked {
-    /// What comes back.
-    bytes: Vec<u8>,
-    /// What the file held when it was removed, and its incarnation: a sync
-    /// issued before the removal still makes it durable (up to its length
-    /// then) when it completes.
-    data: Vec<u8>,
+struct Shadow {
+    /// The file: visible under another name in `files` (renamed away), or
+    /// in `orphans` (removed or replaced).
     incarnation: u64,
-    /// The op number of the removal.
+    /// The op number of the change: a sync issued after it drops the shadow.
+    at: u64,
+}
+
+/// A file no name holds any more that a power cut may still bring back.
+#[derive(Clone, Debug)]
+struct Orphan {
+    file: SimFile,
+    /// The name it was removed from (or replaced under), and the op number.
+    name: FileKey,
     at: u64,
 }
 
@@ -82,12 +133,14 @@ struct Unlinked {
 struct SyncInFlight {
     io: IoId,
     /// Each file dirty when the sync was issued, its incarnation and its
-    /// length then.
+    /// length then. The incarnation finds the file if a rename moved it
+    /// meanwhile: the fdatasync is of the inode.
     covers: Vec<(FileKey, u64, usize)>,
     /// Each directory whose entries changed (or that was adopted) before
     /// the sync was issued.
     dirs: Vec<PartitionDir>,
-    /// The op number at issue: removals and cuts before it are covered.
+    /// The op number at issue: removals, renames and cuts before it are
+    /// covered.
     at: u64,
     /// A write error since the previous sync, reported by this one.
     write_error: Option<String>,
@@ -95,16 +148,23 @@ struct SyncInFlight {
 
 #[derive(Default)]
 pub struct SimDisk {
+    /// Every file a reader sees, by name.
     files: BTreeMap<FileKey, SimFile>,
     /// Files written, cut or adopted since the last `Sync` was issued, by
-    /// this process.
+    /// this process (a rename carries the mark to the new name).
     dirty: BTreeSet<FileKey>,
-    /// Directories whose entries changed (a file created or removed) or
-    /// that were adopted since the last `Sync` was issued, by this process.
+    /// Directories whose entries changed (a file created, removed or
+    /// renamed) or that were adopted since the last `Sync` was issued, by
+    /// this process.
     dirty_dirs: BTreeSet<PartitionDir>,
-    /// Durable files removed whose directory no sync has covered since.
-    unlinked: BTreeMap<FileKey, Unlinked>,
-    /// Counts ops applied: orders removals and cuts against syncs.
+    /// Durable entries changed since a sync last covered their directory.
+    shadows: BTreeMap<FileKey, Shadow>,
+    /// Files no name holds any more, by incarnation, that a shadow brings
+    /// back at a power cut, or that a sync in flight, issued before their
+    /// removal, covers: its completion makes them durable where they were
+    /// then, and their removal (which it does not cover) undone by a cut.
+    orphans: BTreeMap<u64, Orphan>,
+    /// Counts ops applied: orders removals, renames and cuts against syncs.
     ops: u64,
     write_error: Option<String>,
     syncs: VecDeque<SyncInFlight>,
@@ -127,6 +187,7 @@ impl SimDisk {
         }
     }
 
+    /// Every file a reader sees, live and staged.
     pub fn files(&self) -> &BTreeMap<FileKey, SimFile> {
         &self.files
     }
@@ -159,30 +220,15 @@ impl SimDisk {
                 segment_base,
                 file,
                 bytes,
+            } => self.append(live_key(dir, segment_base, file), &bytes, rng),
+            DiskOp::AppendCleaned {
+                dir,
+                segment_base,
+                file,
+                bytes,
             } => {
-                let key = (dir, segment_base, file);
-                self.dirty.insert(key.clone());
-                let full = self.full;
-                let f = self.file_mut(&key);
-                if full && !bytes.is_empty() {
-                    // write(2) on a full disk: a short write, then ENOSPC.
-                    let written_bytes = rng.random_range(0..=bytes.len());
-                    f.data.extend_from_slice(&bytes[..written_bytes]);
-                    self.write_error
-                        .get_or_insert_with(|| "ENOSPC: no space left on device".into());
-                    return format!(
-                        "append {} +{}B FAILED (disk full, {written_bytes}B written)",
-                        name(&key),
-                        bytes.len()
-                    );
-                }
-                f.data.extend_from_slice(&bytes);
-                let len = f.data.len();
-                self.bytes_appended += bytes.len() as u64;
-                if bytes.is_empty() {
-                    return format!("create {}", name(&key));
-                }
-                format!("append {} +{}B -> {len}B", name(&key), bytes.len())
+                let key = (dir, segment_base, (file, FileStage::Cleaned));
+                self.append(key, &bytes, rng)
             }
             DiskOp::Sync { io } => {
                 let covers = std::mem::take(&mut self.dirty)
@@ -208,7 +254,7 @@ impl SimDisk {
                 file,
                 len,
             } => {
-                let key = (dir, segment_base, file);
+                let key = live_key(dir, segment_base, file);
                 self.dirty.insert(key.clone());
                 let at = self.ops;
                 let f = self.file_mut(&key);
@@ -226,10 +272,30 @@ impl SimDisk {
                 }
                 format!("truncate {} from {before}B to {len}B", name(&key))
             }
+            DiskOp::Rename {
+                dir,
+                segment_base,
+                file,
+                from,
+                to,
+            } => {
+                let from = (dir.clone(), segment_base, (file, from));
+                let to = (dir, segment_base, (file, to));
+                self.rename(from, to)
+            }
             DiskOp::DeleteSegment { dir, segment_base } => {
                 let removed = self.remove(|(d, b, _)| *d == dir && *b == segment_base);
                 format!(
                     "delete segment {}/{segment_base} ({removed} files)",
+                    dir.dir_name()
+                )
+            }
+            DiskOp::DiscardStaged { dir, segment_base } => {
+                let removed = self.remove(|(d, b, (_, stage))| {
+                    *d == dir && *b == segment_base && *stage != FileStage::Live
+                });
+                format!(
+                    "discard staged {}/{segment_base} ({removed} files)",
                     dir.dir_name()
                 )
             }
@@ -238,10 +304,15 @@ impl SimDisk {
                 format!("delete partition {}", dir.dir_name())
             }
             DiskOp::Adopt { dir, segment_base } => {
+                // Live files only, as the net driver adopts them: a start
+                // finishes a committed swap by renames and discards the
+                // rest, and relies on no staged file's bytes it never synced.
                 let keys: Vec<FileKey> = self
                     .files
                     .keys()
-                    .filter(|(d, b, _)| *d == dir && *b == segment_base)
+                    .filter(|(d, b, (_, stage))| {
+                        *d == dir && *b == segment_base && *stage == FileStage::Live
+                    })
                     .cloned()
                     .collect();
                 let unsynced: usize = keys
@@ -266,35 +337,125 @@ impl SimDisk {
         }
     }
 
-    /// Removes the files `gone` picks (unlink(2)); a durable one stays
-    /// recoverable until a sync covers its directory. Returns how many.
+    /// `Append` and `AppendCleaned`: write(2) at the end, creating the file.
+    fn append(&mut self, key: FileKey, bytes: &[u8], rng: &mut impl rand::Rng) -> String {
+        self.dirty.insert(key.clone());
+        let full = self.full;
+        let f = self.file_mut(&key);
+        if full && !bytes.is_empty() {
+            // write(2) on a full disk: a short write, then ENOSPC.
+            let written_bytes = rng.random_range(0..=bytes.len());
+            f.data.extend_from_slice(&bytes[..written_bytes]);
+            self.write_error
+                .get_or_insert_with(|| "ENOSPC: no space left on device".into());
+            return format!(
+                "append {} +{}B FAILED (disk full, {written_bytes}B written)",
+                name(&key),
+                bytes.len()
+            );
+        }
+        f.data.extend_from_slice(bytes);
+        let len = f.data.len();
+        self.bytes_appended += bytes.len() as u64;
+        if bytes.is_empty() {
+            return format!("create {}", name(&key));
+        }
+        format!("append {} +{}B -> {len}B", name(&key), bytes.len())
+    }
+
+    /// rename(2) within a partition directory: the file leaves `from` (a
+    /// shadow keeps `from` for a power cut when it was durable there) and
+    /// replaces what `to` held (removed as by unlink). Its dirtiness goes
+    /// with it. A missing source (or a rename onto itself, which the net
+    /// driver refuses) is a write error the next sync reports.
+    fn rename(&mut self, from: FileKey, to: FileKey) -> String {
+        let error = if from == to {
+            Some(format!("EINVAL: cannot rename {} onto itself", name(&from)))
+        } else if !self.files.contains_key(&from) {
+            Some(format!(
+                "ENOENT: cannot rename {} to {}: no such file",
+                name(&from),
+                name(&to)
+            ))
+        } else {
+            None
+        };
+        if let Some(e) = error {
+            let summary = format!("rename FAILED ({e})");
+            self.write_error.get_or_insert(e);
+            return summary;
+        }
+        let at = self.ops;
+        let mut file = self.files.remove(&from).expect("checked above");
+        if file.durable {
+            debug_assert!(file.moved.is_empty(), "durable here: no rename to undo");
+            let shadow = Shadow {
+                incarnation: file.incarnation,
+                at,
+            };
+            self.shadows.insert(from.clone(), shadow);
+        }
+        file.durable = false;
+        file.moved.push((from.clone(), at));
+        let replaced = self.remove(|k| *k == to);
+        if self.dirty.remove(&from) {
+            self.dirty.insert(to.clone());
+        }
+        self.dirty_dirs.insert(from.0.clone());
+        let len = file.data.len();
+        let unsynced = len - file.synced_len;
+        self.files.insert(to.clone(), file);
+        format!(
+            "rename {} -> {} ({len}B, {unsynced}B unsynced{})",
+            name(&from),
+            name(&to),
+            if replaced > 0 {
+                ", replacing a file"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// Removes the files `gone` picks (unlink(2)); one durable where it is
+    /// (or where a power cut would take it back to), or made durable by a
+    /// sync in flight, stays recoverable until a sync covers its directory.
+    /// Returns how many.
     fn remove(&mut self, gone: impl Fn(&FileKey) -> bool) -> usize {
         let keys: Vec<FileKey> = self.files.keys().filter(|k| gone(k)).cloned().collect();
+        let kept = self.kept_incarnations();
+        let at = self.ops;
         for key in &keys {
-            let f = self.files.remove(key).expect("listed above");
+            let file = self.files.remove(key).expect("listed above");
             self.dirty_dirs.insert(key.0.clone());
-            if f.durable {
-                let bytes = match f.cut {
-                    Some((bytes, _)) => bytes,
-                    None => f.data[..f.synced_len].to_vec(),
-                };
-                let unlinked = Unlinked {
-                    bytes,
-                    data: f.data,
-                    incarnation: f.incarnation,
-                    at: self.ops,
-                };
-                self.unlinked.insert(key.clone(), unlinked);
+            let incarnation = file.incarnation;
+            // Renamed here before a sync in flight was issued: that sync
+            // makes it durable here.
+            let rename_covered = file.moved.first().is_some_and(|(_, moved_at)| {
+                self.syncs
+                    .iter()
+                    .any(|s| *moved_at < s.at && s.dirs.contains(&key.0))
+            });
+            if file.durable {
+                self.shadows.insert(key.clone(), Shadow { incarnation, at });
+            } else if !kept.contains(&incarnation) && !rename_covered {
+                continue; // never durable, and no sync in flight covers it
             }
+            let orphan = Orphan {
+                file,
+                name: key.clone(),
+                at,
+            };
+            self.orphans.insert(incarnation, orphan);
         }
         self.dirty.retain(|k| !gone(k));
         keys.len()
     }
 
-    /// What a reader sees of `range` now: exactly its bytes, or an error
-    /// when the file is absent or shorter than the range.
+    /// What a reader sees of `range` (of a live file) now: exactly its
+    /// bytes, or an error when the file is absent or shorter than the range.
     pub fn read(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
-        let key = (range.dir.clone(), range.segment_base, range.file);
+        let key = live_key(range.dir.clone(), range.segment_base, range.file);
         let Some(f) = self.files.get(&key) else {
             return Err(IoError(format!("ENOENT: {} is absent", name(&key))));
         };
@@ -312,6 +473,17 @@ impl SimDisk {
         Ok(Bytes::copy_from_slice(bytes))
     }
 
+    /// Files a power cut may bring back under a name they no longer have
+    /// (a shadow's), or that a sync in flight covers.
+    fn kept_incarnations(&self) -> BTreeSet<u64> {
+        let shadowed = self.shadows.values().map(|s| s.incarnation);
+        let covered = self
+            .syncs
+            .iter()
+            .flat_map(|s| s.covers.iter().map(|(_, incarnation, _)| *incarnation));
+        shadowed.chain(covered).collect()
+    }
+
     /// Completes the oldest sync in flight, which must be `io` (the core has
     /// one in flight at a time, and the driver completes them in order).
     ///
@@ -324,9 +496,10 @@ impl SimDisk {
             .expect("a sync completion without a sync in flight");
         assert_eq!(sync.io, io, "syncs complete in the order they were issued");
         // A failed sync makes nothing durable; the directories it was to
-        // cover stay dirty, so the next sync covers their removals (as the
-        // net driver does: a directory stays dirty until an fsync of it
-        // succeeds). Files are not: the core rewrites what it cannot trust.
+        // cover stay dirty, so the next sync covers their removals and
+        // renames (as the net driver does: a directory stays dirty until an
+        // fsync of it succeeds). Files are not: the core rewrites what it
+        // cannot trust.
         if let Some(e) = sync.write_error {
             self.dirty_dirs.extend(sync.dirs);
             return Err(IoError(e));
@@ -338,32 +511,107 @@ impl SimDisk {
         if lie {
             return Ok(());
         }
-        for (key, incarnation, len) in sync.covers {
-            let Some(file) = self.files.get_mut(&key) else {
-                // Removed since the sync was issued: what comes back if the
-                // removal does is what this sync wrote.
-                if let Some(u) = self.unlinked.get_mut(&key) {
-                    if u.incarnation == incarnation {
-                        u.bytes = u.data[..len.min(u.data.len())].to_vec();
+        // Directories first: the entries they held at the issue are
+        // durable (removals and renames before it stay done; a file renamed
+        // since is durable where it was then), and a file the sync covers is
+        // durable under the name it had at the issue.
+        for dir in &sync.dirs {
+            self.shadows
+                .retain(|(d, _, _), s| d != dir || s.at >= sync.at);
+            let first = (dir.clone(), i64::MIN, (SegmentFile::Log, FileStage::Live));
+            for (key, file) in self.files.range_mut(first..) {
+                if key.0 != *dir {
+                    break;
+                }
+                let covered = file.moved.iter().filter(|(_, at)| *at < sync.at).count();
+                if covered == 0 {
+                    continue;
+                }
+                file.moved.drain(..covered);
+                match file.moved.first() {
+                    None => file.durable = true,
+                    // Renamed again after the sync was issued: durable where
+                    // it was then, which a power cut takes it back to.
+                    Some((home, at)) => {
+                        let shadow = Shadow {
+                            incarnation: file.incarnation,
+                            at: *at,
+                        };
+                        self.shadows.entry(home.clone()).or_insert(shadow);
                     }
                 }
-                continue;
-            };
-            if file.incarnation != incarnation {
-                continue; // deleted and created again since the sync was issued
             }
+            // Likewise a file removed (or replaced) since the sync was
+            // issued: durable where it was then, which a cut brings back.
+            for (incarnation, orphan) in self.orphans.iter_mut() {
+                if orphan.name.0 != *dir {
+                    continue;
+                }
+                let moved = &mut orphan.file.moved;
+                let covered = moved.iter().filter(|(_, at)| *at < sync.at).count();
+                if covered == 0 {
+                    continue;
+                }
+                moved.drain(..covered);
+                let (home, at) = match moved.first() {
+                    Some((home, at)) => (home.clone(), *at),
+                    None if orphan.at >= sync.at => (orphan.name.clone(), orphan.at),
+                    None => continue, // its removal is durable too
+                };
+                let shadow = Shadow {
+                    incarnation: *incarnation,
+                    at,
+                };
+                self.shadows.entry(home).or_insert(shadow);
+            }
+        }
+        for (key, incarnation, len) in sync.covers {
+            // The fdatasync is of the inode, wherever its name went since.
+            let (file, home) = if self
+                .files
+                .get(&key)
+                .is_some_and(|f| f.incarnation == incarnation)
+            {
+                (self.files.get_mut(&key).expect("found above"), None)
+            } else if let Some(orphan) = self.orphans.get_mut(&incarnation) {
+                let home = (orphan.name.clone(), orphan.at);
+                (&mut orphan.file, Some(home))
+            } else if let Some(file) = self
+                .files
+                .values_mut()
+                .find(|f| f.incarnation == incarnation)
+            {
+                (file, None)
+            } else {
+                continue; // removed, never durable
+            };
             // A file cut after the sync was issued keeps only what is left.
             let durable_len = len.min(file.data.len());
             file.synced_len = file.synced_len.max(durable_len);
-            file.durable = true;
             if file.cut.as_ref().is_some_and(|(_, at)| *at < sync.at) {
                 file.cut = None;
             }
+            // Durable where it was created (or last renamed durably): where
+            // it is, or where a power cut takes it back to (renamed since),
+            // or where it was removed from (removed since).
+            let home = match file.moved.first() {
+                Some((from, at)) => (from.clone(), *at),
+                None => match home {
+                    Some(removed) => removed,
+                    None => {
+                        file.durable = true;
+                        continue;
+                    }
+                },
+            };
+            let (name, at) = home;
+            self.shadows
+                .entry(name)
+                .or_insert(Shadow { incarnation, at });
         }
-        for dir in &sync.dirs {
-            self.unlinked
-                .retain(|(d, _, _), u| d != dir || u.at >= sync.at);
-        }
+        let kept = self.kept_incarnations();
+        self.orphans
+            .retain(|incarnation, _| kept.contains(incarnation));
         Ok(())
     }
 
@@ -380,41 +628,68 @@ impl SimDisk {
     /// prefix of a file's unsynced tail that write-back had reached (which
     /// may end inside a batch or an index entry: a torn write); a file no
     /// sync covered since its creation may be gone whole. Each file on its
-    /// own. A cut or a removal no sync covered is undone: the file's durable
-    /// bytes come back whole. Returns (bytes lost, files lost).
+    /// own. A cut, a removal or a rename no sync covered is undone: the
+    /// file's durable bytes come back whole under its durable name (a
+    /// renamed file, still written to, keeps what write-back reached).
+    /// Returns (bytes lost, files lost).
     pub fn power_cut(&mut self, rng: &mut impl rand::Rng) -> (u64, u64) {
         self.crash();
+        let shadowed: BTreeSet<u64> = self.shadows.values().map(|s| s.incarnation).collect();
         let mut lost_bytes = 0u64;
         let mut lost_files = Vec::new();
         for (key, file) in self.files.iter_mut() {
+            let durable = file.durable || shadowed.contains(&file.incarnation);
             if let Some((bytes, _)) = file.cut.take() {
                 lost_bytes += file.data.len().saturating_sub(file.synced_len) as u64;
                 file.synced_len = bytes.len();
                 file.data = bytes;
-                continue;
-            }
-            if !file.durable && rng.random_bool(0.5) {
+            } else if !durable && rng.random_bool(0.5) {
                 // Its directory entry never reached the disk.
                 lost_bytes += (file.data.len() - file.synced_len) as u64;
                 lost_files.push(key.clone());
                 continue;
-            }
-            let unsynced = file.data.len() - file.synced_len;
-            let kept = if unsynced > 0 && rng.random_bool(0.5) {
-                rng.random_range(0..=unsynced)
             } else {
-                0
-            };
-            lost_bytes += (unsynced - kept) as u64;
-            file.data.truncate(file.synced_len + kept);
-            // What reached the platter is durable now.
+                let unsynced = file.data.len() - file.synced_len;
+                let kept = if unsynced > 0 && rng.random_bool(0.5) {
+                    rng.random_range(0..=unsynced)
+                } else {
+                    0
+                };
+                lost_bytes += (unsynced - kept) as u64;
+                file.data.truncate(file.synced_len + kept);
+            }
+            // What reached the platter is durable now (under the name a
+            // shadow gives it, if one does).
             file.synced_len = file.data.len();
             file.durable = true;
+            file.moved.clear();
         }
         for key in &lost_files {
             self.files.remove(key);
         }
-        for (key, Unlinked { bytes, .. }) in std::mem::take(&mut self.unlinked) {
+        // Every durable entry a shadow keeps comes back. The files first
+        // leave the names they hold now, then take their durable ones: one
+        // may come back to a name another leaves.
+        let named: BTreeMap<u64, FileKey> = self
+            .files
+            .iter()
+            .filter(|(_, f)| shadowed.contains(&f.incarnation))
+            .map(|(key, f)| (f.incarnation, key.clone()))
+            .collect();
+        let mut back = Vec::new();
+        for (key, shadow) in std::mem::take(&mut self.shadows) {
+            let bytes = match self.orphans.remove(&shadow.incarnation) {
+                Some(orphan) => orphan.file.durable_bytes(),
+                None => {
+                    let at = named
+                        .get(&shadow.incarnation)
+                        .expect("a shadow's file is an orphan or has a name");
+                    self.files.remove(at).expect("named above").data
+                }
+            };
+            back.push((key, bytes));
+        }
+        for (key, bytes) in back {
             self.next_incarnation += 1;
             let file = SimFile {
                 synced_len: bytes.len(),
@@ -422,49 +697,67 @@ impl SimDisk {
                 durable: true,
                 incarnation: self.next_incarnation,
                 cut: None,
+                moved: Vec::new(),
             };
             self.files.insert(key, file);
         }
+        self.orphans.clear();
         (lost_bytes, lost_files.len() as u64)
     }
 
     /// Bytes a power cut now could take away (a file no sync covered since
     /// its creation may vanish with all it holds), and the files holding
-    /// them. An empty file that vanishes takes nothing.
+    /// them, and the removals and renames a power cut would undo. An empty
+    /// file that vanishes takes nothing.
     pub fn unsynced(&self) -> (u64, Vec<String>) {
+        let shadowed: BTreeSet<u64> = self.shadows.values().map(|s| s.incarnation).collect();
         let mut bytes = 0u64;
         let mut names = Vec::new();
         for (key, f) in &self.files {
-            let at_risk = if f.durable {
+            let durable = f.durable || shadowed.contains(&f.incarnation);
+            let at_risk = if durable {
                 f.data.len() - f.synced_len
             } else {
                 f.data.len()
             };
             if at_risk > 0 {
                 bytes += at_risk as u64;
-                let whole = if f.durable { "" } else { ", the file itself" };
+                let whole = if durable { "" } else { ", the file itself" };
                 names.push(format!("{} (+{at_risk}B{whole})", name(key)));
             } else if f.cut.is_some() {
                 names.push(format!("{} (a cut no sync covered)", name(key)));
             }
         }
-        for key in self.unlinked.keys() {
-            names.push(format!(
-                "{} (removed, no sync covered its directory)",
-                name(key)
-            ));
+        for (key, shadow) in &self.shadows {
+            let now = self
+                .files
+                .iter()
+                .find(|(_, f)| f.incarnation == shadow.incarnation);
+            names.push(match now {
+                Some((to, _)) => format!(
+                    "{} (renamed to {}, no sync covered its directory)",
+                    name(key),
+                    name(to)
+                ),
+                None => format!(
+                    "{} (removed or replaced, no sync covered its directory)",
+                    name(key)
+                ),
+            });
         }
         (bytes, names)
     }
 
-    /// Deletes index files (`.index`, `.timeindex`, `.txnindex`) while the
-    /// broker is down, each with chance `p`, at least one when any exists:
-    /// the core must rebuild them from the batch headers. Returns their names.
+    /// Deletes live index files (`.index`, `.timeindex`, `.txnindex`) while
+    /// the broker is down, each with chance `p`, at least one when any
+    /// exists: the core must rebuild them from the batch headers. Returns
+    /// their names. An operator's `rm` and whatever syncs it: what it takes
+    /// does not come back.
     pub fn lose_index_files(&mut self, p: f64, rng: &mut impl rand::Rng) -> Vec<String> {
         let indexes: Vec<FileKey> = self
             .files
             .keys()
-            .filter(|(_, _, kind)| *kind != SegmentFile::Log)
+            .filter(|(_, _, (kind, stage))| *kind != SegmentFile::Log && *stage == FileStage::Live)
             .cloned()
             .collect();
         if indexes.is_empty() {
@@ -479,25 +772,35 @@ impl SimDisk {
             lost.push(indexes[rng.random_range(0..indexes.len())].clone());
         }
         for key in &lost {
-            self.files.remove(key);
+            let f = self.files.remove(key).expect("listed above");
+            self.shadows.retain(|_, s| s.incarnation != f.incarnation);
         }
         lost.iter().map(name).collect()
     }
 
-    /// What a starting broker finds: every segment with any file present,
-    /// the `.log`'s length and the index files' contents as a reader sees
-    /// them now. No segment data, no fsync.
+    /// What a starting broker finds, as a listing and a read now show it
+    /// (no segment data, no fsync): every segment with a live file, the
+    /// `.log`'s length and the index files' contents; every segment whose
+    /// `.log.swap` is there, its `.swap` files described the same way (a
+    /// swap that committed); and every other segment with a `.cleaned` or
+    /// `.swap` file (a cleaning that did not).
     pub fn boot_state(&self, meta: Vec<(Vec<u8>, Vec<u8>)>) -> BootState {
-        let mut parts: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
-        for ((dir, base, kind), f) in &self.files {
-            let segment = parts
-                .entry(dir.clone())
-                .or_default()
-                .entry(*base)
-                .or_insert_with(|| RecoveredSegment {
-                    base_offset: *base,
-                    ..RecoveredSegment::default()
-                });
+        #[derive(Default)]
+        struct Listing {
+            segments: BTreeMap<i64, RecoveredSegment>,
+            swaps: BTreeMap<i64, RecoveredSegment>,
+            cleaned: BTreeSet<i64>,
+        }
+        fn describe(
+            found: &mut BTreeMap<i64, RecoveredSegment>,
+            base: i64,
+            kind: SegmentFile,
+            f: &SimFile,
+        ) {
+            let segment = found.entry(base).or_insert_with(|| RecoveredSegment {
+                base_offset: base,
+                ..RecoveredSegment::default()
+            });
             let contents = Some(Bytes::from(f.data.clone()));
             match kind {
                 SegmentFile::Log => segment.log_bytes = Some(f.data.len() as u64),
@@ -506,25 +809,48 @@ impl SimDisk {
                 SegmentFile::TxnIndex => segment.txn_index = contents,
             }
         }
+        let mut parts: BTreeMap<PartitionDir, Listing> = BTreeMap::new();
+        for ((dir, base, (kind, stage)), f) in &self.files {
+            let listing = parts.entry(dir.clone()).or_default();
+            match stage {
+                FileStage::Live => describe(&mut listing.segments, *base, *kind, f),
+                FileStage::Swap => describe(&mut listing.swaps, *base, *kind, f),
+                FileStage::Cleaned => {
+                    listing.cleaned.insert(*base);
+                }
+            }
+        }
         // A directory whose last files were removed still exists (as a real
         // listing would show it), and its removals may not be durable yet.
-        for (dir, _, _) in self.unlinked.keys() {
+        for (dir, _, _) in self.shadows.keys() {
             parts.entry(dir.clone()).or_default();
         }
         let partitions = parts
             .into_iter()
-            .map(|(dir, segments)| RecoveredPartition {
-                dir,
-                segments: segments.into_values().collect(),
+            .map(|(dir, listing)| {
+                // `.swap` files without their `.log.swap`: the swap had not
+                // committed (index files are renamed first).
+                let (swaps, uncommitted): (Vec<_>, Vec<_>) = listing
+                    .swaps
+                    .into_values()
+                    .partition(|s| s.log_bytes.is_some());
+                let mut abandoned = listing.cleaned;
+                abandoned.extend(uncommitted.iter().map(|s| s.base_offset));
+                RecoveredPartition {
+                    dir,
+                    segments: listing.segments.into_values().collect(),
+                    swaps,
+                    abandoned: abandoned.into_iter().collect(),
+                }
             })
             .collect();
         BootState { meta, partitions }
     }
 }
 
-/// `sim-topic-0/00000000000000000042.index`.
-pub fn name((dir, base, kind): &FileKey) -> String {
-    format!("{}/{}", dir.dir_name(), kind.file_name(*base))
+/// `sim-topic-0/00000000000000000042.index`, `….log.swap`.
+pub fn name((dir, base, (kind, stage)): &FileKey) -> String {
+    format!("{}/{}", dir.dir_name(), stage.file_name(*kind, *base))
 }
 
 #[cfg(test)]
@@ -557,7 +883,7 @@ mod tests {
     }
 
     fn file_of(disk: &SimDisk, kind: SegmentFile) -> Option<&SimFile> {
-        disk.files().get(&(dir(), 0, kind))
+        disk.files().get(&live_key(dir(), 0, kind))
     }
 
     fn file(disk: &SimDisk) -> &SimFile {
@@ -791,5 +1117,628 @@ mod tests {
         assert!(s.time_index.is_none() && s.txn_index.is_none());
         let lost = disk.lose_index_files(1.0, &mut rng);
         assert_eq!(lost, vec!["t-0/00000000000000000000.index".to_string()]);
+    }
+
+    // The log cleaner's files: staged copies, renames, discards.
+
+    use FileStage::{Cleaned, Live, Swap};
+
+    fn staged(disk: &SimDisk, kind: SegmentFile, stage: FileStage) -> Option<&[u8]> {
+        let key = (dir(), 0, (kind, stage));
+        disk.files().get(&key).map(|f| &f.data[..])
+    }
+
+    fn append_cleaned(disk: &mut SimDisk, rng: &mut ChaCha8Rng, file: SegmentFile, bytes: &[u8]) {
+        let op = DiskOp::AppendCleaned {
+            dir: dir(),
+            segment_base: 0,
+            file,
+            bytes: Bytes::copy_from_slice(bytes),
+        };
+        disk.apply(op, rng);
+    }
+
+    fn rename(
+        disk: &mut SimDisk,
+        rng: &mut ChaCha8Rng,
+        file: SegmentFile,
+        from: FileStage,
+        to: FileStage,
+    ) {
+        let op = DiskOp::Rename {
+            dir: dir(),
+            segment_base: 0,
+            file,
+            from,
+            to,
+        };
+        disk.apply(op, rng);
+    }
+
+    /// A durable live `.log` ("old") and a durable `.log.cleaned` ("new").
+    fn old_log_and_cleaned_copy(rng: &mut ChaCha8Rng) -> SimDisk {
+        let mut disk = SimDisk::default();
+        append(&mut disk, rng, b"old");
+        append_cleaned(&mut disk, rng, SegmentFile::Log, b"new");
+        sync(&mut disk, rng, 1);
+        assert_eq!(disk.unsynced().1.len(), 0);
+        disk
+    }
+
+    #[test]
+    fn append_cleaned_writes_a_file_of_its_own() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let disk = old_log_and_cleaned_copy(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+        let names: Vec<String> = disk.files().keys().map(name).collect();
+        assert_eq!(
+            names,
+            [
+                "t-0/00000000000000000000.log",
+                "t-0/00000000000000000000.log.cleaned"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rename_is_undone_by_a_power_cut_before_the_sync_of_its_directory() {
+        for seed in 0..20 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut disk = old_log_and_cleaned_copy(&mut rng);
+            rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+            assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), None);
+            assert_eq!(staged(&disk, SegmentFile::Log, Swap), Some(&b"new"[..]));
+            assert_eq!(disk.unsynced().1.len(), 1, "{:?}", disk.unsynced());
+            disk.power_cut(&mut rng);
+            assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+            assert_eq!(staged(&disk, SegmentFile::Log, Swap), None);
+            assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        }
+    }
+
+    #[test]
+    fn a_rename_is_durable_once_a_sync_covers_its_directory() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        sync(&mut disk, &mut rng, 2);
+        assert_eq!(disk.unsynced().1.len(), 0);
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), None);
+        assert_eq!(staged(&disk, SegmentFile::Log, Swap), Some(&b"new"[..]));
+        assert!(disk.files()[&(dir(), 0, (SegmentFile::Log, Swap))].durable);
+    }
+
+    #[test]
+    fn a_swap_over_the_live_file_is_undone_whole_before_its_sync() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        sync(&mut disk, &mut rng, 2);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
+        let range = FileRange {
+            dir: dir(),
+            segment_base: 0,
+            file: SegmentFile::Log,
+            position: 0,
+            len: 3,
+        };
+        assert_eq!(
+            &disk.read(&range).unwrap()[..],
+            b"new",
+            "readers see the swap"
+        );
+        assert_eq!(staged(&disk, SegmentFile::Log, Swap), None);
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Swap), Some(&b"new"[..]));
+
+        rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
+        sync(&mut disk, &mut rng, 3);
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"new"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Swap), None);
+        assert_eq!(disk.files().len(), 1);
+    }
+
+    #[test]
+    fn renames_chained_without_a_sync_all_come_undone() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
+        assert_eq!(disk.files().len(), 1);
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+        assert_eq!(disk.files().len(), 2);
+    }
+
+    #[test]
+    fn a_rename_issued_while_a_sync_is_in_flight_rides_the_next_one() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        disk.complete_sync(2, false, false).unwrap();
+        assert_eq!(
+            disk.unsynced().1.len(),
+            1,
+            "the sync promised only what came before it"
+        );
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Swap), None);
+
+        // Renamed again while the sync that covers the first rename is in
+        // flight: durable where it was when that sync was issued.
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        disk.apply(DiskOp::Sync { io: 3 }, &mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
+        disk.complete_sync(3, false, false).unwrap();
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Swap), Some(&b"new"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), None);
+    }
+
+    #[test]
+    fn a_failed_sync_leaves_a_rename_to_the_next_one() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        assert!(disk.complete_sync(2, true, false).is_err());
+        assert_eq!(disk.unsynced().1.len(), 1);
+        sync(&mut disk, &mut rng, 3);
+        assert_eq!(disk.unsynced().1.len(), 0, "the directory stayed dirty");
+    }
+
+    #[test]
+    fn bytes_written_before_a_rename_and_never_synced_are_lost_under_either_name() {
+        let (mut kept_some, mut lost_all) = (false, false);
+        for seed in 0..100 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut disk = old_log_and_cleaned_copy(&mut rng);
+            append_cleaned(&mut disk, &mut rng, SegmentFile::Log, b"+tail");
+            rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+            disk.power_cut(&mut rng);
+            let back = staged(&disk, SegmentFile::Log, Cleaned).expect("back at its old name");
+            assert!(
+                back.len() >= 3 && b"new+tail".starts_with(back),
+                "seed {seed}: {back:?}"
+            );
+            kept_some |= back.len() > 3;
+            lost_all |= back.len() == 3;
+
+            // The rename made durable by a sync of the directory alone (a
+            // new process's, after a crash forgot the file was written):
+            // the name is durable, the bytes are still not.
+            let mut disk = old_log_and_cleaned_copy(&mut rng);
+            append_cleaned(&mut disk, &mut rng, SegmentFile::Log, b"+tail");
+            rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+            disk.crash();
+            disk.apply(
+                DiskOp::Adopt {
+                    dir: dir(),
+                    segment_base: 0,
+                },
+                &mut rng,
+            );
+            sync(&mut disk, &mut rng, 2);
+            disk.power_cut(&mut rng);
+            assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), None);
+            let swapped = staged(&disk, SegmentFile::Log, Swap).expect("the rename is durable");
+            assert!(
+                swapped.len() >= 3 && b"new+tail".starts_with(swapped),
+                "seed {seed}: {swapped:?}"
+            );
+        }
+        assert!(
+            kept_some && lost_all,
+            "write-back reaches a prefix, or nothing"
+        );
+    }
+
+    #[test]
+    fn a_sync_issued_before_a_rename_makes_the_bytes_durable_under_the_new_name_too() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append_cleaned(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
+        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::OffsetIndex, Cleaned, Swap);
+        disk.complete_sync(1, false, false).unwrap();
+        let f = &disk.files()[&(dir(), 0, (SegmentFile::OffsetIndex, Swap))];
+        assert_eq!(f.synced_len, 8, "the fdatasync is of the inode");
+        assert!(!f.durable, "the rename came after the sync");
+        disk.power_cut(&mut rng);
+        assert_eq!(
+            staged(&disk, SegmentFile::OffsetIndex, Cleaned),
+            Some(&b"12345678"[..]),
+            "durable where it was created, by the sync issued there"
+        );
+    }
+
+    #[test]
+    fn a_file_renamed_before_any_sync_may_vanish_at_a_power_cut() {
+        let mut vanished = false;
+        for seed in 0..50 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut disk = SimDisk::default();
+            append_cleaned(&mut disk, &mut rng, SegmentFile::Log, b"new");
+            rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+            disk.power_cut(&mut rng);
+            assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), None);
+            vanished |= disk.files().is_empty();
+        }
+        assert!(vanished);
+    }
+
+    #[test]
+    fn a_rename_without_a_source_fails_the_next_sync() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::TimeIndex, Cleaned, Swap);
+        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        let error = disk.complete_sync(2, false, false).unwrap_err();
+        assert!(error.0.starts_with("ENOENT"), "{error:?}");
+        assert!(error.0.contains(".timeindex.cleaned"), "{error:?}");
+        sync(&mut disk, &mut rng, 3);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Swap);
+        disk.apply(DiskOp::Sync { io: 4 }, &mut rng);
+        assert!(disk.complete_sync(4, false, false).is_err(), "onto itself");
+        assert_eq!(disk.files().len(), 2, "a failed rename changes nothing");
+    }
+
+    #[test]
+    fn discarded_staged_files_come_back_at_a_power_cut_until_a_sync() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        append_cleaned(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"idx");
+        sync(&mut disk, &mut rng, 2);
+        rename(&mut disk, &mut rng, SegmentFile::OffsetIndex, Cleaned, Swap);
+        sync(&mut disk, &mut rng, 3);
+        let discard = DiskOp::DiscardStaged {
+            dir: dir(),
+            segment_base: 0,
+        };
+        disk.apply(discard.clone(), &mut rng);
+        assert_eq!(disk.files().len(), 1, "the live .log stays");
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+        assert_eq!(
+            staged(&disk, SegmentFile::OffsetIndex, Swap),
+            Some(&b"idx"[..])
+        );
+
+        disk.apply(discard, &mut rng);
+        sync(&mut disk, &mut rng, 4);
+        disk.power_cut(&mut rng);
+        assert_eq!(disk.files().len(), 1);
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+    }
+
+    #[test]
+    fn a_renamed_file_removed_comes_back_where_it_was_durable() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
+        let delete = DiskOp::DeleteSegment {
+            dir: dir(),
+            segment_base: 0,
+        };
+        disk.apply(delete, &mut rng);
+        assert!(disk.files().is_empty());
+        disk.power_cut(&mut rng);
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+    }
+
+    #[test]
+    fn delete_segment_removes_its_staged_files_too() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        append_cleaned(&mut disk, &mut rng, SegmentFile::TxnIndex, b"t");
+        rename(&mut disk, &mut rng, SegmentFile::TxnIndex, Cleaned, Swap);
+        let delete = DiskOp::DeleteSegment {
+            dir: dir(),
+            segment_base: 0,
+        };
+        let summary = disk.apply(delete, &mut rng);
+        assert!(summary.contains("(3 files)"), "{summary}");
+        assert!(disk.files().is_empty());
+        sync(&mut disk, &mut rng, 2);
+        disk.power_cut(&mut rng);
+        assert!(disk.files().is_empty());
+    }
+
+    #[test]
+    fn adopt_takes_live_files_only() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append(&mut disk, &mut rng, b"abc");
+        append_cleaned(&mut disk, &mut rng, SegmentFile::Log, b"xyz");
+        disk.crash();
+        disk.apply(
+            DiskOp::Adopt {
+                dir: dir(),
+                segment_base: 0,
+            },
+            &mut rng,
+        );
+        sync(&mut disk, &mut rng, 1);
+        assert_eq!(file(&disk).synced_len, 3);
+        let cleaned = &disk.files()[&(dir(), 0, (SegmentFile::Log, Cleaned))];
+        assert_eq!(cleaned.synced_len, 0);
+    }
+
+    #[test]
+    fn boot_state_lists_committed_swaps_and_abandoned_cleanings() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        let at = |base: i64, file, stage| (dir(), base, (file, stage));
+        let mut put = |key: FileKey, bytes: &[u8]| {
+            let (dir, segment_base, (file, stage)) = key;
+            let bytes = Bytes::copy_from_slice(bytes);
+            let op = match stage {
+                Live => DiskOp::Append {
+                    dir: dir.clone(),
+                    segment_base,
+                    file,
+                    bytes,
+                },
+                _ => DiskOp::AppendCleaned {
+                    dir: dir.clone(),
+                    segment_base,
+                    file,
+                    bytes,
+                },
+            };
+            disk.apply(op, &mut rng);
+            if stage == Swap {
+                let op = DiskOp::Rename {
+                    dir,
+                    segment_base,
+                    file,
+                    from: Cleaned,
+                    to: Swap,
+                };
+                disk.apply(op, &mut rng);
+            }
+        };
+        // 0: a committed swap; its .index was renamed into place already.
+        put(at(0, SegmentFile::Log, Live), b"old-log");
+        put(at(0, SegmentFile::TimeIndex, Live), b"old-time");
+        put(at(0, SegmentFile::Log, Swap), b"log");
+        put(at(0, SegmentFile::TimeIndex, Swap), b"time");
+        // 100: index files renamed to .swap, the .log not yet.
+        put(at(100, SegmentFile::Log, Live), b"live");
+        put(at(100, SegmentFile::OffsetIndex, Swap), b"idx");
+        put(at(100, SegmentFile::Log, Cleaned), b"log");
+        // 200: only a .cleaned copy, no live file.
+        put(at(200, SegmentFile::TxnIndex, Cleaned), b"txn");
+        // 300: a live segment alone.
+        put(at(300, SegmentFile::Log, Live), b"l");
+        let state = disk.boot_state(Vec::new());
+        assert_eq!(state.partitions.len(), 1);
+        let p = &state.partitions[0];
+        let bases: Vec<i64> = p.segments.iter().map(|s| s.base_offset).collect();
+        assert_eq!(bases, [0, 100, 300], "segments: bases with a live file");
+        assert_eq!(p.segments[0].log_bytes, Some(7));
+        assert_eq!(p.segments[0].time_index.as_deref(), Some(&b"old-time"[..]));
+        assert_eq!(p.swaps.len(), 1);
+        let swap = &p.swaps[0];
+        assert_eq!(swap.base_offset, 0);
+        assert_eq!(swap.log_bytes, Some(3));
+        assert_eq!(swap.time_index.as_deref(), Some(&b"time"[..]));
+        assert!(swap.offset_index.is_none() && swap.txn_index.is_none());
+        assert_eq!(p.abandoned, [100, 200]);
+    }
+
+    #[test]
+    fn reads_see_live_files_only() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append_cleaned(&mut disk, &mut rng, SegmentFile::Log, b"abc");
+        let range = FileRange {
+            dir: dir(),
+            segment_base: 0,
+            file: SegmentFile::Log,
+            position: 0,
+            len: 1,
+        };
+        assert!(disk.read(&range).is_err());
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Live);
+        assert_eq!(&disk.read(&range).unwrap()[..], b"a");
+    }
+
+    #[test]
+    fn lost_index_files_are_live_ones() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        append_cleaned(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
+        assert!(disk.lose_index_files(1.0, &mut rng).is_empty());
+    }
+
+    /// One random op on two segments of one partition, as the core and its
+    /// cleaner might emit them (and some they would not: renames of files
+    /// not there, renames back, removals mid-swap).
+    fn random_op(rng: &mut ChaCha8Rng) -> DiskOp {
+        let segment_base = [0, 100][rng.random_range(0..2)];
+        let file = SegmentFile::ALL[rng.random_range(0..2)];
+        let bytes = Bytes::copy_from_slice(&b"abcdefgh"[..rng.random_range(0..4)]);
+        let stages = [Live, Cleaned, Swap];
+        match rng.random_range(0..10) {
+            0 | 1 => DiskOp::Append {
+                dir: dir(),
+                segment_base,
+                file,
+                bytes,
+            },
+            2 | 3 => DiskOp::AppendCleaned {
+                dir: dir(),
+                segment_base,
+                file,
+                bytes,
+            },
+            4..=6 => DiskOp::Rename {
+                dir: dir(),
+                segment_base,
+                file,
+                from: stages[rng.random_range(0..3)],
+                to: stages[rng.random_range(0..3)],
+            },
+            7 => DiskOp::DiscardStaged {
+                dir: dir(),
+                segment_base,
+            },
+            8 => DiskOp::DeleteSegment {
+                dir: dir(),
+                segment_base,
+            },
+            _ => DiskOp::Truncate {
+                dir: dir(),
+                segment_base,
+                file,
+                len: rng.random_range(0..6),
+            },
+        }
+    }
+
+    /// What a reader sees: every name and its bytes.
+    fn listing(disk: &SimDisk) -> BTreeMap<String, Vec<u8>> {
+        disk.files()
+            .iter()
+            .map(|(k, f)| (name(k), f.data.clone()))
+            .collect()
+    }
+
+    /// Random ops that succeed (no rename without a source: its error
+    /// would fail the next sync, which then syncs nothing).
+    fn apply_valid_ops(
+        disk: &mut SimDisk,
+        rng: &mut ChaCha8Rng,
+        count: usize,
+        trace: &mut Vec<String>,
+    ) {
+        for _ in 0..count {
+            let op = random_op(rng);
+            if let DiskOp::Rename {
+                segment_base,
+                file,
+                from,
+                to,
+                ..
+            } = &op
+            {
+                let source = (dir(), *segment_base, (*file, *from));
+                if from == to || !disk.files().contains_key(&source) {
+                    continue;
+                }
+            }
+            trace.push(disk.apply(op, rng));
+        }
+    }
+
+    #[test]
+    fn a_power_cut_goes_back_to_the_last_sync_whatever_came_after_it() {
+        for seed in 0..3000 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut disk = SimDisk::default();
+            // What happened, for a failure's message.
+            let mut trace = Vec::new();
+            // Twice: ops, a sync after all of them, and a power cut, which
+            // then changes nothing (the second time, removals and renames
+            // of what the first made durable stay done).
+            for io in [0, 1] {
+                let count = rng.random_range(0..12);
+                apply_valid_ops(&mut disk, &mut rng, count, &mut trace);
+                sync(&mut disk, &mut rng, io);
+                assert_eq!(disk.unsynced(), (0, Vec::new()), "seed {seed}");
+                let synced = listing(&disk);
+                disk.power_cut(&mut rng);
+                assert_eq!(
+                    listing(&disk),
+                    synced,
+                    "seed {seed}: a synced disk keeps all"
+                );
+            }
+
+            // More, a sync issued, then anything while it is in flight and
+            // after it completes (renames, removals, cuts, crashes once it
+            // has, syncs that fail): a power cut goes back to what readers
+            // saw when it was issued, but for unsynced tails written back.
+            let count = rng.random_range(0..6);
+            apply_valid_ops(&mut disk, &mut rng, count, &mut trace);
+            trace.push(disk.apply(DiskOp::Sync { io: 2 }, &mut rng));
+            let synced = listing(&disk);
+            let mut pending = Some(2);
+            let mut in_flight = VecDeque::new();
+            let mut issued = 2;
+            for _ in 0..rng.random_range(0..16) {
+                match rng.random_range(0..12) {
+                    0 => {
+                        issued += 1;
+                        trace.push(disk.apply(DiskOp::Sync { io: issued }, &mut rng));
+                        in_flight.push_back(issued);
+                    }
+                    1 => {
+                        if let Some(io) = pending.take() {
+                            disk.complete_sync(io, false, false).unwrap();
+                            trace.push(format!("sync#{io} done"));
+                        } else if let Some(io) = in_flight.pop_front() {
+                            assert!(disk.complete_sync(io, true, false).is_err());
+                            trace.push(format!("sync#{io} failed"));
+                        }
+                    }
+                    2 if pending.is_none() => {
+                        disk.crash();
+                        in_flight.clear();
+                        trace.push("crash".into());
+                    }
+                    _ => {
+                        let op = random_op(&mut rng);
+                        if pending.is_some() && matches!(op, DiskOp::Truncate { .. }) {
+                            // A cut racing the fdatasync of a file the sync
+                            // covers may be caught by it (a sync may make
+                            // more durable than it promises).
+                            continue;
+                        }
+                        trace.push(disk.apply(op, &mut rng));
+                    }
+                }
+            }
+            if let Some(io) = pending {
+                disk.complete_sync(io, false, false).unwrap();
+            }
+            // A durable file changed is at risk (an empty file created is
+            // not: it may vanish, but takes nothing with it).
+            let (_, at_risk) = disk.unsynced();
+            let now = listing(&disk);
+            let changed = synced
+                .iter()
+                .any(|(name, bytes)| now.get(name) != Some(bytes));
+            assert!(
+                !changed || !at_risk.is_empty(),
+                "seed {seed}: a change nothing reports"
+            );
+            disk.power_cut(&mut rng);
+            let after = listing(&disk);
+            for (name, bytes) in &synced {
+                let back = after.get(name);
+                assert!(
+                    back.is_some_and(|b| b.starts_with(bytes)),
+                    "seed {seed}: {name} held {bytes:?} at the sync, {back:?} after the cut:\n{}",
+                    trace.join("\n")
+                );
+            }
+            for f in disk.files().values() {
+                assert!(f.durable && f.synced_len == f.data.len(), "seed {seed}");
+                assert!(f.moved.is_empty() && f.cut.is_none(), "seed {seed}");
+            }
+            assert!(disk.shadows.is_empty() && disk.orphans.is_empty());
+        }
     }
 }

@@ -215,8 +215,10 @@ fn check(
         let Some(value) = c.value.as_ref() else {
             continue;
         };
-        topic_config::validate(&key, value).map_err(|m| (ResponseError::InvalidConfig, m))?;
-        configs.insert(key, value.to_string());
+        // Stored as Kafka describes it (see `topic_config::normalize`).
+        let value =
+            topic_config::normalize(&key, value).map_err(|m| (ResponseError::InvalidConfig, m))?;
+        configs.insert(key, value);
     }
     Ok((partitions, configs))
 }

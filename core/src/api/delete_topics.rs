@@ -79,10 +79,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
             key: meta::topic_key(n),
         })
         .collect();
-    // Its partitions' recovery checkpoints go with it.
+    // Its partitions' recovery checkpoints and log starts go with it.
     for (n, id) in &topics {
         let partitions = b.topics().get(n).map_or(0, |t| t.partitions.len() as i32);
         ops.extend(crate::checkpoint::delete_ops(id, partitions));
+        ops.extend(meta::log_start_delete_ops(id, partitions));
     }
     b.emit_meta(
         ops,

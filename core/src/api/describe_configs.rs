@@ -2,9 +2,10 @@
 //!
 //! Topics (resource type 2): every topic config this broker knows, with the
 //! topic's override (source DYNAMIC_TOPIC_CONFIG) or the broker's default
-//! (DEFAULT_CONFIG). The broker (type 4, named by its node id or ""): its
-//! properties, read-only (they come from the command line or config file:
-//! STATIC_BROKER_CONFIG). `configuration_keys` filters; synonyms are not
+//! (DEFAULT_CONFIG), and Kafka's type for it (LIST for cleanup.policy,
+//! DOUBLE, INT, LONG, STRING). The broker (type 4, named by its node id or
+//! ""): its properties, read-only (they come from the command line or config
+//! file: STATIC_BROKER_CONFIG). `configuration_keys` filters; synonyms are not
 //! reported (an empty list, which clients accept).
 
 use kafka_protocol::messages::describe_configs_response::{
@@ -16,7 +17,7 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::topic_config::{self, Kind, TOPIC_CONFIGS};
+use crate::topic_config::{self, TOPIC_CONFIGS};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
@@ -24,7 +25,6 @@ const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 const TYPE_STRING: i8 = 2;
-const TYPE_LONG: i8 = 5;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsRequest) {
     let results = req.resources.iter().map(|r| describe(b, r)).collect();
@@ -47,6 +47,9 @@ fn entry(
         .with_read_only(read_only)
         .with_config_source(source)
         .with_config_type(config_type)
+        // Kafka sends null unless include_documentation asks (it never
+        // does from the tools), not an empty text.
+        .with_documentation(None)
 }
 
 fn describe(
@@ -75,11 +78,7 @@ fn describe(
                 .iter()
                 .filter(|(name, _)| wanted(name))
                 .map(|(name, kind)| {
-                    let config_type = if matches!(kind, Kind::Long { .. }) {
-                        TYPE_LONG
-                    } else {
-                        TYPE_STRING
-                    };
+                    let config_type = kind.describe_type();
                     match topic.record.configs.get(*name) {
                         Some(v) => entry(name, v.clone(), false, SOURCE_DYNAMIC_TOPIC, config_type),
                         None => {

@@ -9,10 +9,13 @@ use crate::broker::Broker;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
+pub mod alter_configs;
 pub mod api_versions;
+pub(crate) mod config_writes;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
+pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_cluster;
@@ -25,6 +28,7 @@ pub mod fetch;
 pub mod fetch_frame;
 pub mod find_coordinator;
 pub mod heartbeat;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
 pub mod join_group;
 pub mod leave_group;
@@ -57,6 +61,8 @@ pub enum ApiWrite {
     OffsetCommit(offset_commit::PendingCommit),
     OffsetDelete(offset_delete::PendingOffsetDelete),
     DeleteGroups(delete_groups::PendingDeleteGroups),
+    AlterConfigs(config_writes::PendingConfigs),
+    DeleteRecords(delete_records::PendingDeleteRecords),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -75,6 +81,19 @@ fn admin_topics(request: &RequestKind) -> Option<Vec<String>> {
                 .collect()
         }
         RequestKind::CreatePartitions(r) => r.topics.iter().map(|t| t.name.0.to_string()).collect(),
+        RequestKind::AlterConfigs(r) => r
+            .resources
+            .iter()
+            .filter(|r| r.resource_type == config_writes::RESOURCE_TOPIC)
+            .map(|r| r.resource_name.to_string())
+            .collect(),
+        RequestKind::IncrementalAlterConfigs(r) => r
+            .resources
+            .iter()
+            .filter(|r| r.resource_type == config_writes::RESOURCE_TOPIC)
+            .map(|r| r.resource_name.to_string())
+            .collect(),
+        RequestKind::DeleteRecords(r) => r.topics.iter().map(|t| t.name.0.to_string()).collect(),
         _ => return None,
     })
 }
@@ -101,6 +120,8 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::DeleteTopics(r) => delete_topics::handle(b, ctx, r),
         RequestKind::CreatePartitions(r) => create_partitions::handle(b, ctx, r),
         RequestKind::DescribeConfigs(r) => describe_configs::handle(b, ctx, r),
+        RequestKind::AlterConfigs(r) => alter_configs::handle(b, ctx, r),
+        RequestKind::IncrementalAlterConfigs(r) => incremental_alter_configs::handle(b, ctx, r),
         RequestKind::DescribeCluster(r) => describe_cluster::handle(b, ctx, r),
         RequestKind::InitProducerId(r) => init_producer_id::handle(b, ctx, r),
         RequestKind::FindCoordinator(r) => find_coordinator::handle(b, ctx, r),
@@ -114,6 +135,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::ListGroups(r) => list_groups::handle(b, ctx, r),
         RequestKind::DescribeGroups(r) => describe_groups::handle(b, ctx, r),
         RequestKind::DeleteGroups(r) => delete_groups::handle(b, ctx, r),
+        RequestKind::DeleteRecords(r) => delete_records::handle(b, ctx, r),
         RequestKind::AddPartitionsToTxn(r) => add_partitions_to_txn::handle(b, ctx, r),
         RequestKind::AddOffsetsToTxn(r) => add_offsets_to_txn::handle(b, ctx, r),
         RequestKind::TxnOffsetCommit(r) => txn_offset_commit::handle(b, ctx, r),
@@ -138,5 +160,7 @@ pub(crate) fn apply_meta(b: &mut Broker, write: ApiWrite, stored: bool) {
         ApiWrite::OffsetCommit(p) => offset_commit::apply(b, p, stored),
         ApiWrite::OffsetDelete(p) => offset_delete::apply(b, p, stored),
         ApiWrite::DeleteGroups(p) => delete_groups::apply(b, p, stored),
+        ApiWrite::AlterConfigs(p) => config_writes::apply(b, p, stored),
+        ApiWrite::DeleteRecords(p) => delete_records::apply(b, p, stored),
     }
 }

@@ -56,6 +56,9 @@ pub(crate) struct ReadingRequests {
     requests: Vec<Reading>,
     in_flight: BTreeMap<IoId, FileRange>,
     by_range: BTreeMap<FileRange, IoId>,
+    /// Reads in flight of a segment the cleaner has since replaced: their
+    /// bytes are of the old file and are not handed to anyone.
+    stale: BTreeSet<IoId>,
 }
 
 impl ReadingRequests {
@@ -70,6 +73,28 @@ impl ReadingRequests {
     /// The read in flight for `range`, if one is.
     pub fn in_flight_for(&self, range: &FileRange) -> Option<IoId> {
         self.by_range.get(range).copied()
+    }
+
+    /// The cleaner swapped a new file in for a segment: what requests read
+    /// of the old one is dropped (they read again, at the new positions),
+    /// and the reads of it in flight are not given out when they complete.
+    pub fn forget_segment(&mut self, dir: &crate::io::PartitionDir, segment_base: i64) {
+        let of_segment = |r: &FileRange| r.dir == *dir && r.segment_base == segment_base;
+        for r in &mut self.requests {
+            r.gathered.reads.retain(|range, _| !of_segment(range));
+            r.gathered.failed.retain(|range| !of_segment(range));
+        }
+        for (io, range) in &self.in_flight {
+            if of_segment(range) {
+                self.stale.insert(*io);
+                self.by_range.remove(range);
+            }
+        }
+    }
+
+    /// Whether read `io` was of a segment replaced since it was issued.
+    pub fn is_stale(&self, io: IoId) -> bool {
+        self.stale.contains(&io)
     }
 
     /// A read of `range` was issued as `io`.
@@ -91,7 +116,10 @@ impl ReadingRequests {
         result: &Result<Bytes, IoError>,
     ) -> (FileRange, Vec<Reading>) {
         let range = self.in_flight.remove(&io).expect("a request read");
-        self.by_range.remove(&range);
+        let stale = self.stale.remove(&io);
+        if !stale {
+            self.by_range.remove(&range);
+        }
         if let Err(e) = result {
             tracing::error!(dir = %range.dir.dir_name(), segment = range.segment_base, "read failed: {}", e.0);
         }
@@ -99,7 +127,7 @@ impl ReadingRequests {
         let mut i = 0;
         while i < self.requests.len() {
             let r = &mut self.requests[i];
-            if r.awaiting.remove(&io) {
+            if r.awaiting.remove(&io) && !stale {
                 match result {
                     Ok(bytes) => {
                         r.gathered.reads.insert(range.clone(), bytes.clone());

@@ -76,6 +76,7 @@ impl Broker {
         }
         self.complete_durable_produces();
         crate::txn::complete::on_sync(self);
+        self.cleaner_sync_done(io, ok);
         api::fetch::wake(self, true);
         // What was appended meanwhile rides the next sync (the calls above
         // may have started it already).
@@ -85,6 +86,9 @@ impl Broker {
     pub(super) fn handle_read_done(&mut self, io: IoId, result: Result<Bytes, IoError>) {
         if self.booting.as_ref().is_some_and(|b| b.is_boot_read(io)) {
             return recovery::read_done(self, io, result);
+        }
+        if self.cleaner.owns_read(io) {
+            return self.cleaner_read_done(result);
         }
         assert!(
             self.reading.is_request_read(io),

@@ -16,6 +16,8 @@
 //! - `checkpoint`: when recovery checkpoints are written;
 //! - `recovery`: the start-up until the broker serves.
 
+pub(crate) mod cleaner;
+pub use cleaner::CleanerProgress;
 mod checkpoint;
 mod disk;
 mod partition;
@@ -93,6 +95,8 @@ pub struct Broker {
     checkpoints: Checkpoints,
     /// Requests waiting for reads of the log (`api::reads`).
     reading: api::reads::ReadingRequests,
+    /// The log cleaner (`cleaner`).
+    cleaner: cleaner::Cleaner,
     /// `Input::Shutdown` came; `Output::Stopped` once all is durable.
     shutting_down: bool,
     stopped: bool,
@@ -126,6 +130,7 @@ impl Broker {
             offline: BTreeSet::new(),
             checkpoints: Checkpoints::default(),
             reading: Default::default(),
+            cleaner: Default::default(),
             shutting_down: false,
             stopped: false,
         }
@@ -242,7 +247,10 @@ impl Broker {
         if self.now_ms >= self.next_retention_check_ms {
             self.next_retention_check_ms =
                 self.now_ms + self.config.retention_check_interval_ms.max(1);
-            let ops = self.topics.apply_retention(&self.config, self.now_ms);
+            let cleaning = self.cleaner.cleaning_key();
+            let ops = self
+                .topics
+                .apply_retention(&self.config, self.now_ms, cleaning.as_ref());
             for (key, op) in ops {
                 self.emit_disk(key, op);
             }
@@ -264,6 +272,7 @@ impl Broker {
         self.groups.tick(self.now_ms);
         self.flush_group_answers();
         crate::txn::timers::tick(self);
+        self.cleaner_tick();
         self.checkpoint_tick();
         api::fetch::wake(self, false);
     }
@@ -311,6 +320,9 @@ impl Broker {
         }
         deadline_ms = deadline_ms.min(crate::txn::timers::next_deadline_ms(self));
         deadline_ms = deadline_ms.min(self.checkpoints.next_deadline_ms());
+        if let Some(clean_ms) = self.cleaner.next_deadline_ms() {
+            deadline_ms = deadline_ms.min(clean_ms);
+        }
         Some(deadline_ms)
     }
 }

@@ -37,12 +37,17 @@ pub(crate) struct PartitionView<'a> {
 }
 
 impl PartitionView<'_> {
-    /// The first offset of the oldest open transaction, or the high watermark.
+    /// The first offset of the oldest open transaction, or the high
+    /// watermark. Never below the log start: a transaction that began below
+    /// a start DeleteRecords moved stays open, and its first offset counts
+    /// as the log start, as Kafka's UnifiedLog.maybeIncrementFirstUnstableOffset
+    /// takes max(first unstable offset, log start offset).
     pub fn last_stable_offset(&self) -> i64 {
         let hw = self.log.high_watermark();
+        let start = self.log.log_start_offset();
         self.txns
             .and_then(|t| t.first_unstable_offset())
-            .map_or(hw, |first| first.min(hw))
+            .map_or(hw, |first| first.max(start).min(hw))
     }
 
     /// What a reader may see up to: the LSO under read_committed, else the
@@ -200,6 +205,32 @@ impl Broker {
             self.emit_disk(key.clone(), op);
         }
         Ok(info.base_offset)
+    }
+
+    /// Moves a partition's log start to `offset` (DeleteRecords, once meta.db
+    /// holds it), deletes the segments wholly below it, and returns the log
+    /// start now (larger than `offset` if retention got further meanwhile).
+    ///
+    /// Producer state stays as it is: since KIP-360 Kafka keeps a producer
+    /// whose batches were all deleted until producer.id.expiration.ms
+    /// (ProducerStateManager.onLogStartOffsetIncremented drops only completed
+    /// transactions whose marker is below the start, which we forget when
+    /// their marker is durable), so an idempotent producer is not answered
+    /// UNKNOWN_PRODUCER_ID after its records go. Open transactions stay open;
+    /// the stable offset counts from the start (`last_stable_offset`).
+    pub(crate) fn move_log_start(&mut self, key: &PartitionKey, offset: i64) -> Option<i64> {
+        let log = self.topics.partition_mut_by_key(key)?;
+        let ops = log.increment_log_start(offset);
+        let start = log.log_start_offset();
+        assert!(start >= offset, "the log start never moves back");
+        // Aborted transactions wholly below the start are no longer fetched.
+        if let Some(txns) = self.partition_txns.get_mut(key) {
+            txns.forget_below(start);
+        }
+        for op in ops {
+            self.emit_disk(key.clone(), op);
+        }
+        Some(start)
     }
 
     /// The partition's producer state (empty for a partition never written).

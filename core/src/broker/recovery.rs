@@ -48,6 +48,8 @@ struct PartitionBoot {
     producers: ProducerStates,
     txns: PartitionTxns,
     checkpoint_offset: Option<i64>,
+    /// The log start DeleteRecords stored (`meta::LogStartRecord`), if any.
+    stored_log_start: Option<i64>,
     failures: u32,
 }
 
@@ -90,6 +92,7 @@ impl Boot {
 /// Step 1 and the start of step 2.
 pub(crate) fn start(b: &mut Broker, state: BootState) {
     let mut checkpoints: BTreeMap<(String, i32), CheckpointRecord> = BTreeMap::new();
+    let mut log_starts: BTreeMap<(String, i32), i64> = BTreeMap::new();
     for (key, value) in &state.meta {
         match meta::decode_entry(key, value) {
             Ok(MetaEntry::ProducerIds(record)) => b.producer_ids.boot(&record),
@@ -99,6 +102,13 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
                 record,
             }) => {
                 checkpoints.insert((topic_id, partition), record);
+            }
+            Ok(MetaEntry::LogStart {
+                topic_id,
+                partition,
+                record,
+            }) => {
+                log_starts.insert((topic_id, partition), record.offset);
             }
             _ => {}
         }
@@ -120,12 +130,20 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
             b.emit_disk(key, DiskOp::DeletePartition { dir });
             continue;
         };
-        let record = checkpoints.remove(&(key.id.hyphenated().to_string(), key.partition));
+        let id = key.id.hyphenated().to_string();
+        let stored_log_start = log_starts.remove(&(id.clone(), key.partition));
+        let record = checkpoints.remove(&(id, key.partition));
         let checkpoint_existed = record.is_some();
+        // A cleaning a crash interrupted is finished or discarded first.
+        let (segments, staged_ops) =
+            crate::log::clean::finish_swaps(&dir, found.segments, found.swaps, found.abandoned);
+        for op in staged_ops {
+            b.emit_disk(key.clone(), op);
+        }
         let mut recovery = LogRecovery::start(
             dir,
             segment_bytes,
-            found.segments,
+            segments,
             record.as_ref().map(|r| &r.log),
         );
         let used = recovery.from_checkpoint();
@@ -153,6 +171,7 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
                 producers,
                 txns,
                 checkpoint_offset,
+                stored_log_start,
                 failures: 0,
             },
         );
@@ -287,7 +306,10 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
         .remove(&key)
         .expect("finishing a booting partition");
     boot.recovered.push(key.clone());
-    let log = part.recovery.finish();
+    let mut log = part.recovery.finish();
+    if let Some(offset) = part.stored_log_start {
+        log.restore_log_start(offset);
+    }
     let hw = log.high_watermark();
     let log_start = log.log_start_offset();
     let mut txns = part.txns;

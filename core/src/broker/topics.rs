@@ -6,6 +6,7 @@ use uuid::Uuid;
 
 use super::Broker;
 use crate::meta::TopicRecord;
+use crate::topic_config::CleanupConfig;
 
 impl Broker {
     /// A fresh id for a topic being created.
@@ -31,6 +32,20 @@ impl Broker {
     /// Grows a topic to the partitions of its stored record.
     pub(crate) fn grow_topic(&mut self, name: &str, record: TopicRecord) {
         self.topics.grow(&self.config, name, record);
+    }
+
+    /// Puts in force the config overrides of a topic's stored record
+    /// (AlterConfigs, IncrementalAlterConfigs): from the next append, the
+    /// next fetch, the next retention check on.
+    pub(crate) fn set_topic_configs(&mut self, name: &str, record: TopicRecord) {
+        self.topics.set_configs(&self.config, name, record);
+    }
+
+    /// What the log cleaner and retention need of a topic's configs (its
+    /// overrides, else the broker's defaults); `None` for a topic that does
+    /// not exist.
+    pub fn cleanup_config(&self, topic: &str) -> Option<CleanupConfig> {
+        Some(self.topics.get(topic)?.cleanup_config(&self.config))
     }
 
     /// Forgets a deleted topic: its partitions' producer and transaction

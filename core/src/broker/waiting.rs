@@ -102,8 +102,9 @@ impl Broker {
         io: IoId,
         result: Result<Bytes, IoError>,
     ) -> Vec<Reading> {
+        let stale = self.reading.is_stale(io);
         let (range, ready) = self.reading.complete(io, &result);
-        if result.is_err() {
+        if result.is_err() && !stale {
             self.take_offline(&range);
         }
         ready

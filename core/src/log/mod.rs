@@ -18,6 +18,7 @@
 //! (`mark_durable`), and after a failed sync everything above it is cut off
 //! (`truncate_to_durable`).
 
+pub mod clean;
 pub mod index;
 mod read;
 pub mod recovery;
@@ -113,6 +114,9 @@ pub struct SyncPoint {
 pub struct PartitionLog {
     dir: PartitionDir,
     segment_bytes: u64,
+    /// segment.ms: an append rolls the active segment once it has waited
+    /// longer than this (`Segment::time_waited_for_roll_ms`).
+    segment_ms: i64,
     /// Oldest first; the last is the active segment, the only one appended to.
     /// Empty only for a new log before its first append.
     segments: VecDeque<Segment>,
@@ -161,6 +165,9 @@ impl PartitionLog {
         Self {
             dir,
             segment_bytes,
+            // No time roll until the topic's segment.ms is set: a log made
+            // without a topic (tests, tools) rolls by size alone.
+            segment_ms: i64::MAX,
             segments: VecDeque::new(),
             log_start_offset: offset,
             log_end_offset: offset,
@@ -287,12 +294,26 @@ impl PartitionLog {
         self.segment_bytes = segment_bytes;
     }
 
+    /// Changes segment.ms: from the next append on, the active segment rolls
+    /// once it is older than this.
+    pub fn set_segment_ms(&mut self, segment_ms: i64) {
+        assert!(segment_ms >= 1, "segment.ms is at least 1");
+        self.segment_ms = segment_ms;
+    }
+
+    /// segment.bytes and segment.ms, as set.
+    pub fn roll_limits(&self) -> (u64, i64) {
+        (self.segment_bytes, self.segment_ms)
+    }
+
     /// Appends one batch, already validated (`batch::split_produce_records`)
     /// or built by the broker (a marker), at the log end offset. Rolls to a new
     /// segment when the active one is non-empty and the batch would take it
     /// past segment.bytes (a batch larger than segment.bytes gets a segment of
-    /// its own), or when its offsets would not fit the index's relative
-    /// offsets. With `log_append_time` the batch is stamped with `now_ms`.
+    /// its own), when it has waited longer than segment.ms (Kafka's
+    /// LogSegment.shouldRoll, checked at append as there), or when its
+    /// offsets would not fit the index's relative offsets. With
+    /// `log_append_time` the batch is stamped with `now_ms`.
     pub fn append(&mut self, batch: Bytes, now_ms: i64, log_append_time: bool) -> AppendInfo {
         let base_offset = self.log_end_offset;
         let log_append_time_ms = if log_append_time {
@@ -308,17 +329,20 @@ impl PartitionLog {
         );
         let size_bytes = bytes.len() as u64;
         let mut ops = Vec::new();
-        let roll = match self.segments.back() {
+        let segment_ms = self.segment_ms;
+        let roll = match self.segments.back_mut() {
             None => true,
             Some(active) => {
                 let full = active.size_bytes + size_bytes > self.segment_bytes;
                 let relative_overflow =
                     header.last_offset() - active.base_offset > i64::from(i32::MAX);
-                active.size_bytes > 0 && (full || relative_overflow)
+                let waited_ms = active.time_waited_for_roll_ms(now_ms, header.max_timestamp);
+                let aged = waited_ms > segment_ms;
+                active.size_bytes > 0 && (full || relative_overflow || aged)
             }
         };
         if roll {
-            ops.extend(self.roll(base_offset));
+            ops.extend(self.roll(base_offset, now_ms));
         }
         let dir = self.dir.clone();
         let active = self
@@ -353,13 +377,14 @@ impl PartitionLog {
 
     /// Starts a new active segment at `base_offset`: the old one gets its
     /// final time index entry, the new one its four files.
-    fn roll(&mut self, base_offset: i64) -> Vec<DiskOp> {
+    fn roll(&mut self, base_offset: i64, now_ms: i64) -> Vec<DiskOp> {
         let mut ops = Vec::new();
         let dir = self.dir.clone();
         if let Some(active) = self.segments.back_mut() {
             ops.extend(active.maybe_time_entry(&dir));
         }
-        let segment = Segment::new(base_offset);
+        let mut segment = Segment::new(base_offset);
+        segment.created_ms = now_ms;
         ops.extend(segment.create_ops(&dir));
         self.segments.push_back(segment);
         ops

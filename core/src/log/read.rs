@@ -148,7 +148,10 @@ impl PartitionLog {
         Ok(Walk::Batch(pos, whole))
     }
 
-    /// Finds the batch holding `offset` (log start <= offset < high watermark).
+    /// Finds the batch holding `offset` (log start <= offset < high watermark),
+    /// or, when the cleaner removed it, the first batch after it (a
+    /// compacted log has gaps; Kafka's fetch also answers from the next
+    /// batch there is, possibly in a later segment).
     pub fn locate(&self, offset: i64, reads: &Reads) -> Locate {
         if offset < self.log_start_offset || offset >= self.high_watermark {
             return Locate::Failed(ReadError::OffsetOutOfRange);
@@ -156,10 +159,10 @@ impl PartitionLog {
         if let Some(pos) = self.known_batch(offset) {
             return Locate::Found(pos);
         }
-        let Some(i) = self.segment_index(offset) else {
+        let Some(mut i) = self.segment_index(offset) else {
             return Locate::Failed(ReadError::OffsetOutOfRange);
         };
-        let segment = &self.segments[i];
+        let mut segment = &self.segments[i];
         // Start at the index entry, or past a known batch below the offset.
         let mut position = segment.index_position(offset);
         if let Some((_, below)) = self.known.range(..=offset).next_back() {
@@ -170,13 +173,23 @@ impl PartitionLog {
         for _ in 0..limits::LOCATE_STEPS_MAX {
             match self.walk(segment, position, reads) {
                 Err(range) => return Locate::Need(range),
-                Ok(Walk::Failed) => return Locate::Failed(ReadError::Corrupt),
-                Ok(Walk::Batch(pos, _)) if pos.last_offset >= offset => {
-                    if pos.base_offset > offset {
-                        return Locate::Failed(ReadError::Corrupt);
+                Ok(Walk::Failed) => {
+                    // The segment ends before any batch reaching the offset:
+                    // the cleaner emptied its tail; go on in the next one.
+                    let next = self.segments.get(i + 1);
+                    match next {
+                        Some(next)
+                            if position == self.durable_end(segment)
+                                && next.base_offset < self.high_watermark =>
+                        {
+                            i += 1;
+                            segment = next;
+                            position = 0;
+                        }
+                        _ => return Locate::Failed(ReadError::Corrupt),
                     }
-                    return Locate::Found(pos);
                 }
+                Ok(Walk::Batch(pos, _)) if pos.last_offset >= offset => return Locate::Found(pos),
                 Ok(Walk::Batch(pos, _)) => position = pos.end_position(),
             }
         }
@@ -201,17 +214,16 @@ impl PartitionLog {
             .expect("a located batch's segment is retained");
         let end = if upper.segment_base == segment.base_offset {
             upper.position
-        } else {
-            assert!(
-                upper.segment_base > segment.base_offset,
-                "the read bound lies after the first batch"
-            );
+        } else if upper.segment_base > segment.base_offset {
             self.durable_end(segment)
+        } else {
+            0
         };
-        assert!(
-            first.end_position() <= end,
-            "the first batch is below the bound"
-        );
+        if first.end_position() > end {
+            // The fetch offset lay in a gap the cleaner left just below the
+            // bound (an open transaction's first batch): nothing to send yet.
+            return self.range(first.segment_base, first.position, 0);
+        }
         let available = end - first.position;
         let mut len = available.min(max_bytes as u64);
         if min_one_batch {

@@ -341,7 +341,7 @@ impl LogRecovery {
                 }
                 break;
             }
-            let header = match batch::check_batch(rest) {
+            let header = match batch::check_stored_batch(rest) {
                 Ok(h) => h,
                 Err(e) => {
                     self.torn(&job, position, &e.to_string());

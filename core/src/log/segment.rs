@@ -34,6 +34,15 @@ pub struct Segment {
     /// Bytes appended since the last offset index entry (Kafka's
     /// bytesSinceLastIndexEntry).
     pub(super) bytes_since_index_entry: u64,
+    /// The largest timestamp of the segment's first batch, which segment.ms
+    /// is measured from (Kafka's rollingBasedTimestamp); `None` while
+    /// unknown: no batch yet, or a segment taken from its index files at
+    /// start-up, whose first batch was not read.
+    pub(super) first_batch_timestamp_ms: Option<i64>,
+    /// Broker time the segment was made, or first appended to after a
+    /// start-up (-1: not yet): segment.ms is measured from it when the first
+    /// batch has no timestamp (Kafka's `created`).
+    pub(super) created_ms: i64,
 }
 
 /// Two segments are equal when they hold the same: what is known synced of
@@ -75,6 +84,25 @@ impl Segment {
             txn_entries: 0,
             durable_index_bytes: [0; 3],
             bytes_since_index_entry: 0,
+            first_batch_timestamp_ms: None,
+            created_ms: -1,
+        }
+    }
+
+    /// How long the segment has waited to roll when a batch whose largest
+    /// timestamp is `batch_timestamp_ms` comes at `now_ms`, as Kafka's
+    /// LogSegment.timeWaitedForRoll: from the first batch's timestamp to
+    /// this batch's when the first has one, else from the segment's making
+    /// to now. A segment from start-up whose first batch is unknown counts
+    /// from its first append after the start (Kafka reads the first batch
+    /// from the file; we do not read for this).
+    pub(super) fn time_waited_for_roll_ms(&mut self, now_ms: i64, batch_timestamp_ms: i64) -> i64 {
+        if self.created_ms < 0 {
+            self.created_ms = now_ms;
+        }
+        match self.first_batch_timestamp_ms {
+            Some(first_ms) if first_ms >= 0 => batch_timestamp_ms.saturating_sub(first_ms),
+            _ => now_ms.saturating_sub(self.created_ms),
         }
     }
 
@@ -138,6 +166,9 @@ impl Segment {
         );
         let size_bytes = header.total_bytes() as u64;
         let last_offset = header.last_offset();
+        if position == 0 {
+            self.first_batch_timestamp_ms = Some(header.max_timestamp);
+        }
         if header.max_timestamp > self.max_timestamp_ms {
             self.max_timestamp_ms = header.max_timestamp;
             self.offset_of_max_timestamp = last_offset;
@@ -219,6 +250,12 @@ impl Segment {
     ) -> DiskOp {
         assert!(position <= self.size_bytes, "truncation only shortens");
         self.size_bytes = position;
+        if position == 0 {
+            // Emptied: segment.ms counts afresh, as Kafka's truncateTo resets
+            // `created` and the rolling timestamp (here from the next append).
+            self.first_batch_timestamp_ms = None;
+            self.created_ms = -1;
+        }
         self.next_offset = next_offset;
         self.offset_index
             .retain(|e| u64::from(e.position) < position);

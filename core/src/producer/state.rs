@@ -122,6 +122,22 @@ impl ProducerStates {
         }
     }
 
+    /// Each producer's last entry, for the log cleaner: it keeps the batch
+    /// holding a producer's last sequence (or its last marker), even
+    /// emptied, so that its epoch and sequence survive compaction.
+    pub fn last_records(&self) -> BTreeMap<i64, crate::log::clean::filter::LastRecord> {
+        self.producers
+            .iter()
+            .map(|(id, entry)| {
+                let last = crate::log::clean::filter::LastRecord {
+                    last_data_offset: entry.batches.back().map(|b| b.last_offset),
+                    epoch: entry.epoch,
+                };
+                (*id, last)
+            })
+            .collect()
+    }
+
     /// The log was cut at `offset`: batches at or past it are forgotten (a
     /// producer keeps its epoch; with no batch left it accepts any sequence).
     pub fn truncate_above(&mut self, offset: i64) {

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::{Bytes, BytesMut};
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
 use doze_core::{
-    BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId,
-    MetaOp, Output, PartitionDir, SegmentFile,
+    BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input,
+    IoError, IoId, MetaOp, Output, PartitionDir, SegmentFile,
 };
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
@@ -32,6 +32,8 @@ pub struct World {
     pub config: BrokerConfig,
     pub now_ms: i64,
     pub files: BTreeMap<(PartitionDir, i64, SegmentFile), File>,
+    /// The log cleaner's `.cleaned` and `.swap` files.
+    pub staged: BTreeMap<(PartitionDir, i64, SegmentFile, FileStage), File>,
     pub meta: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Syncs and meta writes issued but not completed yet.
     pub pending_syncs: VecDeque<IoId>,
@@ -67,6 +69,7 @@ impl World {
             config,
             now_ms: T0_MS,
             files: BTreeMap::new(),
+            staged: BTreeMap::new(),
             meta: BTreeMap::new(),
             pending_syncs: VecDeque::new(),
             pending_meta: VecDeque::new(),
@@ -91,7 +94,7 @@ impl World {
     /// bytes (and unfinished meta writes) are lost first.
     pub fn restart(&mut self, power_cut: bool) {
         if power_cut {
-            for f in self.files.values_mut() {
+            for f in self.files.values_mut().chain(self.staged.values_mut()) {
                 f.data.truncate(f.synced_len);
             }
         }
@@ -124,6 +127,37 @@ impl World {
                 SegmentFile::TxnIndex => seg.txn_index = Some(data),
             }
         }
+        let mut swaps: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
+        let mut abandoned: BTreeMap<PartitionDir, std::collections::BTreeSet<i64>> =
+            BTreeMap::new();
+        for ((dir, base, kind, stage), f) in &self.staged {
+            parts.entry(dir.clone()).or_default();
+            let committed =
+                self.staged
+                    .contains_key(&(dir.clone(), *base, SegmentFile::Log, FileStage::Swap));
+            if !committed {
+                abandoned.entry(dir.clone()).or_default().insert(*base);
+                continue;
+            }
+            if *stage != FileStage::Swap {
+                continue;
+            }
+            let seg = swaps
+                .entry(dir.clone())
+                .or_default()
+                .entry(*base)
+                .or_insert_with(|| RecoveredSegment {
+                    base_offset: *base,
+                    ..Default::default()
+                });
+            let data = Bytes::from(f.data.clone());
+            match kind {
+                SegmentFile::Log => seg.log_bytes = Some(f.data.len() as u64),
+                SegmentFile::OffsetIndex => seg.offset_index = Some(data),
+                SegmentFile::TimeIndex => seg.time_index = Some(data),
+                SegmentFile::TxnIndex => seg.txn_index = Some(data),
+            }
+        }
         let state = BootState {
             meta: self
                 .meta
@@ -133,6 +167,14 @@ impl World {
             partitions: parts
                 .into_iter()
                 .map(|(dir, segments)| RecoveredPartition {
+                    swaps: swaps
+                        .remove(&dir)
+                        .map(|s| s.into_values().collect())
+                        .unwrap_or_default(),
+                    abandoned: abandoned
+                        .remove(&dir)
+                        .map(|s| s.into_iter().collect())
+                        .unwrap_or_default(),
                     dir,
                     segments: segments.into_values().collect(),
                 })
@@ -252,8 +294,48 @@ impl World {
                 DiskOp::DeleteSegment { dir, segment_base } => {
                     self.files
                         .retain(|(d, b, _), _| !(*d == dir && *b == segment_base));
+                    self.staged
+                        .retain(|(d, b, _, _), _| !(*d == dir && *b == segment_base));
                 }
-                DiskOp::DeletePartition { dir } => self.files.retain(|(d, _, _), _| *d != dir),
+                DiskOp::DeletePartition { dir } => {
+                    self.files.retain(|(d, _, _), _| *d != dir);
+                    self.staged.retain(|(d, _, _, _), _| *d != dir);
+                }
+                DiskOp::AppendCleaned {
+                    dir,
+                    segment_base,
+                    file,
+                    bytes,
+                } => self
+                    .staged
+                    .entry((dir, segment_base, file, FileStage::Cleaned))
+                    .or_default()
+                    .data
+                    .extend_from_slice(&bytes),
+                DiskOp::Rename {
+                    dir,
+                    segment_base,
+                    file,
+                    from,
+                    to,
+                } => {
+                    // Renames are durable at once here (a sync makes all
+                    // durable anyway); SimDisk models them being undone.
+                    let moved = if from == FileStage::Live {
+                        self.files.remove(&(dir.clone(), segment_base, file))
+                    } else {
+                        self.staged.remove(&(dir.clone(), segment_base, file, from))
+                    };
+                    let moved = moved.expect("a rename's source exists");
+                    if to == FileStage::Live {
+                        self.files.insert((dir, segment_base, file), moved);
+                    } else {
+                        self.staged.insert((dir, segment_base, file, to), moved);
+                    }
+                }
+                DiskOp::DiscardStaged { dir, segment_base } => self
+                    .staged
+                    .retain(|(d, b, _, _), _| !(*d == dir && *b == segment_base)),
                 DiskOp::Read { io, range } => {
                     self.reads_log.push(range.clone());
                     self.pending_reads.push_back((io, range));
@@ -313,7 +395,7 @@ impl World {
             let result = if std::mem::take(&mut self.fail_next_sync) {
                 Err(doze_core::IoError("injected".into()))
             } else {
-                for f in self.files.values_mut() {
+                for f in self.files.values_mut().chain(self.staged.values_mut()) {
                     f.synced_len = f.data.len();
                 }
                 Ok(())
@@ -462,6 +544,45 @@ pub fn producer_batch(
             timestamp: timestamp_ms,
             key: None,
             value: Some(Bytes::copy_from_slice(v)),
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// One batch of keyed records (a `None` value is a tombstone).
+pub fn keyed_batch(
+    records: &[(&[u8], Option<&[u8]>)],
+    timestamp_ms: i64,
+    compression: Compression,
+    p: Producer,
+) -> Bytes {
+    let records: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            transactional: p.transactional,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id: p.id,
+            producer_epoch: p.epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: p.sequence.wrapping_add(i as i32),
+            timestamp: timestamp_ms,
+            key: Some(Bytes::copy_from_slice(k)),
+            value: v.map(Bytes::copy_from_slice),
             headers: Default::default(),
             delete_horizon: false,
         })

@@ -37,6 +37,12 @@ const RECOVERY_KILL_AT_READ_P: f64 = 0.3;
 const INDEX_LOSS_P: f64 = 0.4;
 /// Files named in a violation, at most.
 const NAMED_MAX: usize = 5;
+/// Chance that an armed kill-during-clean strikes at one cleaner op, by
+/// kind: a cleaning writes many `.cleaned` chunks, then renames each file
+/// twice, so renames are likelier for every step of a swap to get its turn.
+const CLEANER_KILL_AT_APPEND_P: f64 = 1.0 / 12.0;
+const CLEANER_KILL_AT_RENAME_P: f64 = 1.0 / 3.0;
+const CLEANER_KILL_AT_DISCARD_P: f64 = 1.0 / 2.0;
 
 impl World {
     pub(super) fn start_broker(&mut self) {
@@ -137,6 +143,13 @@ impl World {
             Output::Close { conn } => self.broker_closed(conn),
             Output::Disk(DiskOp::Read { io, range }) => self.disk_read(io, range),
             Output::Disk(op) => {
+                // Decided before the op: a kill just before it leaves it
+                // (and all after it) undone.
+                let kill = self.cleaner_kill(&op);
+                if let Some((true, power)) = kill {
+                    let what = format!("just before {}", describe_cleaner_op(&op));
+                    return self.kill_at_cleaner_op(what, power);
+                }
                 let sync_io = match &op {
                     DiskOp::Sync { io } => Some(*io),
                     _ => None,
@@ -153,6 +166,9 @@ impl World {
                 self.note(format!("disk {summary}"));
                 if let Some(io) = sync_io {
                     self.schedule_sync(io);
+                }
+                if let Some((false, power)) = kill {
+                    self.kill_at_cleaner_op(format!("just after {summary}"), power);
                 }
             }
             Output::Meta { io, ops } => {
@@ -188,6 +204,33 @@ impl World {
                 self.process.stopped = true;
             }
         }
+    }
+
+    /// Whether an armed kill-during-clean strikes at `op`: `(before, power)`.
+    fn cleaner_kill(&mut self, op: &DiskOp) -> Option<(bool, bool)> {
+        let p = match op {
+            DiskOp::AppendCleaned { .. } => CLEANER_KILL_AT_APPEND_P,
+            DiskOp::Rename { .. } => CLEANER_KILL_AT_RENAME_P,
+            DiskOp::DiscardStaged { .. } => CLEANER_KILL_AT_DISCARD_P,
+            _ => return None,
+        };
+        // From its own generator (`FaultKind::own_draws`).
+        if !self.armed.contains(&FaultKind::KillDuringClean) || !self.own_rng.random_bool(p) {
+            return None;
+        }
+        self.armed.remove(&FaultKind::KillDuringClean);
+        Some((self.own_rng.random_bool(0.5), self.own_rng.random_bool(0.5)))
+    }
+
+    /// The process dies at a cleaner op (`what`); the outputs the core gave
+    /// after it die with it (the loop in `broker_input` finds no broker).
+    fn kill_at_cleaner_op(&mut self, what: String, power: bool) {
+        self.note(format!(
+            "fault: {} {what}",
+            if power { "a power cut" } else { "a crash" }
+        ));
+        self.stats.cleaner_kills += 1;
+        self.crash(power);
     }
 
     fn chance(&mut self, p: f64) -> bool {
@@ -637,6 +680,39 @@ fn recovery_points(meta: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<PartitionDir, LogChe
             Some((PartitionDir::new(name.clone(), partition), log))
         })
         .collect()
+}
+
+/// `rename sim-topic-0/00000000000000000042.index Cleaned -> Swap`.
+fn describe_cleaner_op(op: &DiskOp) -> String {
+    let file = |dir: &PartitionDir, base: i64, file: SegmentFile| {
+        format!("{}/{}", dir.dir_name(), file.file_name(base))
+    };
+    match op {
+        DiskOp::AppendCleaned {
+            dir,
+            segment_base,
+            file: kind,
+            bytes,
+        } => format!(
+            "append {}.cleaned +{}B",
+            file(dir, *segment_base, *kind),
+            bytes.len()
+        ),
+        DiskOp::Rename {
+            dir,
+            segment_base,
+            file: kind,
+            from,
+            to,
+        } => format!(
+            "rename {} {from:?} -> {to:?}",
+            file(dir, *segment_base, *kind)
+        ),
+        DiskOp::DiscardStaged { dir, segment_base } => {
+            format!("discard staged {}/{segment_base}", dir.dir_name())
+        }
+        other => format!("{other:?}"),
+    }
 }
 
 /// `sim-topic-0/00000000000000000042.log [100, +4096)`.

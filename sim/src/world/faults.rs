@@ -24,13 +24,20 @@ impl World {
         }
         let kinds: Vec<(FaultKind, i64)> = self.mix.mean_interval_ms.clone();
         for (kind, mean_ms) in kinds {
-            let at_ms = self.now_ms + self.exponential_ms(mean_ms);
+            let at_ms = self.now_ms + self.exponential_ms(kind, mean_ms);
             self.queue.push(at_ms, Event::SwarmFault(kind));
         }
     }
 
-    fn exponential_ms(&mut self, mean_ms: i64) -> i64 {
-        let u: f64 = self.rng.random_range(f64::EPSILON..1.0);
+    /// When a swarm fault of `kind` next strikes, from the generator its
+    /// kind draws from.
+    fn exponential_ms(&mut self, kind: FaultKind, mean_ms: i64) -> i64 {
+        let rng = if kind.own_draws() {
+            &mut self.own_rng
+        } else {
+            &mut self.rng
+        };
+        let u: f64 = rng.random_range(f64::EPSILON..1.0);
         ((-u.ln()) * mean_ms as f64).round() as i64 + 1
     }
 
@@ -52,7 +59,7 @@ impl World {
                 .find(|(k, _)| *k == kind)
                 .map(|&(_, m)| m);
             let mean_ms = mean_ms.expect("a swarm fault has a rate");
-            let next_ms = self.now_ms + self.exponential_ms(mean_ms);
+            let next_ms = self.now_ms + self.exponential_ms(kind, mean_ms);
             self.queue.push(next_ms, Event::SwarmFault(kind));
         }
         self.note(format!("fault: {}", kind.name()));
@@ -75,7 +82,8 @@ impl World {
             | FaultKind::LoseIndexFiles
             | FaultKind::CrashDuringRecovery
             | FaultKind::PowerCutDuringRecovery
-            | FaultKind::PowerCutAfterStop => {
+            | FaultKind::PowerCutAfterStop
+            | FaultKind::KillDuringClean => {
                 self.armed.insert(kind);
             }
             FaultKind::CleanStop => self.clean_stop(),

@@ -92,6 +92,8 @@ pub struct Stats {
     pub index_files_lost: u64,
     /// Kills (crash or power cut) that struck while the broker recovered.
     pub recovery_kills: u64,
+    /// Kills (crash or power cut) at one of the log cleaner's disk ops.
+    pub cleaner_kills: u64,
     /// Clean stops that ended with `Output::Stopped`.
     pub clean_stops: u64,
     /// Restarts after a read error (a clean stop by the operator).
@@ -167,6 +169,9 @@ struct Process {
 pub struct World {
     cfg: RunConfig,
     rng: ChaCha8Rng,
+    /// The generator of the fault kinds with `FaultKind::own_draws` (their
+    /// rates, times and strikes), seeded from the seed too.
+    own_rng: ChaCha8Rng,
     now_ms: i64,
     queue: EventQueue,
     pub trace: Trace,
@@ -216,6 +221,9 @@ pub struct RunResult {
     pub setup: String,
 }
 
+/// Seeds `World::own_rng` apart from the run's generator.
+const OWN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0001;
+
 impl World {
     pub fn new(cfg: RunConfig) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
@@ -226,8 +234,11 @@ impl World {
         if let Some(bug) = cfg.plant {
             bug.configure(&mut broker_config);
         }
+        let mut own_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ OWN_RNG_SALT);
         let mix = if cfg.scenario.swarm {
-            FaultMix::draw(&mut rng)
+            let mut mix = FaultMix::draw(&mut rng);
+            mix.draw_own(&mut own_rng);
+            mix
         } else {
             FaultMix::none()
         };
@@ -236,6 +247,7 @@ impl World {
         Self {
             cfg,
             rng,
+            own_rng,
             now_ms: T0_MS,
             queue: EventQueue::default(),
             trace,

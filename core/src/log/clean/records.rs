@@ -1,0 +1,231 @@
+//! The records inside a batch, for the cleaner alone: the rest of the broker
+//! never looks past a batch's header (`crate::batch`). Compacting needs each
+//! record's key and whether it has a value, and writing back the records it
+//! keeps as a batch with the same header fields, as Kafka's
+//! `MemoryRecords.filterTo` does (clients/src/main/java/org/apache/kafka/
+//! common/record/MemoryRecords.java): same base offset, same last offset
+//! (`overrideLastOffset`, so the producer's last sequence survives), same
+//! producer id, epoch and base sequence, same compression codec.
+//!
+//! Record v2 layout: length varint, then attributes i8, timestampDelta
+//! varlong, offsetDelta varint, key length varint (-1: null) and key, value
+//! length varint (-1: null) and value, header count varint and headers. A
+//! kept record's bytes are copied as they are, except its timestamp delta
+//! when the batch's base timestamp moves to a delete horizon (KIP-534).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+
+use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
+
+/// Attribute bit saying the base timestamp is a delete horizon (KIP-534:
+/// tombstones and markers of empty transactions go once it has passed).
+pub const DELETE_HORIZON_BIT: i16 = 0x40;
+
+/// Why a batch's records could not be read or written back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordsError(pub String);
+
+/// One record of a batch, borrowed from its (decompressed) records bytes.
+#[derive(Clone, Debug)]
+pub struct Record<'a> {
+    pub offset_delta: i32,
+    pub timestamp_delta: i64,
+    pub key: Option<&'a [u8]>,
+    pub has_value: bool,
+    attributes: u8,
+    /// The bytes after the offset delta: key, value, headers.
+    rest: &'a [u8],
+}
+
+/// The records section of a batch, decompressed.
+pub fn records_bytes(batch: &[u8], header: &BatchHeader) -> Result<Bytes, RecordsError> {
+    let end = header.total_bytes().min(batch.len());
+    let body = Bytes::copy_from_slice(&batch[BATCH_HEADER_BYTES.min(end)..end]);
+    let mut buf = body.clone();
+    let fail = |e: anyhow::Error| RecordsError(format!("decompressing: {e}"));
+    let take = |b: &mut Bytes| Ok(std::mem::take(b));
+    match header.compression_code() {
+        0 => Ok(body),
+        1 => Gzip::decompress(&mut buf, take).map_err(fail),
+        2 => Snappy::decompress(&mut buf, take).map_err(fail),
+        3 => Lz4::decompress(&mut buf, take).map_err(fail),
+        4 => Zstd::decompress(&mut buf, take).map_err(fail),
+        other => Err(RecordsError(format!("unknown compression codec {other}"))),
+    }
+}
+
+/// Parses `count` records from decompressed records bytes.
+pub fn parse_records(bytes: &[u8], count: i32) -> Result<Vec<Record<'_>>, RecordsError> {
+    let short = || RecordsError("a record runs past its batch".into());
+    let mut records = Vec::with_capacity(count.clamp(0, 4096) as usize);
+    let mut at = 0;
+    for _ in 0..count.max(0) {
+        let length = batch::read_varint(bytes, &mut at).ok_or_else(short)?;
+        let length = usize::try_from(length).map_err(|_| short())?;
+        let end = at.checked_add(length).filter(|e| *e <= bytes.len());
+        let body = &bytes[at..end.ok_or_else(short)?];
+        at += length;
+        let mut i = 1;
+        let attributes = *body.first().ok_or_else(short)?;
+        let timestamp_delta = batch::read_varlong(body, &mut i).ok_or_else(short)?;
+        let offset_delta = batch::read_varint(body, &mut i).ok_or_else(short)?;
+        let rest_at = i;
+        let key = read_bytes(body, &mut i).ok_or_else(short)?;
+        let value = read_bytes(body, &mut i).ok_or_else(short)?;
+        records.push(Record {
+            offset_delta,
+            timestamp_delta,
+            key,
+            has_value: value.is_some(),
+            attributes,
+            rest: &body[rest_at..],
+        });
+    }
+    Ok(records)
+}
+
+/// A length-prefixed (varint, -1 for null) byte string.
+fn read_bytes<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
+    let len = batch::read_varint(buf, at)?;
+    if len < 0 {
+        return Some(None);
+    }
+    let end = at.checked_add(len as usize).filter(|e| *e <= buf.len())?;
+    let bytes = &buf[*at..end];
+    *at = end;
+    Some(Some(bytes))
+}
+
+fn put_varlong(buf: &mut BytesMut, value: i64) {
+    let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+    while raw >= 0x80 {
+        buf.put_u8((raw as u8 & 0x7f) | 0x80);
+        raw >>= 7;
+    }
+    buf.put_u8(raw as u8);
+}
+
+/// The batch `header` heads, holding only `kept` (records of it, in order),
+/// its base timestamp moved to `delete_horizon_ms` when one is given (the
+/// records' timestamp deltas moved with it so their timestamps stay).
+/// An empty `kept` makes the empty batch Kafka keeps to remember a
+/// producer's last sequence (`DefaultRecordBatch.writeEmptyHeader`).
+pub fn rebuild(
+    header: &BatchHeader,
+    kept: &[Record<'_>],
+    delete_horizon_ms: Option<i64>,
+) -> Result<Bytes, RecordsError> {
+    let base_timestamp = delete_horizon_ms.unwrap_or(header.base_timestamp);
+    let shift = header.base_timestamp.wrapping_sub(base_timestamp);
+    let mut records = BytesMut::new();
+    let mut max_timestamp = batch::NO_TIMESTAMP;
+    for r in kept {
+        let timestamp_delta = r.timestamp_delta.wrapping_add(shift);
+        max_timestamp = max_timestamp.max(base_timestamp.wrapping_add(timestamp_delta));
+        let mut body = BytesMut::with_capacity(r.rest.len() + 16);
+        body.put_u8(r.attributes);
+        put_varlong(&mut body, timestamp_delta);
+        put_varlong(&mut body, i64::from(r.offset_delta));
+        body.extend_from_slice(r.rest);
+        put_varlong(&mut records, body.len() as i64);
+        records.extend_from_slice(&body);
+    }
+    if header.has_log_append_time() || kept.is_empty() {
+        max_timestamp = header.max_timestamp;
+    }
+    let records = compress(header.compression_code(), records.freeze())?;
+    let mut attributes = header.attributes;
+    let mut first_timestamp = base_timestamp;
+    if delete_horizon_ms.is_some() {
+        attributes |= DELETE_HORIZON_BIT;
+    } else if kept.is_empty() && attributes & DELETE_HORIZON_BIT == 0 {
+        // Kafka's empty header carries the max timestamp as its base.
+        first_timestamp = header.max_timestamp;
+    }
+    let batch_length = BATCH_HEADER_BYTES - BATCH_LOG_OVERHEAD_BYTES + records.len();
+    let batch_length =
+        i32::try_from(batch_length).map_err(|_| RecordsError("batch too large".into()))?;
+    let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES + records.len());
+    out.put_i64(header.base_offset);
+    out.put_i32(batch_length);
+    out.put_i32(header.partition_leader_epoch);
+    out.put_i8(batch::MAGIC_V2);
+    out.put_u32(0); // the CRC, set below
+    out.put_i16(attributes);
+    out.put_i32(header.last_offset_delta);
+    out.put_i64(first_timestamp);
+    out.put_i64(max_timestamp);
+    out.put_i64(header.producer_id);
+    out.put_i16(header.producer_epoch);
+    out.put_i32(header.base_sequence);
+    out.put_i32(kept.len() as i32);
+    out.extend_from_slice(&records);
+    let crc = crc32c::crc32c(&out[21..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(out.freeze())
+}
+
+fn compress(codec: u8, records: Bytes) -> Result<Bytes, RecordsError> {
+    let mut out = BytesMut::new();
+    let fill = |b: &mut BytesMut| {
+        b.extend_from_slice(&records);
+        Ok(())
+    };
+    let fail = |e: anyhow::Error| RecordsError(format!("compressing: {e}"));
+    match codec {
+        0 => return Ok(records.clone()),
+        1 => Gzip::compress(&mut out, fill).map_err(fail)?,
+        2 => Snappy::compress(&mut out, fill).map_err(fail)?,
+        3 => Lz4::compress(&mut out, fill).map_err(fail)?,
+        4 => Zstd::compress(&mut out, fill).map_err(fail)?,
+        other => return Err(RecordsError(format!("unknown compression codec {other}"))),
+    }
+    Ok(out.freeze())
+}
+
+/// The batch's delete horizon, when its base timestamp is one.
+pub fn delete_horizon_ms(header: &BatchHeader) -> Option<i64> {
+    (header.attributes & DELETE_HORIZON_BIT != 0).then_some(header.base_timestamp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::testing::TestBatch;
+
+    #[test]
+    fn records_round_trip_and_rebuild_keeps_the_header() {
+        let batch = TestBatch::records(3).encode();
+        let header = batch::check_batch(&batch).unwrap();
+        let bytes = records_bytes(&batch, &header).unwrap();
+        let records = parse_records(&bytes, header.records_count).unwrap();
+        assert_eq!(records.len(), 3);
+        // All kept, same base: the same bytes.
+        let same = rebuild(&header, &records, None).unwrap();
+        assert_eq!(same, batch);
+        // One kept, a horizon: CRC valid, last offset and count right, the
+        // record's timestamp unchanged.
+        let one = rebuild(&header, &records[1..2], Some(header.base_timestamp + 1000)).unwrap();
+        let h = batch::check_batch(&one).unwrap();
+        assert_eq!(h.last_offset(), header.last_offset());
+        assert_eq!(h.records_count, 1);
+        assert_eq!(delete_horizon_ms(&h), Some(header.base_timestamp + 1000));
+        let kept = records_bytes(&one, &h).unwrap();
+        let kept = parse_records(&kept, 1).unwrap();
+        assert_eq!(kept[0].offset_delta, records[1].offset_delta);
+        assert_eq!(
+            h.base_timestamp + kept[0].timestamp_delta,
+            header.base_timestamp + records[1].timestamp_delta
+        );
+        // None kept: an empty batch with the same offsets and producer.
+        let empty = rebuild(&header, &[], None).unwrap();
+        let e = batch::check_stored_batch(&empty).unwrap();
+        assert_eq!(
+            (e.base_offset, e.last_offset()),
+            (header.base_offset, header.last_offset())
+        );
+        assert_eq!(e.records_count, 0);
+        assert_eq!(e.producer_id, header.producer_id);
+    }
+}

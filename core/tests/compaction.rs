@@ -1,0 +1,545 @@
+//! The log cleaner through the broker: a compacted topic keeps each key's
+//! latest record (offsets kept, gaps seen), tombstones go only after
+//! delete.retention.ms, aborted transactions go and markers after them,
+//! nothing at or above the last stable offset is touched, and a crash or a
+//! power cut at every step of a pass leaves the log either as it was or as
+//! cleaned, never less (the oracle: `check_compacted`).
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+
+use doze_core::BrokerConfig;
+use support::requests::*;
+use support::txn::*;
+use support::*;
+
+const DELETE_RETENTION_MS: i64 = 60_000;
+
+fn config() -> BrokerConfig {
+    BrokerConfig {
+        segment_bytes: 1024,
+        cleaner_backoff_ms: 1_000,
+        ..Default::default()
+    }
+}
+
+fn create_compacted(w: &mut World, topic: &str) {
+    let configs = [
+        ("cleanup.policy", "compact".to_string()),
+        ("min.cleanable.dirty.ratio", "0.01".to_string()),
+        ("delete.retention.ms", DELETE_RETENTION_MS.to_string()),
+    ];
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.clone())))
+                })
+                .collect(),
+        )]);
+    w.send(99, 7, &req);
+    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else {
+        panic!("no CreateTopics answer")
+    };
+    assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+}
+
+const PLAIN: Producer = Producer {
+    id: -1,
+    epoch: -1,
+    sequence: -1,
+    transactional: false,
+};
+
+/// One record written: its key and value (None: a tombstone).
+type Written = (i64, String, Option<String>);
+
+fn put(w: &mut World, key: &str, value: Option<&str>) -> i64 {
+    let b = keyed_batch(
+        &[(key.as_bytes(), value.map(str::as_bytes))],
+        w.now_ms,
+        Compression::None,
+        PLAIN,
+    );
+    w.send(1, 9, &produce_req("c", 0, b, -1));
+    let (err, offset) = produce_answer(w, 1).expect("produce answered");
+    assert_eq!(err, 0);
+    offset
+}
+
+/// A record as a read_uncommitted consumer sees it.
+#[derive(Clone, Debug, PartialEq)]
+struct Seen {
+    offset: i64,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    control: bool,
+}
+
+/// Reads the whole partition from offset 0, data and control records.
+fn read_all(w: &mut World, read_committed: bool) -> Vec<Seen> {
+    let mut out: Vec<Seen> = Vec::new();
+    let mut offset = 0;
+    for _ in 0..10_000 {
+        w.send(2, 12, &fetch_isolated("c", 0, offset, read_committed));
+        let p = fetch_answer(w, 2).expect("fetch answered");
+        assert_eq!(p.error_code, 0, "fetch at {offset}");
+        let mut records = whole_batches(&p.records.clone().unwrap_or_default());
+        if records.is_empty() {
+            return out;
+        }
+        let aborted: Vec<(i64, i64)> = p
+            .aborted_transactions
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect();
+        let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches decode");
+        let before = offset;
+        for set in sets {
+            for r in set.records {
+                offset = offset.max(r.offset + 1);
+                let in_aborted = r.transactional
+                    && !r.control
+                    && aborted
+                        .iter()
+                        .any(|(pid, first)| *pid == r.producer_id && r.offset >= *first);
+                if read_committed && in_aborted {
+                    continue;
+                }
+                if r.offset >= before {
+                    out.push(Seen {
+                        offset: r.offset,
+                        key: r.key,
+                        value: r.value,
+                        control: r.control,
+                    });
+                }
+            }
+        }
+        if offset == before {
+            // A batch emptied by the cleaner: step over it by its header.
+            let header = doze_core::batch::parse_header(&p.records.unwrap()).unwrap();
+            offset = header.last_offset() + 1;
+        }
+    }
+    panic!("read_all did not end");
+}
+
+/// The compaction oracle: every key's latest record is there with its
+/// value (or is a tombstone that may have gone); a record that is not its
+/// key's latest lies at or above `cleaned_below`; offsets only grow.
+fn check_compacted(seen: &[Seen], written: &[Written], cleaned_below: i64) {
+    let mut latest: BTreeMap<&str, (i64, &Option<String>)> = BTreeMap::new();
+    for (offset, key, value) in written {
+        latest.insert(key, (*offset, value));
+    }
+    let data: Vec<&Seen> = seen.iter().filter(|s| !s.control).collect();
+    assert!(
+        data.windows(2).all(|p| p[0].offset < p[1].offset),
+        "offsets grow"
+    );
+    for (key, (offset, value)) in &latest {
+        let found = data.iter().find(|s| s.offset == *offset);
+        match (value, found) {
+            (Some(v), Some(s)) => {
+                assert_eq!(s.key.as_deref(), Some(key.as_bytes()));
+                assert_eq!(s.value.as_deref(), Some(v.as_bytes()), "key {key}");
+            }
+            (Some(_), None) => panic!("the latest record of {key} (offset {offset}) is gone"),
+            (None, _) => {} // a tombstone: may be gone once its horizon passed
+        }
+    }
+    for s in &data {
+        let key = std::str::from_utf8(s.key.as_deref().expect("keyed")).unwrap();
+        // The cleaner keeps a record whose key has a newer one only past
+        // where it has cleaned (its map does not reach there yet).
+        let newer_cleaned = written
+            .iter()
+            .find(|(o, k, _)| k == key && *o > s.offset && *o < cleaned_below);
+        assert!(
+            s.offset >= cleaned_below || newer_cleaned.is_none(),
+            "offset {} of {key} survived though {:?} is newer, below {cleaned_below}",
+            s.offset,
+            newer_cleaned
+        );
+        let written_value = written
+            .iter()
+            .find(|(o, _, _)| *o == s.offset)
+            .map(|w| &w.2);
+        assert_eq!(
+            s.value.as_deref(),
+            written_value.unwrap().as_deref().map(str::as_bytes),
+            "a record's value never changes"
+        );
+    }
+}
+
+/// Writes `n` overwrites of 10 keys, one batch each.
+fn overwrite(w: &mut World, written: &mut Vec<Written>, n: usize, round: usize) {
+    for i in 0..n {
+        let key = format!("k{}", i % 10);
+        let value = format!("v{round}-{i}-{}", "x".repeat(40));
+        let offset = put(w, &key, Some(&value));
+        written.push((offset, key, Some(value)));
+        w.advance(10);
+    }
+}
+
+/// Lets the cleaner run: ticks until it has made `passes` passes.
+fn clean(w: &mut World, passes: u64) {
+    for _ in 0..200 {
+        let done = w
+            .broker
+            .cleaner_progress("c", 0)
+            .is_some_and(|p| p.passes >= passes);
+        if done {
+            return;
+        }
+        w.advance(500);
+    }
+    panic!(
+        "the cleaner did not make {passes} passes: {:?}",
+        w.broker.cleaner_progress("c", 0)
+    );
+}
+
+#[test]
+fn overwrites_and_tombstones_are_compacted_and_survive_restarts() {
+    let mut w = World::new(config());
+    create_compacted(&mut w, "c");
+    let mut written = Vec::new();
+    overwrite(&mut w, &mut written, 150, 0);
+    // k3 is deleted: its tombstone is its last write.
+    let offset = put(&mut w, "k3", None);
+    written.push((offset, "k3".into(), None));
+    for i in 0..60 {
+        let key = format!("k{}", [0, 1, 2, 4][i % 4]);
+        let value = format!("late-{i}");
+        let offset = put(&mut w, &key, Some(&value));
+        written.push((offset, key, Some(value)));
+        w.advance(10);
+    }
+    clean(&mut w, 1);
+    let progress = w.broker.cleaner_progress("c", 0).unwrap();
+    let seen = read_all(&mut w, false);
+    check_compacted(&seen, &written, progress.first_dirty_offset);
+    assert!(
+        seen.len() * 3 < written.len(),
+        "{} of {} records left",
+        seen.len(),
+        written.len()
+    );
+    let tombstone_kept = seen.iter().any(|s| s.offset == offset && s.value.is_none());
+    assert!(tombstone_kept, "a tombstone stays for delete.retention.ms");
+
+    // After a clean stop, and after a power cut, nothing is lost (and the
+    // cleaner, which counts the whole log dirty after a start, may have
+    // cleaned more); the tombstone is still within its horizon.
+    for power_cut in [false, true] {
+        if power_cut {
+            w.restart(true);
+        } else {
+            w.stop_and_restart();
+        }
+        let again = read_all(&mut w, false);
+        check_compacted(&again, &written, 0);
+        assert!(
+            again.iter().all(|s| seen.contains(s)),
+            "only what was there before"
+        );
+        assert!(again
+            .iter()
+            .any(|s| s.offset == offset && s.value.is_none()));
+    }
+
+    // Past delete.retention.ms, the next pass removes the tombstone.
+    w.advance(DELETE_RETENTION_MS + 1);
+    let passes = w.broker.cleaner_progress("c", 0).map_or(0, |p| p.passes);
+    overwrite(&mut w, &mut written, 100, 1);
+    clean(&mut w, passes + 1);
+    let progress = w.broker.cleaner_progress("c", 0).unwrap();
+    let seen = read_all(&mut w, false);
+    check_compacted(&seen, &written, progress.first_dirty_offset);
+    assert!(
+        seen.iter().all(|s| s.offset != offset),
+        "the tombstone is gone once its horizon passed"
+    );
+}
+
+#[test]
+fn aborted_transactions_go_and_markers_follow() {
+    let mut w = World::new(config());
+    create_compacted(&mut w, "c");
+    let mut written = Vec::new();
+    let (err, pid, epoch) = init_txn(&mut w, 5, "tx", 60_000);
+    assert_eq!(err, 0);
+    let mut seq = 0;
+    let mut aborted_offsets = Vec::new();
+    for round in 0..12 {
+        let commit = round % 3 != 1;
+        assert_eq!(
+            add_partitions(&mut w, 5, "tx", pid, epoch, &[("c", 0)]),
+            vec![0]
+        );
+        for i in 0..3 {
+            let key = format!("k{}", (round * 3 + i) % 7);
+            let value = format!("t{round}-{i}-{}", "y".repeat(40));
+            let b = keyed_batch(
+                &[(key.as_bytes(), Some(value.as_bytes()))],
+                w.now_ms,
+                Compression::None,
+                Producer {
+                    id: pid,
+                    epoch,
+                    sequence: seq,
+                    transactional: true,
+                },
+            );
+            seq += 1;
+            w.send(1, 9, &produce_req("c", 0, b, -1));
+            let (e, offset) = produce_answer(&mut w, 1).unwrap();
+            assert_eq!(e, 0);
+            if commit {
+                written.push((offset, key, Some(value)));
+            } else {
+                aborted_offsets.push(offset);
+            }
+        }
+        assert_eq!(end_txn(&mut w, 5, "tx", pid, epoch, commit), Some(0));
+        w.advance(10);
+    }
+    // Plain writes after, so the transactional segments close.
+    overwrite(&mut w, &mut written, 40, 0);
+    clean(&mut w, 1);
+    let progress = w.broker.cleaner_progress("c", 0).unwrap();
+    let seen = read_all(&mut w, true);
+    let cleaned_below = progress.first_dirty_offset;
+    check_compacted(&seen, &written, cleaned_below);
+    let raw = read_all(&mut w, false);
+    for offset in &aborted_offsets {
+        assert!(
+            *offset >= cleaned_below || raw.iter().all(|s| s.offset != *offset),
+            "aborted record at {offset} survived cleaning below {cleaned_below}"
+        );
+    }
+    let markers_before = raw.iter().filter(|s| s.control).count();
+    assert!(markers_before > 0, "markers stay for delete.retention.ms");
+
+    // Markers of transactions with nothing left get a delete horizon from
+    // the pass that first finds them so, and go with the first pass after it.
+    let mut progress = progress;
+    for round in 1..4 {
+        w.advance(DELETE_RETENTION_MS + 1);
+        let passes = w.broker.cleaner_progress("c", 0).map_or(0, |p| p.passes);
+        overwrite(&mut w, &mut written, 60, round);
+        clean(&mut w, passes + 1);
+        progress = w.broker.cleaner_progress("c", 0).unwrap();
+    }
+    let raw = read_all(&mut w, false);
+    let markers_after = raw
+        .iter()
+        .filter(|s| s.control && s.offset < progress.first_dirty_offset)
+        .count();
+    assert!(
+        markers_after < markers_before,
+        "markers after the horizon: {markers_after} of {markers_before}"
+    );
+    check_compacted(
+        &read_all(&mut w, true),
+        &written,
+        progress.first_dirty_offset,
+    );
+    w.restart(true);
+    check_compacted(
+        &read_all(&mut w, true),
+        &written,
+        progress.first_dirty_offset,
+    );
+}
+
+#[test]
+fn an_open_transaction_bounds_the_pass() {
+    let mut w = World::new(config());
+    create_compacted(&mut w, "c");
+    let mut written = Vec::new();
+    overwrite(&mut w, &mut written, 30, 0);
+    let (_, pid, epoch) = init_txn(&mut w, 5, "open", 60_000);
+    assert_eq!(
+        add_partitions(&mut w, 5, "open", pid, epoch, &[("c", 0)]),
+        vec![0]
+    );
+    let b = keyed_batch(
+        &[(b"k1".as_slice(), Some(b"open-value".as_slice()))],
+        w.now_ms,
+        Compression::None,
+        Producer {
+            id: pid,
+            epoch,
+            sequence: 0,
+            transactional: true,
+        },
+    );
+    w.send(1, 9, &produce_req("c", 0, b, -1));
+    let (_, lso) = produce_answer(&mut w, 1).unwrap();
+    let before_lso = written.len();
+    overwrite(&mut w, &mut written, 120, 1);
+    let all_before = read_all(&mut w, false);
+    clean(&mut w, 1);
+    let progress = w.broker.cleaner_progress("c", 0).unwrap();
+    assert!(
+        progress.first_dirty_offset <= lso,
+        "nothing at or above the LSO is cleaned"
+    );
+    let after = read_all(&mut w, false);
+    let above = |v: &[Seen]| {
+        v.iter()
+            .filter(|s| s.offset >= lso)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        above(&after),
+        above(&all_before),
+        "at and above the LSO all stays"
+    );
+    let below = after.iter().filter(|s| s.offset < lso).count();
+    assert!(
+        below < before_lso,
+        "below the LSO it was cleaned: {below} of {before_lso}"
+    );
+    // read_committed: nothing at or past the open transaction yet.
+    let committed = read_all(&mut w, true);
+    assert!(committed.iter().all(|s| s.offset < lso));
+}
+
+#[test]
+fn compressed_batches_are_compacted_in_their_codec() {
+    let mut w = World::new(config());
+    create_compacted(&mut w, "c");
+    let mut written = Vec::new();
+    for (round, codec) in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ]
+    .into_iter()
+    .cycle()
+    .take(40)
+    .enumerate()
+    {
+        let keys: Vec<String> = (0..4).map(|i| format!("k{}", (round + i) % 6)).collect();
+        let values: Vec<String> = (0..4)
+            .map(|i| format!("c{round}-{i}-{}", "z".repeat(60)))
+            .collect();
+        let records: Vec<(&[u8], Option<&[u8]>)> = keys
+            .iter()
+            .zip(&values)
+            .map(|(k, v)| (k.as_bytes(), Some(v.as_bytes())))
+            .collect();
+        let b = keyed_batch(&records, w.now_ms, codec, PLAIN);
+        w.send(1, 9, &produce_req("c", 0, b, -1));
+        let (e, base) = produce_answer(&mut w, 1).unwrap();
+        assert_eq!(e, 0);
+        for (i, (k, v)) in keys.into_iter().zip(values).enumerate() {
+            written.push((base + i as i64, k, Some(v)));
+        }
+        w.advance(10);
+    }
+    clean(&mut w, 1);
+    let progress = w.broker.cleaner_progress("c", 0).unwrap();
+    let seen = read_all(&mut w, false);
+    check_compacted(&seen, &written, progress.first_dirty_offset);
+    assert!(seen.len() < written.len());
+}
+
+/// Runs a pass with I/O completed by hand, and at step `cut` (a count of
+/// completions) restarts the broker, with a power cut or not; the log must
+/// read back compacted-or-not, never less, and a later pass must finish.
+fn crash_at(cut: usize, power_cut: bool) {
+    eprintln!("crash at {cut}, power cut {power_cut}");
+    let mut w = World::new(config());
+    create_compacted(&mut w, "c");
+    let mut written = Vec::new();
+    overwrite(&mut w, &mut written, 120, 0);
+    let before = read_all(&mut w, false);
+    w.auto_io = false;
+    w.advance(2_000);
+    let mut steps = 0;
+    while steps < cut {
+        let idle =
+            w.pending_syncs.is_empty() && w.pending_meta.is_empty() && w.pending_reads.is_empty();
+        if idle {
+            break;
+        }
+        w.complete_io();
+        steps += 1;
+    }
+    w.auto_io = true;
+    if std::env::var("DEBUG_CLEAN").is_ok() {
+        eprintln!(
+            "files {:?}",
+            w.files
+                .iter()
+                .map(|(k, f)| (k.1, k.2, f.data.len(), f.synced_len))
+                .collect::<Vec<_>>()
+        );
+        eprintln!("staged {:?}", w.staged.keys().collect::<Vec<_>>());
+    }
+    w.restart(power_cut);
+    let seen = read_all(&mut w, false);
+    if std::env::var("DEBUG_CLEAN").is_ok() {
+        eprintln!(
+            "seen {:?}",
+            seen.iter().map(|s| s.offset).collect::<Vec<_>>()
+        );
+        eprintln!("progress {:?}", w.broker.cleaner_progress("c", 0));
+        let log = w.broker.partition("c", 0).unwrap();
+        eprintln!(
+            "segments {:?}",
+            log.segments()
+                .map(|s| (s.base_offset, s.size_bytes, s.next_offset))
+                .collect::<Vec<_>>()
+        );
+    }
+    check_compacted(&seen, &written, 0);
+    // Every record is one that was written, in the same place.
+    for s in &seen {
+        assert!(
+            before.contains(s),
+            "record at {} was not in the log before",
+            s.offset
+        );
+    }
+    // And the cleaner finishes after the restart.
+    clean(&mut w, 1);
+    let progress = w.broker.cleaner_progress("c", 0).unwrap();
+    check_compacted(
+        &read_all(&mut w, false),
+        &written,
+        progress.first_dirty_offset,
+    );
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_pass_loses_nothing() {
+    for cut in 0..60 {
+        crash_at(cut, false);
+        crash_at(cut, true);
+    }
+}

@@ -1,0 +1,724 @@
+//! Topic configs that steer retention and compaction, and the APIs that
+//! change them (IncrementalAlterConfigs, AlterConfigs): Kafka's answers,
+//! durable before the answer, in force at once, kept across a restart, and
+//! nothing changed when meta.db fails.
+
+mod support;
+
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use doze_core::topic_config::CleanupConfig;
+use doze_core::BrokerConfig;
+use support::requests::*;
+use support::*;
+
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn create_with(w: &mut World, topic: &str, configs: &[(&str, &str)]) -> (i16, Option<String>) {
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(s(k))
+                        .with_value(Some(s(v)))
+                })
+                .collect(),
+        )]);
+    w.send(99, 7, &req);
+    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else {
+        panic!("no CreateTopics answer")
+    };
+    let t = &r.topics[0];
+    (
+        t.error_code,
+        t.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
+type Op<'a> = (&'a str, i8, Option<&'a str>);
+
+fn inc_req(resources: &[(i8, &str, &[Op])], validate_only: bool) -> IncrementalAlterConfigsRequest {
+    IncrementalAlterConfigsRequest::default()
+        .with_validate_only(validate_only)
+        .with_resources(
+            resources
+                .iter()
+                .map(|(t, n, ops)| {
+                    AlterConfigsResource::default()
+                        .with_resource_type(*t)
+                        .with_resource_name(s(n))
+                        .with_configs(
+                            ops.iter()
+                                .map(|(k, op, v)| {
+                                    AlterableConfig::default()
+                                        .with_name(s(k))
+                                        .with_config_operation(*op)
+                                        .with_value(v.map(s))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+}
+
+/// (resource name, error code, message) of each resource.
+type Answers = Vec<(String, i16, Option<String>)>;
+
+fn inc_answer(w: &mut World, conn: u64) -> Option<Answers> {
+    match w.recv(conn)? {
+        (_, ResponseKind::IncrementalAlterConfigs(r)) => Some(
+            r.responses
+                .iter()
+                .map(|a| {
+                    (
+                        a.resource_name.to_string(),
+                        a.error_code,
+                        a.error_message.as_ref().map(|m| m.to_string()),
+                    )
+                })
+                .collect(),
+        ),
+        other => panic!("expected an IncrementalAlterConfigs answer, got {other:?}"),
+    }
+}
+
+fn inc(w: &mut World, resources: &[(i8, &str, &[Op])]) -> Answers {
+    w.send(5, 1, &inc_req(resources, false));
+    inc_answer(w, 5).expect("answered")
+}
+
+fn alter(w: &mut World, topic: &str, configs: &[(&str, Option<&str>)]) -> (i16, Option<String>) {
+    use kafka_protocol::messages::alter_configs_request as ac;
+    let req =
+        AlterConfigsRequest::default().with_resources(vec![ac::AlterConfigsResource::default()
+            .with_resource_type(TOPIC)
+            .with_resource_name(s(topic))
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        ac::AlterableConfig::default()
+                            .with_name(s(k))
+                            .with_value(v.map(s))
+                    })
+                    .collect(),
+            )]);
+    w.send(6, 2, &req);
+    match w.recv(6) {
+        Some((_, ResponseKind::AlterConfigs(r))) => {
+            let a = &r.responses[0];
+            (
+                a.error_code,
+                a.error_message.as_ref().map(|m| m.to_string()),
+            )
+        }
+        other => panic!("expected an AlterConfigs answer, got {other:?}"),
+    }
+}
+
+/// The topic's configs as DescribeConfigs shows them: name -> (value, source).
+fn describe(w: &mut World, topic: &str) -> std::collections::BTreeMap<String, (String, i8)> {
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(TOPIC)
+            .with_resource_name(s(topic))
+            .with_configuration_keys(None)]);
+    w.send(7, 4, &req);
+    let Some((_, ResponseKind::DescribeConfigs(r))) = w.recv(7) else {
+        panic!("no DescribeConfigs answer")
+    };
+    assert_eq!(r.results[0].error_code, 0);
+    r.results[0]
+        .configs
+        .iter()
+        .map(|c| {
+            (
+                c.name.to_string(),
+                (
+                    c.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                    c.config_source,
+                ),
+            )
+        })
+        .collect()
+}
+
+fn value(w: &mut World, topic: &str, key: &str) -> String {
+    describe(w, topic)[key].0.clone()
+}
+
+fn ok(name: &str) -> (String, i16, Option<String>) {
+    (name.to_string(), 0, None)
+}
+
+#[test]
+fn compact_topics_are_created_and_described() {
+    let mut w = World::new(BrokerConfig::default());
+    assert_eq!(
+        create_with(&mut w, "c", &[("cleanup.policy", "compact")]).0,
+        0
+    );
+    assert_eq!(
+        create_with(&mut w, "cd", &[("cleanup.policy", " delete , compact ")]).0,
+        0
+    );
+    assert_eq!(create_with(&mut w, "none", &[("cleanup.policy", "")]).0, 0);
+    let (code, message) = create_with(&mut w, "bad", &[("cleanup.policy", "none")]);
+    assert_eq!(code, 40);
+    assert_eq!(
+        message.as_deref(),
+        Some("Invalid value none for configuration cleanup.policy: String must be one of: compact, delete")
+    );
+    let d = describe(&mut w, "c");
+    assert_eq!(d["cleanup.policy"], ("compact".to_string(), 1));
+    assert_eq!(d["min.cleanable.dirty.ratio"], ("0.5".to_string(), 5));
+    assert_eq!(d["min.compaction.lag.ms"], ("0".to_string(), 5));
+    assert_eq!(
+        d["max.compaction.lag.ms"],
+        ("9223372036854775807".to_string(), 5)
+    );
+    assert_eq!(d["delete.retention.ms"], ("86400000".to_string(), 5));
+    assert_eq!(d["segment.ms"], ("604800000".to_string(), 5));
+    assert_eq!(value(&mut w, "cd", "cleanup.policy"), "delete,compact");
+    assert_eq!(value(&mut w, "none", "cleanup.policy"), "");
+
+    let c = w.broker.cleanup_config("c").unwrap();
+    assert!(c.compact && !c.delete);
+    let cd = w.broker.cleanup_config("cd").unwrap();
+    assert!(cd.compact && cd.delete);
+    let none = w.broker.cleanup_config("none").unwrap();
+    assert!(!none.compact && !none.delete);
+    assert!(w.broker.cleanup_config("missing").is_none());
+}
+
+#[test]
+fn broker_defaults_feed_the_cleanup_config() {
+    let mut config = BrokerConfig::default();
+    config.set("log.cleanup.policy", "compact").unwrap();
+    config
+        .set("log.cleaner.min.cleanable.ratio", "0.25")
+        .unwrap();
+    config
+        .set("log.cleaner.min.compaction.lag.ms", "10")
+        .unwrap();
+    config
+        .set("log.cleaner.max.compaction.lag.ms", "20")
+        .unwrap();
+    config.set("log.cleaner.delete.retention.ms", "30").unwrap();
+    config.set("log.roll.hours", "2").unwrap();
+    assert!(config.set("log.cleaner.min.cleanable.ratio", "2").is_err());
+    assert!(config.set("log.cleanup.policy", "none").is_err());
+    assert!(config.set("log.roll.ms", "0").is_err());
+    let mut w = World::new(config);
+    create_topic(&mut w, "t", 1);
+    assert_eq!(
+        w.broker.cleanup_config("t").unwrap(),
+        CleanupConfig {
+            compact: true,
+            delete: false,
+            min_cleanable_dirty_ratio: 0.25,
+            min_compaction_lag_ms: 10,
+            max_compaction_lag_ms: 20,
+            delete_retention_ms: 30,
+        }
+    );
+    assert_eq!(value(&mut w, "t", "segment.ms"), "7200000");
+    assert_eq!(value(&mut w, "t", "cleanup.policy"), "compact");
+}
+
+#[test]
+fn incremental_alter_is_durable_before_its_answer() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.auto_io = false;
+    w.send(
+        5,
+        1,
+        &inc_req(
+            &[(
+                TOPIC,
+                "t",
+                &[
+                    ("cleanup.policy", SET, Some("compact")),
+                    ("min.cleanable.dirty.ratio", SET, Some("1e-1")),
+                ],
+            )],
+            false,
+        ),
+    );
+    assert!(
+        inc_answer(&mut w, 5).is_none(),
+        "no answer before meta.db has it"
+    );
+    assert!(
+        !w.broker.cleanup_config("t").unwrap().compact,
+        "nothing changes before meta.db has it"
+    );
+    assert_eq!(w.pending_meta.len(), 1);
+    w.complete_io();
+    assert_eq!(inc_answer(&mut w, 5), Some(vec![ok("t")]));
+    let c = w.broker.cleanup_config("t").unwrap();
+    assert!(c.compact && !c.delete);
+    assert_eq!(c.min_cleanable_dirty_ratio, 0.1);
+    let stored = String::from_utf8(w.meta[&b"topic/t".to_vec()].clone()).unwrap();
+    assert!(
+        stored.contains("\"cleanup.policy\":\"compact\""),
+        "{stored}"
+    );
+    w.auto_io = true;
+    let d = describe(&mut w, "t");
+    assert_eq!(d["min.cleanable.dirty.ratio"], ("0.1".to_string(), 1));
+
+    // Kept across a clean restart and a power cut (meta.db had it).
+    w.stop_and_restart();
+    assert!(w.broker.cleanup_config("t").unwrap().compact);
+    w.restart(true);
+    let c = w.broker.cleanup_config("t").unwrap();
+    assert!(c.compact && !c.delete);
+    assert_eq!(value(&mut w, "t", "min.cleanable.dirty.ratio"), "0.1");
+}
+
+#[test]
+fn a_failed_meta_write_answers_an_error_and_changes_nothing() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let before = w.meta.clone();
+    w.fail_next_meta = true;
+    let answers = inc(
+        &mut w,
+        &[(TOPIC, "t", &[("cleanup.policy", SET, Some("compact"))])],
+    );
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].1, -1, "UNKNOWN_SERVER_ERROR: {answers:?}");
+    assert!(!w.broker.cleanup_config("t").unwrap().compact);
+    assert_eq!(w.meta, before);
+    assert_eq!(value(&mut w, "t", "cleanup.policy"), "delete");
+    w.restart(true);
+    assert!(!w.broker.cleanup_config("t").unwrap().compact);
+    // The topic is not left busy: the next change goes through.
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "t", &[("cleanup.policy", SET, Some("compact"))])]
+        ),
+        vec![ok("t")]
+    );
+    assert!(w.broker.cleanup_config("t").unwrap().compact);
+}
+
+#[test]
+fn validate_only_stores_nothing() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let before = w.meta.clone();
+    w.send(
+        5,
+        1,
+        &inc_req(
+            &[(TOPIC, "t", &[("retention.ms", SET, Some("1000"))])],
+            true,
+        ),
+    );
+    assert_eq!(inc_answer(&mut w, 5), Some(vec![ok("t")]));
+    w.send(
+        5,
+        1,
+        &inc_req(&[(TOPIC, "t", &[("retention.ms", SET, Some("x"))])], true),
+    );
+    assert_eq!(inc_answer(&mut w, 5).unwrap()[0].1, 40);
+    assert_eq!(w.meta, before);
+    assert_eq!(
+        describe(&mut w, "t")["retention.ms"].1,
+        5,
+        "still the default"
+    );
+}
+
+#[test]
+fn operations_and_errors_are_kafkas() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let one = |w: &mut World, ops: &[Op]| inc(w, &[(TOPIC, "t", ops)]).remove(0);
+    let policy = |w: &mut World| value(w, "t", "cleanup.policy");
+
+    assert_eq!(
+        one(&mut w, &[("cleanup.policy", APPEND, Some("compact"))]),
+        ok("t")
+    );
+    assert_eq!(policy(&mut w), "delete,compact");
+    assert_eq!(
+        one(&mut w, &[("cleanup.policy", SUBTRACT, Some("delete"))]),
+        ok("t")
+    );
+    assert_eq!(policy(&mut w), "compact");
+    assert_eq!(
+        one(&mut w, &[("cleanup.policy", SUBTRACT, Some("compact"))]),
+        ok("t")
+    );
+    assert_eq!(policy(&mut w), "");
+    assert_eq!(one(&mut w, &[("cleanup.policy", DELETE, None)]), ok("t"));
+    assert_eq!(
+        describe(&mut w, "t")["cleanup.policy"],
+        ("delete".to_string(), 5)
+    );
+
+    let refused = |code: i16, message: &str| ("t".to_string(), code, Some(message.to_string()));
+    assert_eq!(
+        one(&mut w, &[("segment.ms", SET, Some("0"))]),
+        refused(
+            40,
+            "Invalid value 0 for configuration segment.ms: Value must be at least 1"
+        )
+    );
+    assert_eq!(
+        one(&mut w, &[("no.such.config", SET, Some("1"))]),
+        refused(40, "Unknown topic config name: no.such.config")
+    );
+    assert_eq!(one(&mut w, &[("no.such.config", DELETE, None)]), ok("t"));
+    assert_eq!(
+        one(&mut w, &[("retention.ms", APPEND, Some("5"))]),
+        refused(
+            40,
+            "Can't APPEND to key retention.ms because its type is not LIST."
+        )
+    );
+    assert_eq!(
+        one(&mut w, &[("retention.ms", SET, None)]),
+        refused(42, "Null value not supported for : retention.ms")
+    );
+    assert_eq!(
+        one(
+            &mut w,
+            &[
+                ("retention.ms", SET, Some("5")),
+                ("retention.ms", DELETE, None)
+            ]
+        ),
+        refused(42, "Error due to duplicate config keys")
+    );
+    assert_eq!(one(&mut w, &[("retention.ms", 9, Some("5"))]).1, -1);
+
+    // Configs are checked before the topic is looked for, as Kafka does.
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "nope", &[("retention.ms", SET, Some("x"))])]
+        )[0]
+        .1,
+        40
+    );
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "nope", &[("retention.ms", SET, Some("5"))])]
+        ),
+        vec![(
+            "nope".to_string(),
+            3,
+            Some("The topic 'nope' does not exist.".to_string())
+        )]
+    );
+    assert_eq!(
+        inc(&mut w, &[(TOPIC, "", &[("retention.ms", SET, Some("5"))])])[0].1,
+        42
+    );
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "bad name!", &[("retention.ms", SET, Some("5"))])]
+        )[0]
+        .1,
+        17
+    );
+    let twice = inc(
+        &mut w,
+        &[
+            (TOPIC, "t", &[("retention.ms", SET, Some("5"))]),
+            (TOPIC, "t", &[("retention.ms", SET, Some("6"))]),
+        ],
+    );
+    assert_eq!(twice.len(), 2);
+    assert!(twice.iter().all(|a| a.1 == 42), "{twice:?}");
+    assert_eq!(
+        describe(&mut w, "t")["retention.ms"].1,
+        5,
+        "nothing was set"
+    );
+
+    // Broker properties are static here.
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(BROKER, "1", &[("log.retention.ms", SET, Some("5"))])]
+        ),
+        vec![(
+            "1".to_string(),
+            42,
+            Some("Cannot update these configs dynamically: [log.retention.ms]".to_string())
+        )]
+    );
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(BROKER, "", &[("log.retention.ms", DELETE, None)])]
+        ),
+        vec![ok("")]
+    );
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(BROKER, "7", &[("log.retention.ms", SET, Some("5"))])]
+        )[0]
+        .2,
+        Some("Unexpected broker id, expected 1, but received 7".to_string())
+    );
+    assert_eq!(
+        inc(&mut w, &[(99, "x", &[("a", SET, Some("1"))])])[0],
+        (
+            "x".to_string(),
+            42,
+            Some("Unknown resource type 99".to_string())
+        )
+    );
+
+    // One good and one bad resource: the good one is stored.
+    create_topic(&mut w, "u", 1);
+    let mixed = inc(
+        &mut w,
+        &[
+            (TOPIC, "t", &[("segment.ms", SET, Some("100"))]),
+            (TOPIC, "u", &[("segment.ms", SET, Some("0"))]),
+        ],
+    );
+    assert_eq!(mixed[0], ok("t"));
+    assert_eq!(mixed[1].1, 40);
+    assert_eq!(value(&mut w, "t", "segment.ms"), "100");
+    assert_eq!(describe(&mut w, "u")["segment.ms"].1, 5);
+}
+
+#[test]
+fn alter_configs_replaces_the_whole_set() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    assert_eq!(
+        alter(
+            &mut w,
+            "t",
+            &[
+                ("cleanup.policy", Some("compact,delete")),
+                ("segment.ms", Some("100000"))
+            ]
+        ),
+        (0, None)
+    );
+    let c = w.broker.cleanup_config("t").unwrap();
+    assert!(c.compact && c.delete);
+    assert_eq!(
+        alter(&mut w, "t", &[("retention.ms", Some("1000"))]),
+        (0, None)
+    );
+    let d = describe(&mut w, "t");
+    let overrides: Vec<&String> = d.iter().filter(|(_, v)| v.1 == 1).map(|(k, _)| k).collect();
+    assert_eq!(
+        overrides,
+        vec!["retention.ms"],
+        "the others went back to default"
+    );
+    assert!(!w.broker.cleanup_config("t").unwrap().compact);
+    assert_eq!(
+        alter(&mut w, "t", &[("retention.ms", Some("x"))]),
+        (
+            40,
+            Some(
+                "Invalid value x for configuration retention.ms: Not a number of type LONG".into()
+            )
+        )
+    );
+    assert_eq!(alter(&mut w, "t", &[("retention.ms", None)]).0, 42);
+    assert_eq!(alter(&mut w, "nope", &[("retention.ms", Some("1"))]).0, 3);
+    assert_eq!(alter(&mut w, "t", &[]), (0, None));
+    assert!(describe(&mut w, "t").values().all(|v| v.1 == 5));
+}
+
+#[test]
+fn retention_applies_only_with_the_delete_policy() {
+    let config = BrokerConfig {
+        segment_bytes: 1024,
+        retention_check_interval_ms: 1_000,
+        ..Default::default()
+    };
+    let mut w = World::new(config);
+    assert_eq!(
+        create_with(
+            &mut w,
+            "c",
+            &[("cleanup.policy", "compact"), ("retention.bytes", "1024")]
+        )
+        .0,
+        0
+    );
+    for _ in 0..10 {
+        w.send(
+            1,
+            9,
+            &produce_req("c", 0, batch(&[&[7u8; 400]], w.now_ms), -1),
+        );
+        produce_answer(&mut w, 1).unwrap();
+    }
+    w.advance(1_000);
+    let log = w.broker.partition("c", 0).unwrap();
+    assert!(log.segments().count() > 2);
+    assert_eq!(
+        log.log_start_offset(),
+        0,
+        "compact alone keeps every segment"
+    );
+
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "c", &[("cleanup.policy", APPEND, Some("delete"))])]
+        ),
+        vec![ok("c")]
+    );
+    w.advance(1_000);
+    let log = w.broker.partition("c", 0).unwrap();
+    assert!(log.log_start_offset() > 0, "compact,delete deletes by size");
+}
+
+#[test]
+fn segment_ms_rolls_the_active_segment_at_append() {
+    let mut w = World::new(BrokerConfig::default());
+    assert_eq!(create_with(&mut w, "t", &[("segment.ms", "1000")]).0, 0);
+    let t0 = w.now_ms;
+    let produce = |w: &mut World, ts: i64| {
+        w.send(1, 9, &produce_req("t", 0, batch(&[b"v"], ts), -1));
+        produce_answer(w, 1).unwrap();
+    };
+    let segments = |w: &World| w.broker.partition("t", 0).unwrap().segments().count();
+    produce(&mut w, t0);
+    produce(&mut w, t0 + 1000);
+    assert_eq!(segments(&w), 1, "1000 ms is not more than segment.ms");
+    produce(&mut w, t0 + 1001);
+    assert_eq!(
+        segments(&w),
+        2,
+        "rolled: measured from the first batch's timestamp"
+    );
+    // Once the first batch has a timestamp, a batch without one does not
+    // age the segment (Kafka measures from timestamp to timestamp).
+    produce(&mut w, -1);
+    assert_eq!(segments(&w), 2);
+
+    // A live change: segment.ms 1 day; the next batch stays in the segment.
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "t", &[("segment.ms", SET, Some("86400000"))])]
+        ),
+        vec![ok("t")]
+    );
+    produce(&mut w, t0 + 5000);
+    assert_eq!(segments(&w), 2);
+    // And back to 1 s: 2001 ms after the segment's first batch, it rolls.
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "t", &[("segment.ms", SET, Some("1000"))])]
+        ),
+        vec![ok("t")]
+    );
+    produce(&mut w, t0 + 3002);
+    assert_eq!(segments(&w), 3);
+}
+
+#[test]
+fn segment_ms_after_a_restart_counts_from_the_first_append() {
+    let mut w = World::new(BrokerConfig::default());
+    assert_eq!(create_with(&mut w, "t", &[("segment.ms", "1000")]).0, 0);
+    let t0 = w.now_ms;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"v"], -1), -1));
+    produce_answer(&mut w, 1).unwrap();
+    w.stop_and_restart();
+    let segments = |w: &World| w.broker.partition("t", 0).unwrap().segments().count();
+    assert_eq!(segments(&w), 1);
+    w.now_ms = t0 + 5_000;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"v"], -1), -1));
+    produce_answer(&mut w, 1).unwrap();
+    assert_eq!(
+        segments(&w),
+        1,
+        "the clock starts at the first append after the start"
+    );
+    w.now_ms = t0 + 6_001;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"v"], -1), -1));
+    produce_answer(&mut w, 1).unwrap();
+    assert_eq!(segments(&w), 2);
+}
+
+#[test]
+fn segment_bytes_and_timestamp_type_change_live() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let produce = |w: &mut World| {
+        let ts = w.now_ms;
+        w.send(1, 9, &produce_req("t", 0, batch(&[&[1u8; 600]], ts), -1));
+        match w.recv(1) {
+            Some((_, ResponseKind::Produce(r))) => {
+                let p = &r.responses[0].partition_responses[0];
+                assert_eq!(p.error_code, 0);
+                p.log_append_time_ms
+            }
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(produce(&mut w), -1);
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(
+                TOPIC,
+                "t",
+                &[
+                    ("segment.bytes", SET, Some("1024")),
+                    ("message.timestamp.type", SET, Some("LogAppendTime")),
+                ]
+            )]
+        ),
+        vec![ok("t")]
+    );
+    assert_eq!(produce(&mut w), w.now_ms, "LogAppendTime at once");
+    assert_eq!(
+        w.broker.partition("t", 0).unwrap().segments().count(),
+        2,
+        "the second batch did not fit 1024 bytes"
+    );
+    w.restart(true);
+    assert_eq!(
+        produce(&mut w),
+        w.now_ms,
+        "still LogAppendTime after a restart"
+    );
+    assert_eq!(w.broker.partition("t", 0).unwrap().segments().count(), 3);
+}
