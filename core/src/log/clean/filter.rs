@@ -131,12 +131,26 @@ impl TxnWalk {
         }
     }
 
+    /// Drops the producer's aborted transaction if it ended before `offset`
+    /// (its marker was never walked over: below the walk's start, or
+    /// removed by an earlier pass): later batches are not part of it.
+    fn forget_ended(&mut self, producer_id: i64, offset: i64) {
+        if self
+            .ongoing_aborted
+            .get(&producer_id)
+            .is_some_and(|(a, _)| a.last_offset < offset)
+        {
+            self.ongoing_aborted.remove(&producer_id);
+        }
+    }
+
     /// A data batch: true when it belongs to an aborted transaction.
     pub fn on_batch(&mut self, header: &BatchHeader) -> bool {
         self.reach(header.last_offset());
         if !header.is_transactional() {
             return false;
         }
+        self.forget_ended(header.producer_id, header.base_offset);
         match self.ongoing_aborted.get_mut(&header.producer_id) {
             Some((_, seen)) => {
                 *seen = true;
@@ -159,6 +173,7 @@ impl TxnWalk {
     ) -> (bool, Option<AbortedTxn>) {
         self.reach(header.last_offset());
         let producer_id = header.producer_id;
+        self.forget_ended(producer_id, header.base_offset);
         if is_commit {
             return (!self.ongoing_committed.remove(&producer_id), None);
         }
