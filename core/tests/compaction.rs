@@ -10,9 +10,6 @@ mod support;
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 
 use doze_core::BrokerConfig;
@@ -31,30 +28,14 @@ fn config() -> BrokerConfig {
 }
 
 fn create_compacted(w: &mut World, topic: &str) {
+    let delete_retention_ms = DELETE_RETENTION_MS.to_string();
     let configs = [
-        ("cleanup.policy", "compact".to_string()),
-        ("min.cleanable.dirty.ratio", "0.01".to_string()),
-        ("delete.retention.ms", DELETE_RETENTION_MS.to_string()),
+        ("cleanup.policy", "compact"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("delete.retention.ms", delete_retention_ms.as_str()),
     ];
-    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-        .with_name(name(topic))
-        .with_num_partitions(1)
-        .with_replication_factor(1)
-        .with_configs(
-            configs
-                .iter()
-                .map(|(k, v)| {
-                    CreatableTopicConfig::default()
-                        .with_name(StrBytes::from_string(k.to_string()))
-                        .with_value(Some(StrBytes::from_string(v.clone())))
-                })
-                .collect(),
-        )]);
-    w.send(99, 7, &req);
-    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else {
-        panic!("no CreateTopics answer")
-    };
-    assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+    let (code, message) = create_with(w, topic, &configs);
+    assert_eq!(code, 0, "{message:?}");
 }
 
 const PLAIN: Producer = Producer {

@@ -5,7 +5,6 @@
 
 mod support;
 
-use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
@@ -27,32 +26,6 @@ const BROKER: i8 = 4;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
-}
-
-fn create_with(w: &mut World, topic: &str, configs: &[(&str, &str)]) -> (i16, Option<String>) {
-    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-        .with_name(name(topic))
-        .with_num_partitions(1)
-        .with_replication_factor(1)
-        .with_configs(
-            configs
-                .iter()
-                .map(|(k, v)| {
-                    CreatableTopicConfig::default()
-                        .with_name(s(k))
-                        .with_value(Some(s(v)))
-                })
-                .collect(),
-        )]);
-    w.send(99, 7, &req);
-    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else {
-        panic!("no CreateTopics answer")
-    };
-    let t = &r.topics[0];
-    (
-        t.error_code,
-        t.error_message.as_ref().map(|m| m.to_string()),
-    )
 }
 
 type Op<'a> = (&'a str, i8, Option<&'a str>);

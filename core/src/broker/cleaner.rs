@@ -115,6 +115,16 @@ enum SwapStep {
     IndexesLive,
 }
 
+impl Pass {
+    /// The span a read is made of, and the position it starts at.
+    fn reading_at(&self) -> (usize, u64) {
+        match &self.step {
+            Step::Map { i, position } | Step::Clean { i, position, .. } => (*i, *position),
+            _ => unreachable!("reads are made while mapping or cleaning"),
+        }
+    }
+}
+
 impl Cleaner {
     /// The partition a pass is rewriting (retention waits).
     pub fn cleaning_key(&self) -> Option<PartitionKey> {
@@ -419,16 +429,23 @@ impl Broker {
         self.cleaner.pass.as_mut().expect("a pass runs").read = Some((io, len));
     }
 
-    /// Emits the pass's disk ops and asks for the sync it then waits for.
-    fn cleaner_emit(&mut self, ops: Vec<DiskOp>) {
-        let key = self.cleaner.pass.as_ref().expect("a pass runs").key.clone();
-        for op in ops {
-            if let DiskOp::AppendCleaned { bytes, .. } = &op {
-                let pass = self.cleaner.pass.as_mut().expect("a pass runs");
+    /// Emits the pass's disk ops, counting the bytes of cleaned copies written.
+    fn cleaner_write(&mut self, ops: Vec<DiskOp>) {
+        let pass = self.cleaner.pass.as_mut().expect("a pass runs");
+        for op in &ops {
+            if let DiskOp::AppendCleaned { bytes, .. } = op {
                 pass.bytes_written += bytes.len() as u64;
             }
+        }
+        let key = pass.key.clone();
+        for op in ops {
             self.emit_disk(key.clone(), op);
         }
+    }
+
+    /// Emits the pass's disk ops and asks for the sync it then waits for.
+    fn cleaner_emit(&mut self, ops: Vec<DiskOp>) {
+        self.cleaner_write(ops);
         // Any sync issued from now on covers them.
         let from = self.next_io;
         self.cleaner.pass.as_mut().expect("a pass runs").sync_from = Some(from);
@@ -443,10 +460,12 @@ impl Broker {
         let bytes = match result {
             Ok(bytes) => bytes,
             Err(e) => {
-                let i = match &self.cleaner.pass.as_ref().expect("a pass runs").step {
-                    Step::Map { i, .. } | Step::Clean { i, .. } => *i,
-                    _ => unreachable!("reads are made while mapping or cleaning"),
-                };
+                let (i, _) = self
+                    .cleaner
+                    .pass
+                    .as_ref()
+                    .expect("a pass runs")
+                    .reading_at();
                 // A segment DeleteRecords removed meanwhile is no damage.
                 let damaged = self.pass_span_held(i);
                 return self.cleaner_abandon(&format!("read failed: {}", e.0), damaged);
@@ -458,10 +477,12 @@ impl Broker {
         pass.bytes_read += bytes.len() as u64;
         match self.cleaner_take_batches(&bytes) {
             Ok(Some(need)) => {
-                let (i, position) = match &self.cleaner.pass.as_ref().expect("a pass runs").step {
-                    Step::Map { i, position } | Step::Clean { i, position, .. } => (*i, *position),
-                    _ => unreachable!("reads are made while mapping or cleaning"),
-                };
+                let (i, position) = self
+                    .cleaner
+                    .pass
+                    .as_ref()
+                    .expect("a pass runs")
+                    .reading_at();
                 self.cleaner_read(i, position, Some(need));
             }
             Ok(None) => self.cleaner_advance(),
@@ -492,7 +513,7 @@ impl Broker {
             batch::check_stored_batch(&one).map_err(|e| format!("a batch is damaged: {e}"))?;
             at += header.total_bytes();
             match &mut pass.step {
-                Step::Map { i, .. } => {
+                Step::Map { .. } => {
                     let fits = filter::map_batch(
                         &mut pass.map,
                         &mut pass.map_walk,
@@ -502,7 +523,6 @@ impl Broker {
                     )
                     .map_err(|e| e.0)?;
                     if !fits {
-                        let _ = i;
                         pass.map_full = true;
                         break;
                     }
@@ -539,7 +559,7 @@ impl Broker {
             }
         }
         let at = at as u64;
-        let mut ops = Vec::new();
+        let mut write = None;
         match &mut pass.step {
             Step::Map { .. } if pass.map_full => {
                 // The map filled mid-segment: the pass cleans what it covers.
@@ -549,20 +569,11 @@ impl Broker {
             Step::Map { position, .. } => *position += at,
             Step::Clean { position, copy, .. } => {
                 *position += at;
-                if let Some(kept) = pending {
-                    ops.push(copy.append_log(kept.freeze()));
-                }
+                write = pending.map(|kept| copy.append_log(kept.freeze()));
             }
             _ => unreachable!("reads are made while mapping or cleaning"),
         }
-        let key = pass.key.clone();
-        for op in ops {
-            if let DiskOp::AppendCleaned { bytes, .. } = &op {
-                let pass = self.cleaner.pass.as_mut().expect("a pass runs");
-                pass.bytes_written += bytes.len() as u64;
-            }
-            self.emit_disk(key.clone(), op);
-        }
+        self.cleaner_write(write.into_iter().collect());
         Ok(None)
     }
 

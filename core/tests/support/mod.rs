@@ -111,21 +111,7 @@ impl World {
     fn boot(&mut self) {
         let mut parts: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
         for ((dir, base, kind), f) in &self.files {
-            let seg = parts
-                .entry(dir.clone())
-                .or_default()
-                .entry(*base)
-                .or_insert_with(|| RecoveredSegment {
-                    base_offset: *base,
-                    ..Default::default()
-                });
-            let data = Bytes::from(f.data.clone());
-            match kind {
-                SegmentFile::Log => seg.log_bytes = Some(f.data.len() as u64),
-                SegmentFile::OffsetIndex => seg.offset_index = Some(data),
-                SegmentFile::TimeIndex => seg.time_index = Some(data),
-                SegmentFile::TxnIndex => seg.txn_index = Some(data),
-            }
+            list_file(parts.entry(dir.clone()).or_default(), *base, *kind, f);
         }
         let mut swaps: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
         let mut abandoned: BTreeMap<PartitionDir, std::collections::BTreeSet<i64>> =
@@ -142,21 +128,7 @@ impl World {
             if *stage != FileStage::Swap {
                 continue;
             }
-            let seg = swaps
-                .entry(dir.clone())
-                .or_default()
-                .entry(*base)
-                .or_insert_with(|| RecoveredSegment {
-                    base_offset: *base,
-                    ..Default::default()
-                });
-            let data = Bytes::from(f.data.clone());
-            match kind {
-                SegmentFile::Log => seg.log_bytes = Some(f.data.len() as u64),
-                SegmentFile::OffsetIndex => seg.offset_index = Some(data),
-                SegmentFile::TimeIndex => seg.time_index = Some(data),
-                SegmentFile::TxnIndex => seg.txn_index = Some(data),
-            }
+            list_file(swaps.entry(dir.clone()).or_default(), *base, *kind, f);
         }
         let state = BootState {
             meta: self
@@ -474,6 +446,26 @@ impl World {
             .filter(|((d, _, kind), _)| d == dir && *kind == SegmentFile::Log)
             .map(|(_, f)| f.synced_len)
             .sum()
+    }
+}
+
+/// Books one file in a partition's listing, as a driver lists it at start-up.
+fn list_file(
+    segments: &mut BTreeMap<i64, RecoveredSegment>,
+    base: i64,
+    kind: SegmentFile,
+    f: &File,
+) {
+    let seg = segments.entry(base).or_insert_with(|| RecoveredSegment {
+        base_offset: base,
+        ..Default::default()
+    });
+    let data = Bytes::from(f.data.clone());
+    match kind {
+        SegmentFile::Log => seg.log_bytes = Some(f.data.len() as u64),
+        SegmentFile::OffsetIndex => seg.offset_index = Some(data),
+        SegmentFile::TimeIndex => seg.time_index = Some(data),
+        SegmentFile::TxnIndex => seg.txn_index = Some(data),
     }
 }
 

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use bytes::Bytes;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
@@ -24,6 +24,34 @@ pub fn create_topic(w: &mut World, topic: &str, partitions: i32) {
         panic!("no CreateTopics answer")
     };
     assert_eq!(r.topics[0].error_code, 0, "{:?}", r.topics[0].error_message);
+}
+
+/// CreateTopics of one partition with topic configs: (error code, message).
+pub fn create_with(w: &mut World, topic: &str, configs: &[(&str, &str)]) -> (i16, Option<String>) {
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name(topic))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(
+            configs
+                .iter()
+                .map(|(k, v)| {
+                    CreatableTopicConfig::default()
+                        .with_name(s(k))
+                        .with_value(Some(s(v)))
+                })
+                .collect(),
+        )]);
+    w.send(99, 7, &req);
+    let Some((_, ResponseKind::CreateTopics(r))) = w.recv(99) else {
+        panic!("no CreateTopics answer")
+    };
+    let t = &r.topics[0];
+    (
+        t.error_code,
+        t.error_message.as_ref().map(|m| m.to_string()),
+    )
 }
 
 pub fn produce_req(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
