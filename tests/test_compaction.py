@@ -341,7 +341,6 @@ def test_compaction_of_transactions(start_broker):
 # The producer's later, committed transactions must stay whatever passes come
 # after: their records are all keys written once.
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason='open bug (issue 9): the cleaner removes committed transactional records after an aborted transaction marker of the same producer went')
 def test_committed_records_outlive_an_aborted_transactions_marker(start_broker):
     b = start_broker(sets=CLEANER_SETS + TXN_BROKER_SETS)
     topic = create_topic(b, unique_topic("compact-txn-marker"), 1,

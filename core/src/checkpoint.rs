@@ -90,6 +90,12 @@ pub(crate) struct Checkpoints {
     next_check_ms: i64,
 }
 
+impl PendingCheckpoint {
+    pub fn key(&self) -> &PartitionKey {
+        &self.key
+    }
+}
+
 impl Checkpoints {
     /// A partition recovered from its checkpoint at `offset`.
     pub fn booted(&mut self, key: PartitionKey, offset: Option<i64>, log_start_offset: i64) {
@@ -103,6 +109,11 @@ impl Checkpoints {
 
     pub fn forget_topic(&mut self, id: &Uuid) {
         self.states.retain(|k, _| k.id != *id);
+    }
+
+    /// The offset of the partition's last stored checkpoint.
+    pub fn stored_offset(&self, key: &PartitionKey) -> Option<i64> {
+        self.states.get(key).and_then(|s| s.offset)
     }
 
     pub fn in_flight(&self) -> bool {

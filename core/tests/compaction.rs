@@ -71,6 +71,9 @@ struct Seen {
 }
 
 /// Reads the whole partition from offset 0, data and control records.
+/// Under read_committed it skips aborted batches as the Java consumer does
+/// (`CompletedFetch`): a producer listed as aborted from a transaction's
+/// first offset stays skipped until its abort marker, whatever comes before.
 fn read_all(w: &mut World, read_committed: bool) -> Vec<Seen> {
     let mut out: Vec<Seen> = Vec::new();
     let mut offset = 0;
@@ -82,24 +85,39 @@ fn read_all(w: &mut World, read_committed: bool) -> Vec<Seen> {
         if records.is_empty() {
             return out;
         }
-        let aborted: Vec<(i64, i64)> = p
+        let mut listed: Vec<(i64, i64)> = p
             .aborted_transactions
             .clone()
             .unwrap_or_default()
             .iter()
-            .map(|a| (a.producer_id.0, a.first_offset))
+            .map(|a| (a.first_offset, a.producer_id.0))
             .collect();
+        listed.sort();
+        let mut listed = listed.into_iter().peekable();
+        let mut skipping = std::collections::BTreeSet::new();
         let sets = RecordBatchDecoder::decode_all(&mut records).expect("batches decode");
         let before = offset;
         for set in sets {
+            let Some(last) = set.records.last().map(|r| r.offset) else {
+                continue;
+            };
+            while let Some((first, pid)) = listed.next_if(|(first, _)| *first <= last) {
+                let _ = first;
+                skipping.insert(pid);
+            }
             for r in set.records {
                 offset = offset.max(r.offset + 1);
-                let in_aborted = r.transactional
-                    && !r.control
-                    && aborted
-                        .iter()
-                        .any(|(pid, first)| *pid == r.producer_id && r.offset >= *first);
-                if read_committed && in_aborted {
+                let skip = read_committed && r.transactional && skipping.contains(&r.producer_id);
+                if r.control && skip {
+                    // Only an abort marker ends the skipping; a listed
+                    // producer's commit marker would be a broker's bug.
+                    let abort = r.key.as_deref().is_some_and(|k| k.len() >= 4 && k[3] == 0);
+                    if abort {
+                        skipping.remove(&r.producer_id);
+                    }
+                    continue;
+                }
+                if skip {
                     continue;
                 }
                 if r.offset >= before {
@@ -523,4 +541,78 @@ fn a_crash_at_any_step_of_a_pass_loses_nothing() {
         crash_at(cut, false);
         crash_at(cut, true);
     }
+}
+
+/// A transactional producer aborts once and then commits: once the abort
+/// marker's horizon has passed and a pass took it out, the aborted
+/// transaction must no longer be listed to read_committed fetches (a
+/// consumer would skip the producer's records until an abort marker that
+/// never comes), and the committed records all stay.
+#[test]
+fn committed_records_outlive_an_aborted_transactions_marker() {
+    let mut w = World::new(BrokerConfig {
+        segment_bytes: 512,
+        ..config()
+    });
+    create_compacted(&mut w, "c");
+    let (err, pid, epoch) = init_txn(&mut w, 5, "tx", 60_000);
+    assert_eq!(err, 0);
+    let mut seq = 0;
+    let mut written = Vec::new();
+    let mut txn = |w: &mut World, written: &mut Vec<Written>, tag: &str, n: usize, commit| {
+        assert_eq!(add_partitions(w, 5, "tx", pid, epoch, &[("c", 0)]), vec![0]);
+        for i in 0..n {
+            let key = format!("{tag}-{i:03}");
+            let value = format!("{tag}-value-{}", "q".repeat(30));
+            let b = keyed_batch(
+                &[(key.as_bytes(), Some(value.as_bytes()))],
+                w.now_ms,
+                Compression::None,
+                Producer {
+                    id: pid,
+                    epoch,
+                    sequence: seq,
+                    transactional: true,
+                },
+            );
+            seq += 1;
+            w.send(1, 9, &produce_req("c", 0, b, -1));
+            let (e, offset) = produce_answer(w, 1).unwrap();
+            assert_eq!(e, 0);
+            if commit {
+                written.push((offset, key, Some(value)));
+            }
+        }
+        assert_eq!(end_txn(w, 5, "tx", pid, epoch, commit), Some(0));
+        w.advance(10);
+    };
+    txn(&mut w, &mut written, "aborted", 5, false);
+    for round in 0..6 {
+        let passes = w.broker.cleaner_progress("c", 0).map_or(0, |p| p.passes);
+        txn(&mut w, &mut written, &format!("c{round}"), 30, true);
+        // Past the horizons of what the last pass kept, then a pass.
+        w.advance(DELETE_RETENTION_MS + 1);
+        clean(&mut w, passes + 1);
+        let committed = read_all(&mut w, true);
+        check_compacted(&committed, &written, 0);
+        let data = committed.iter().filter(|s| !s.control).count();
+        assert_eq!(data, written.len(), "round {round}: every committed record");
+    }
+    let raw = read_all(&mut w, false);
+    assert!(
+        raw.iter()
+            .all(|s| !s.key.as_deref().is_some_and(|k| k.starts_with(b"aborted"))),
+        "the aborted records went"
+    );
+    let abort_markers = raw
+        .iter()
+        .filter(|s| s.control && s.key.as_deref() == Some(b"\0\0\0\0"))
+        .count();
+    assert_eq!(abort_markers, 0, "the abort marker went after its horizon");
+    w.restart(true);
+    let committed = read_all(&mut w, true);
+    assert_eq!(
+        committed.iter().filter(|s| !s.control).count(),
+        written.len()
+    );
 }

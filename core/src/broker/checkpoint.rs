@@ -40,6 +40,10 @@ impl Broker {
 
     /// A checkpoint write completed.
     pub(super) fn checkpoint_written(&mut self, pending: PendingCheckpoint, stored: bool) {
+        let key = pending.key().clone();
         self.checkpoints.written(pending, stored, self.now_ms);
+        if stored {
+            self.cleaner_on_checkpoint(&key);
+        }
     }
 }

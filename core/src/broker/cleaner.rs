@@ -34,6 +34,7 @@ use bytes::Bytes;
 
 use super::Broker;
 use crate::batch;
+use crate::checkpoint::Due;
 use crate::io::{DiskOp, FileRange, FileStage, IoError, IoId, PartitionDir, SegmentFile};
 use crate::limits;
 use crate::log::clean::filter::{self, Filter, LastRecord, OffsetMap, TxnWalk, Verdict};
@@ -63,6 +64,9 @@ pub(crate) struct Cleaner {
     backoff_until_ms: BTreeMap<PartitionKey, i64>,
     pass: Option<Pass>,
     next_check_ms: i64,
+    /// Partitions held back by their recovery checkpoint, one asked for:
+    /// when it is stored the cleaner looks again at once.
+    awaiting_checkpoint: BTreeSet<PartitionKey>,
 }
 
 struct Pass {
@@ -149,6 +153,14 @@ impl Broker {
         self.cleaner.progress.get(&key).cloned()
     }
 
+    /// A recovery checkpoint of `key` was stored: if it held the cleaner
+    /// back, the cleaner looks again now rather than after its backoff.
+    pub(super) fn cleaner_on_checkpoint(&mut self, key: &PartitionKey) {
+        if self.cleaner.awaiting_checkpoint.remove(key) {
+            self.cleaner.next_check_ms = self.cleaner.next_check_ms.min(self.now_ms);
+        }
+    }
+
     /// Timer: starts a pass on the dirtiest compacted partition, if any is
     /// dirty enough and no pass runs.
     pub(super) fn cleaner_tick(&mut self) {
@@ -159,7 +171,14 @@ impl Broker {
         if self.shutting_down {
             return;
         }
-        let Some((key, dirtiness)) = self.filthiest_log() else {
+        let (chosen, held_back) = self.filthiest_log();
+        if !held_back.is_empty() {
+            self.cleaner
+                .awaiting_checkpoint
+                .extend(held_back.iter().cloned());
+            self.write_due_checkpoints(held_back, Due::Now);
+        }
+        let Some((key, dirtiness)) = chosen else {
             return;
         };
         let (dir, spans, last_records, aborted, delete_retention_ms) = {
@@ -223,10 +242,22 @@ impl Broker {
     }
 
     /// The compacted partition most worth a pass, and how dirty it is.
-    fn filthiest_log(&self) -> Option<(PartitionKey, clean::Dirtiness)> {
+    /// The dirtiest compacted partition worth a pass, and the partitions
+    /// a pass would clean more of with a newer recovery checkpoint.
+    ///
+    /// A pass ends at or below the partition's last stored checkpoint, as
+    /// Kafka's ends below the active segment where its last producer-state
+    /// snapshot lies: the start-up scan replays the batches above the
+    /// checkpoint, with the transactions it found open, and it must never
+    /// meet a cleaned segment (a marker taken out there would leave its
+    /// transaction open for good, and the last stable offset stuck).
+    fn filthiest_log(&self) -> (Option<(PartitionKey, clean::Dirtiness)>, Vec<PartitionKey>) {
         let mut best: Option<(PartitionKey, clean::Dirtiness)> = None;
+        let mut held_back = Vec::new();
         for key in self.topics.keys() {
-            let topic = self.topics.get(&key.topic)?;
+            let Some(topic) = self.topics.get(&key.topic) else {
+                continue;
+            };
             let config = topic.cleanup_config(&self.config);
             if !config.compact
                 || self.cleaner.uncleanable.contains(&key)
@@ -248,23 +279,26 @@ impl Broker {
                 .get(&key)
                 .map_or(0, |p| p.first_dirty_offset);
             let lso = view.last_stable_offset();
-            let d = view
-                .log
-                .dirtiness(first_dirty, lso, self.now_ms, config.min_compaction_lag_ms);
-            if d.dirty_bytes == 0 {
-                continue;
+            let checkpointed = self.checkpoints.stored_offset(&key).unwrap_or(0);
+            let dirtiness = |end| {
+                view.log
+                    .dirtiness(first_dirty, end, self.now_ms, config.min_compaction_lag_ms)
+            };
+            let cleanable = |d: &clean::Dirtiness| {
+                let overdue = d.first_dirty_timestamp_ms >= 0
+                    && self.now_ms.saturating_sub(d.first_dirty_timestamp_ms)
+                        > config.max_compaction_lag_ms;
+                d.dirty_bytes > 0 && (d.ratio() >= config.min_cleanable_dirty_ratio || overdue)
+            };
+            let d = dirtiness(lso.min(checkpointed));
+            if checkpointed < lso && !cleanable(&d) && cleanable(&dirtiness(lso)) {
+                held_back.push(key.clone());
             }
-            let overdue = d.first_dirty_timestamp_ms >= 0
-                && self.now_ms.saturating_sub(d.first_dirty_timestamp_ms)
-                    > config.max_compaction_lag_ms;
-            if d.ratio() < config.min_cleanable_dirty_ratio && !overdue {
-                continue;
-            }
-            if best.as_ref().is_none_or(|(_, b)| d.ratio() > b.ratio()) {
+            if cleanable(&d) && best.as_ref().is_none_or(|(_, b)| d.ratio() > b.ratio()) {
                 best = Some((key, d));
             }
         }
-        best
+        (best, held_back)
     }
 
     /// Whether the pass's partition is still the one it started on.
@@ -648,11 +682,15 @@ impl Broker {
             .topics
             .partition_mut_by_key(&key)
             .expect("checked alive");
+        let kept_aborted = copy.kept_aborted().to_vec();
         if !log.install_cleaned(copy, span.size_bytes) {
             // `cleaner_sync_done` checked the segment a moment ago, so only
             // a bug gets here.
             tracing::error!(topic = %key.topic, partition = key.partition, "cleaned segment {} gone before its swap", span.base_offset);
             return self.cleaner_abandon("the segment changed under the pass", false);
+        }
+        if let Some(txns) = self.partition_txns.get_mut(&key) {
+            txns.replace_aborted_in(span.base_offset, span.end_offset, &kept_aborted);
         }
         self.reading.forget_segment(&dir, span.base_offset);
         let ops = clean::renames(

@@ -89,9 +89,18 @@ pub fn is_commit(header: &BatchHeader, bytes: &[u8]) -> Option<bool> {
     if !header.is_control() || header.records_count < 1 {
         return None;
     }
-    // Record: length varint, attributes, timestamp delta, offset delta, key
-    // length; with the small values a marker has, each varint is one byte.
-    let at = BATCH_HEADER_BYTES + 1 + 1 + 1 + 1 + 1;
+    // Record: length varint, attributes, timestamp delta (varlong), offset
+    // delta, key length (varints), key. Read as varints: a marker the
+    // cleaner gave a delete horizon has a negative, multi-byte timestamp delta.
+    let mut at = BATCH_HEADER_BYTES;
+    crate::batch::read_varint(bytes, &mut at)?;
+    at += 1;
+    crate::batch::read_varlong(bytes, &mut at)?;
+    crate::batch::read_varint(bytes, &mut at)?;
+    let key_len = crate::batch::read_varint(bytes, &mut at)?;
+    if key_len < 4 {
+        return None;
+    }
     let key = bytes.get(at..at + 4)?;
     match i16::from_be_bytes([key[2], key[3]]) {
         CONTROL_TYPE_COMMIT => Some(true),
@@ -116,6 +125,21 @@ mod tests {
                 (42, 7, 1)
             );
             assert_eq!(is_commit(&h, &b), Some(commit));
+        }
+    }
+
+    #[test]
+    fn a_marker_with_a_delete_horizon_still_reads() {
+        for commit in [true, false] {
+            let mut b = BytesMut::from(&build(42, 7, commit, 0, 1_000)[..]);
+            b[0..8].copy_from_slice(&90i64.to_be_bytes());
+            let h = batch::check_batch(&b).unwrap();
+            let body = crate::log::clean::records::records_bytes(&b, &h).unwrap();
+            let records = crate::log::clean::records::parse_records(&body, 1).unwrap();
+            let moved = crate::log::clean::records::rebuild(&h, &records, Some(1_000 + 86_400_000))
+                .unwrap();
+            let h = batch::check_batch(&moved).expect("valid batch");
+            assert_eq!(is_commit(&h, &moved), Some(commit));
         }
     }
 

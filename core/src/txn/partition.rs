@@ -188,6 +188,26 @@ impl PartitionTxns {
             .collect()
     }
 
+    /// A cleaned segment `[from, to)` went live with these `.txnindex`
+    /// entries: the aborted transactions whose marker the cleaner removed
+    /// are no longer listed to fetches. (Kafka reads the list from the
+    /// segments' `.txnindex` files, so its cleaner's swap does the same;
+    /// a listed transaction without its marker would make a read_committed
+    /// consumer skip the producer's later records for good.)
+    pub fn replace_aborted_in(&mut self, from: i64, to: i64, kept: &[AbortedTxn]) {
+        let start = self.aborted.partition_point(|a| a.last_offset < from);
+        let end = self.aborted.partition_point(|a| a.last_offset < to);
+        assert!(
+            kept.iter().all(|k| self.aborted[start..end].contains(k)),
+            "a cleaned segment keeps only aborted transactions it had"
+        );
+        assert!(
+            self.unsynced.iter().all(|c| c.marker_offset >= to),
+            "the cleaner works below the durable, stable log"
+        );
+        self.aborted.splice(start..end, kept.iter().copied());
+    }
+
     pub fn is_ongoing(&self, producer_id: i64) -> bool {
         self.ongoing.contains_key(&producer_id)
     }

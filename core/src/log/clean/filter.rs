@@ -16,7 +16,9 @@
 //! - a batch emptied by all that stays as an empty batch when it is the last
 //!   one of a producer still known (its sequence and epoch fence zombies and
 //!   find duplicates), the last batch of the pass, or (not in Kafka) the
-//!   last batch of its segment.
+//!   last batch of its segment; in the last two cases, unless it is also its
+//!   producer's last, it stays as a placeholder without its producer
+//!   (`records::placeholder`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -145,9 +147,12 @@ impl TxnWalk {
     }
 
     /// A data batch: true when it belongs to an aborted transaction.
+    /// An empty batch (emptied by an earlier pass and kept for its
+    /// producer's or its segment's sake) holds nothing of a transaction:
+    /// it neither keeps a marker nor is dropped for one.
     pub fn on_batch(&mut self, header: &BatchHeader) -> bool {
         self.reach(header.last_offset());
-        if !header.is_transactional() {
+        if !header.is_transactional() || header.records_count == 0 {
             return false;
         }
         self.forget_ended(header.producer_id, header.base_offset);
@@ -301,6 +306,9 @@ impl Filter<'_> {
         let verdict = if kept.is_empty() {
             if !retain_empty {
                 Verdict::Drop
+            } else if !last_of_producer && (header.has_producer_id() || !all.is_empty()) {
+                // Kept only for its offsets: nothing of its producer.
+                Verdict::Replace(records::placeholder(header)?)
             } else if all.is_empty() {
                 Verdict::Keep
             } else {

@@ -194,6 +194,11 @@ impl CleanedSegment {
         self.append(SegmentFile::Log, bytes)
     }
 
+    /// The aborted transactions whose markers the copy keeps.
+    pub fn kept_aborted(&self) -> &[AbortedTxn] {
+        &self.txn_index
+    }
+
     /// Books an aborted transaction whose marker the copy keeps.
     pub fn keep_aborted(&mut self, aborted: AbortedTxn) {
         self.txn_index.push(aborted);

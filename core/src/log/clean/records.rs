@@ -166,6 +166,24 @@ pub fn rebuild(
     Ok(out.freeze())
 }
 
+/// An empty batch standing for `header`'s offsets and nothing else: no
+/// producer, not transactional, not control, not compressed. The cleaner
+/// keeps one where a segment or a pass must end on an offset, when the
+/// batch there is not its producer's last: a transactional empty batch
+/// whose marker later went would look, to the start-up scan, like a
+/// transaction left open.
+pub fn placeholder(header: &BatchHeader) -> Result<Bytes, RecordsError> {
+    const TIMESTAMP_TYPE_BIT: i16 = 0x08;
+    let plain = BatchHeader {
+        attributes: header.attributes & (TIMESTAMP_TYPE_BIT | DELETE_HORIZON_BIT),
+        producer_id: batch::NO_PRODUCER_ID,
+        producer_epoch: -1,
+        base_sequence: -1,
+        ..header.clone()
+    };
+    rebuild(&plain, &[], None)
+}
+
 fn compress(codec: u8, records: Bytes) -> Result<Bytes, RecordsError> {
     let mut out = BytesMut::new();
     let fill = |b: &mut BytesMut| {
