@@ -219,7 +219,6 @@ DELETE_RETENTION_MS = 6000
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason='open bug (issue 9): librdkafka raises MSG_SIZE_TOO_LARGE after 10 Fetch answers holding only the empty batch each cleaned segment keeps')
 def test_compaction_keeps_latest_per_key_and_drops_tombstones_later(start_broker):
     b = start_broker(sets=CLEANER_SETS)
     topic = create_topic(b, unique_topic("compact"), 1,

@@ -25,6 +25,9 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const FETCH_WAIT_MS_MAX: i64 = 60_000;
 /// Fetch responses never carry more than this many bytes, whatever the client asks.
 pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Segments one partition's records in a fetch answer may span (a fetch
+/// goes on past a segment's end while it has room: `next_fetch_range`).
+pub const FETCH_SEGMENTS_MAX: usize = 64;
 /// Consumer groups the coordinator holds (a new one is refused with
 /// COORDINATOR_NOT_AVAILABLE beyond this).
 pub const GROUPS_MAX: usize = 10_000;

@@ -134,7 +134,7 @@ pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
 struct Built {
     response: FetchResponse,
     /// The record sets sent as file ranges, by (topic, partition) index.
-    files: BTreeMap<(usize, usize), FileRange>,
+    files: BTreeMap<(usize, usize), Vec<FileRange>>,
     bytes: usize,
     /// A partition error ends the wait at once, as in Kafka.
     has_error: bool,
@@ -149,7 +149,8 @@ impl Built {
 /// What one partition sends.
 enum Records {
     Empty,
-    File(FileRange),
+    /// Ranges of consecutive segments, whole batches but for the last.
+    File(Vec<FileRange>),
     Error(ResponseError),
 }
 
@@ -238,7 +239,17 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                         if range.len == 0 {
                             Records::Empty
                         } else {
-                            Records::File(range)
+                            let mut ranges = vec![range];
+                            let mut left = room.saturating_sub(ranges[0].len as usize);
+                            while ranges.len() < limits::FETCH_SEGMENTS_MAX {
+                                let prev = ranges.last().expect("one at least");
+                                let Some(next) = log.next_fetch_range(prev, end, left) else {
+                                    break;
+                                };
+                                left = left.saturating_sub(next.len as usize);
+                                ranges.push(next);
+                            }
+                            Records::File(ranges)
                         }
                     }
                     Locate::Need(range) if gathered.has_failed(&range) => {
@@ -258,10 +269,10 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
             };
             match records {
                 Records::Empty => pd.records = Some(bytes::Bytes::new()),
-                Records::File(range) => {
-                    total += range.len as usize;
+                Records::File(ranges) => {
+                    total += ranges.iter().map(|r| r.len as usize).sum::<usize>();
                     pd.records = None;
-                    files.insert((ti, pi), range);
+                    files.insert((ti, pi), ranges);
                 }
                 Records::Error(e) => {
                     // As Kafka's ReplicaManager answers a failed read: no

@@ -52,18 +52,19 @@ const FIRST_FLEXIBLE_VERSION: i16 = 12;
 /// Encodes a whole Fetch response frame (response header + body, without the
 /// 4-byte size prefix) for API version 4..=12. Partitions named in `files`
 /// ((topic index, partition index) into `response.responses[t].partitions[p]`)
-/// carry that file range as their records instead of `records` (which must be
-/// None for them); every other partition's `records` is encoded as usual.
-/// Adjacent byte parts are merged, so the frame is [Bytes, File, Bytes, File, ..., Bytes].
+/// carry those file ranges, one after the other, as their records instead of
+/// `records` (which must be None for them); every other partition's
+/// `records` is encoded as usual. Adjacent byte parts are merged, so the
+/// frame is [Bytes, File.., Bytes, File.., ..., Bytes].
 ///
 /// Below v12 nothing follows a partition's records when it is the last one of
 /// the response, so there the frame ends with a File part if that partition
-/// is file-backed. No Bytes part is empty and no two parts of a kind touch.
+/// is file-backed. No Bytes part is empty and no two Bytes parts touch.
 pub fn encode(
     correlation_id: i32,
     version: i16,
     response: &FetchResponse,
-    files: &BTreeMap<(usize, usize), FileRange>,
+    files: &BTreeMap<(usize, usize), Vec<FileRange>>,
 ) -> Result<Vec<FramePart>> {
     ensure!(
         (4..=12).contains(&version),
@@ -83,7 +84,7 @@ pub fn encode(
 /// set for it, and the default `PartitionData` has `Some(empty)`.
 fn check_files(
     response: &FetchResponse,
-    files: &BTreeMap<(usize, usize), FileRange>,
+    files: &BTreeMap<(usize, usize), Vec<FileRange>>,
 ) -> Result<()> {
     for &(t, p) in files.keys() {
         let partition = response
@@ -105,7 +106,7 @@ fn write_response(
     w: &mut FrameWriter,
     version: i16,
     response: &FetchResponse,
-    files: &BTreeMap<(usize, usize), FileRange>,
+    files: &BTreeMap<(usize, usize), Vec<FileRange>>,
 ) -> Result<()> {
     ensure_no_tagged_fields(
         version,
@@ -136,7 +137,7 @@ fn write_topic(
     version: i16,
     t: usize,
     topic: &FetchableTopicResponse,
-    files: &BTreeMap<(usize, usize), FileRange>,
+    files: &BTreeMap<(usize, usize), Vec<FileRange>>,
 ) -> Result<()> {
     ensure_no_tagged_fields(
         version,
@@ -147,7 +148,7 @@ fn write_topic(
     w.string(&topic.topic)?;
     w.length(Some(topic.partitions.len()))?;
     for (p, partition) in topic.partitions.iter().enumerate() {
-        let file = files.get(&(t, p));
+        let file = files.get(&(t, p)).map(Vec::as_slice);
         write_partition(w, version, partition, file)
             .with_context(|| format!("responses[{t}].partitions[{p}]"))?;
     }
@@ -160,7 +161,7 @@ fn write_partition(
     w: &mut FrameWriter,
     version: i16,
     partition: &PartitionData,
-    file: Option<&FileRange>,
+    file: Option<&[FileRange]>,
 ) -> Result<()> {
     // kafka-protocol writes these three as tagged fields 0, 1, 2 when they
     // differ from their defaults; this encoder writes none.
@@ -188,7 +189,7 @@ fn write_partition(
         );
     }
     match file {
-        Some(range) => w.file(range)?,
+        Some(ranges) => w.file(ranges)?,
         None => w.records(partition.records.as_deref())?,
     }
     w.end_struct();
@@ -302,14 +303,17 @@ impl FrameWriter {
         Ok(())
     }
 
-    /// Records that are a file range: their length goes into the bytes, the
-    /// range itself becomes a part of its own.
-    fn file(&mut self, range: &FileRange) -> Result<()> {
-        let len = usize::try_from(range.len).context("file range too long")?;
+    /// Records that are file ranges: their total length goes into the
+    /// bytes, each range becomes a part of its own.
+    fn file(&mut self, ranges: &[FileRange]) -> Result<()> {
+        let total: u64 = ranges.iter().map(|r| r.len).sum();
+        let len = usize::try_from(total).context("file ranges too long")?;
         self.length(Some(len))?;
         self.close_bytes();
-        self.parts.push(FramePart::File(range.clone()));
-        self.parts_len += range.len;
+        for range in ranges {
+            self.parts.push(FramePart::File(range.clone()));
+        }
+        self.parts_len += total;
         Ok(())
     }
 
@@ -376,17 +380,25 @@ mod tests {
             segment_base: i64,
             position: u64,
             records: &[u8],
-        ) -> FileRange {
+        ) -> Vec<FileRange> {
             let mut contents = vec![0xEE; position as usize];
             contents.extend_from_slice(records);
             contents.extend_from_slice(&[0xDD; 7]);
             self.files.insert((dir.clone(), segment_base), contents);
-            FileRange {
-                dir,
+            // Two ranges when it splits, as a fetch spanning segments sends.
+            let len = records.len() as u64;
+            let half = len / 2;
+            let range = |position, len| FileRange {
+                dir: dir.clone(),
                 segment_base,
                 file: SegmentFile::Log,
                 position,
-                len: records.len() as u64,
+                len,
+            };
+            if half > 0 {
+                vec![range(position, half), range(position + half, len - half)]
+            } else {
+                vec![range(position, len)]
             }
         }
 
@@ -431,16 +443,16 @@ mod tests {
         Ok((header, response))
     }
 
-    /// Starts with Bytes, alternates Bytes and File, has no empty Bytes part
-    /// and one File part per file range, in order.
-    fn check_shape(parts: &[FramePart], files: &BTreeMap<(usize, usize), FileRange>) {
+    /// Starts with Bytes, has no two Bytes parts in a row, no empty Bytes
+    /// part, and one File part per file range, in order.
+    fn check_shape(parts: &[FramePart], files: &BTreeMap<(usize, usize), Vec<FileRange>>) {
         assert!(
             matches!(parts.first(), Some(FramePart::Bytes(_))),
             "{parts:?}"
         );
         for pair in parts.windows(2) {
-            let same_kind = std::mem::discriminant(&pair[0]) == std::mem::discriminant(&pair[1]);
-            assert!(!same_kind, "two parts of a kind in a row: {parts:?}");
+            let bytes_twice = matches!(pair, [FramePart::Bytes(_), FramePart::Bytes(_)]);
+            assert!(!bytes_twice, "two Bytes parts in a row: {parts:?}");
         }
         for part in parts {
             if let FramePart::Bytes(bytes) = part {
@@ -454,7 +466,7 @@ mod tests {
                 FramePart::Bytes(_) => None,
             })
             .collect();
-        assert_eq!(ranges, files.values().collect::<Vec<_>>());
+        assert_eq!(ranges, files.values().flatten().collect::<Vec<_>>());
     }
 
     fn topic(name: &str, partitions: Vec<PartitionData>) -> FetchableTopicResponse {
@@ -490,7 +502,7 @@ mod tests {
         correlation_id: i32,
         with_files: FetchResponse,
         inline: FetchResponse,
-        files: BTreeMap<(usize, usize), FileRange>,
+        files: BTreeMap<(usize, usize), Vec<FileRange>>,
         disk: FakeDisk,
     }
 
@@ -696,9 +708,9 @@ mod tests {
             topic("c", vec![partition(0, Some(b"y"))]),
         ]);
         let files = BTreeMap::from([
-            ((0, 0), range("a", 0, 10)),
-            ((0, 3), range("a", 3, 20)),
-            ((1, 1), range("b", 1, 0)),
+            ((0, 0), vec![range("a", 0, 10)]),
+            ((0, 3), vec![range("a", 3, 20)]),
+            ((1, 1), vec![range("b", 1, 0)]),
         ]);
         for version in 4..=12 {
             let parts = encode(7, version, &response, &files).unwrap();
@@ -725,7 +737,7 @@ mod tests {
     fn frame_ends_with_the_last_file_below_v12() {
         let response =
             FetchResponse::default().with_responses(vec![topic("a", vec![partition(0, None)])]);
-        let files = BTreeMap::from([((0, 0), range("a", 0, 10))]);
+        let files = BTreeMap::from([((0, 0), vec![range("a", 0, 10)])]);
         for version in 4..=11 {
             let parts = encode(1, version, &response, &files).unwrap();
             assert!(matches!(
@@ -759,7 +771,7 @@ mod tests {
         let response =
             FetchResponse::default().with_responses(vec![topic("a", vec![partition(0, None)])]);
         for key in [(1, 0), (0, 1), (usize::MAX, 0)] {
-            let files = BTreeMap::from([(key, range("a", 0, 10))]);
+            let files = BTreeMap::from([(key, vec![range("a", 0, 10)])]);
             let err = encode(1, 12, &response, &files).unwrap_err();
             assert!(err.to_string().contains("lacks"), "{err}");
         }
@@ -771,7 +783,7 @@ mod tests {
         for records in [Some(&b""[..]), Some(&b"inline"[..])] {
             let response = FetchResponse::default()
                 .with_responses(vec![topic("a", vec![partition(0, records)])]);
-            let files = BTreeMap::from([((0, 0), range("a", 0, 10))]);
+            let files = BTreeMap::from([((0, 0), vec![range("a", 0, 10)])]);
             let err = encode(1, 12, &response, &files).unwrap_err();
             assert!(err.to_string().contains("inline records"), "{err}");
         }
@@ -832,10 +844,10 @@ mod tests {
             "a",
             vec![partition(0, None), partition(1, None)],
         )]);
-        let too_long = BTreeMap::from([((0, 0), range("a", 0, i32::MAX as u64 + 1))]);
+        let too_long = BTreeMap::from([((0, 0), vec![range("a", 0, i32::MAX as u64 + 1)])]);
         let too_long_together = BTreeMap::from([
-            ((0, 0), range("a", 0, 1 << 30)),
-            ((0, 1), range("a", 1, 1 << 30)),
+            ((0, 0), vec![range("a", 0, 1 << 30)]),
+            ((0, 1), vec![range("a", 1, 1 << 30)]),
         ]);
         for version in [4, 11, 12] {
             assert!(encode(1, version, &response, &too_long).is_err());

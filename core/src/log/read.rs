@@ -232,6 +232,39 @@ impl PartitionLog {
         self.range(first.segment_base, first.position, len)
     }
 
+    /// The range that carries a fetch on into the next segment, when `prev`
+    /// (whole batches) reached the end of its own and `max_bytes` is left:
+    /// from that segment's start up to `upper`, at most `max_bytes`.
+    ///
+    /// Kafka's LogSegment.read stops at its segment's end. Here a fetch goes
+    /// on, because a cleaned segment can hold nothing but the empty batch
+    /// that keeps its last offset (`clean::filter`): answers made only of
+    /// those, one per segment, would carry no record, and librdkafka takes
+    /// ten such answers in a row for a message too large to fetch.
+    pub fn next_fetch_range(
+        &self,
+        prev: &FileRange,
+        upper: LogPosition,
+        max_bytes: usize,
+    ) -> Option<FileRange> {
+        let i = self.segment_index(prev.segment_base)?;
+        let segment = &self.segments[i];
+        let ends_segment = segment.base_offset == prev.segment_base
+            && upper.segment_base > segment.base_offset
+            && prev.position + prev.len == self.durable_end(segment);
+        let next = self.segments.get(i + 1)?;
+        if !ends_segment || next.base_offset > upper.segment_base || max_bytes == 0 {
+            return None;
+        }
+        let end = if upper.segment_base == next.base_offset {
+            upper.position
+        } else {
+            self.durable_end(next)
+        };
+        let len = end.min(max_bytes as u64);
+        (len > 0).then(|| self.range(next.base_offset, 0, len))
+    }
+
     /// ListOffsets by timestamp, as Kafka's FileRecords.searchForTimestamp:
     /// the earliest offset at or above the log start whose record timestamp
     /// is >= `timestamp_ms`, among batches below `upper_offset`.

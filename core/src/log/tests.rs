@@ -839,6 +839,59 @@ fn fetch_honours_max_bytes_and_min_one_batch() {
     );
 }
 
+/// A fetch over `next_fetch_range` too: the ranges of consecutive
+/// segments a fetch answer carries, read one after the other.
+fn fetch_spanning(log: &PartitionLog, disk: &Disk, offset: i64, max_bytes: usize) -> Bytes {
+    let (first, _) = locate(log, disk, offset);
+    let upper = log.high_watermark_position();
+    let mut ranges = vec![log.fetch_range(&first, upper, max_bytes, false)];
+    let mut left = max_bytes - ranges[0].len as usize;
+    while let Some(next) = log.next_fetch_range(ranges.last().unwrap(), upper, left) {
+        assert_eq!(next.position, 0, "a next segment is read from its start");
+        left -= next.len as usize;
+        ranges.push(next);
+    }
+    let mut out = Vec::new();
+    for r in &ranges {
+        out.extend_from_slice(&disk.read(r).expect("a fetch range lies in its file"));
+    }
+    Bytes::from(out)
+}
+
+#[test]
+fn a_fetch_goes_on_into_the_next_segments_while_it_has_room() {
+    let mut log = PartitionLog::new(dir(), 1 << 20);
+    let mut disk = Disk::default();
+    let one = batch(2).len();
+    log.set_segment_bytes(2 * one as u64);
+    append_counts(&mut log, &mut disk, &[2, 2, 2, 2, 2]);
+    sync(&mut log, &mut disk);
+    append_counts(&mut log, &mut disk, &[2]);
+    let bases_of_segments: Vec<i64> = log.segments().map(|s| s.base_offset).collect();
+    assert_eq!(bases_of_segments, vec![0, 4, 8]);
+    // Whole segments, then the one holding the high watermark up to it.
+    assert_eq!(
+        bases(&fetch_spanning(&log, &disk, 0, usize::MAX)),
+        vec![0, 2, 4, 6, 8]
+    );
+    assert_eq!(
+        bases(&fetch_spanning(&log, &disk, 2, usize::MAX)),
+        vec![2, 4, 6, 8]
+    );
+    // max_bytes still bounds it: a cut inside the second segment's batch.
+    let cut = fetch_spanning(&log, &disk, 0, 3 * one + 1);
+    assert_eq!(bases_partial(&cut), (vec![0, 2, 4], 1));
+    // A range that ends inside its segment (max_bytes) goes no further.
+    let (first, _) = locate(&log, &disk, 0);
+    let upper = log.high_watermark_position();
+    let short = log.fetch_range(&first, upper, one, false);
+    assert_eq!(log.next_fetch_range(&short, upper, usize::MAX), None);
+    // Nothing past the bound: from the segment holding it, no next range.
+    let (last, _) = locate(&log, &disk, 8);
+    let tail = log.fetch_range(&last, upper, usize::MAX, false);
+    assert_eq!(log.next_fetch_range(&tail, upper, usize::MAX), None);
+}
+
 #[test]
 fn fetch_starts_at_the_batch_holding_the_offset() {
     let mut log = PartitionLog::new(dir(), 1 << 20);
