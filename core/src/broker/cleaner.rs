@@ -51,6 +51,9 @@ pub struct CleanerProgress {
     pub last_cleaned_ms: i64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// How long the last pass took, and how many dirty bytes it began with.
+    pub last_pass_ms: i64,
+    pub last_pass_dirty_bytes: u64,
 }
 
 /// The cleaner's state in the broker.
@@ -90,6 +93,9 @@ struct Pass {
     sync_from: Option<IoId>,
     bytes_read: u64,
     bytes_written: u64,
+    /// Bytes of the dirty range when the pass began, and when it began.
+    dirty_bytes: u64,
+    started_ms: i64,
 }
 
 enum Step {
@@ -237,11 +243,12 @@ impl Broker {
             sync_from: None,
             bytes_read: 0,
             bytes_written: 0,
+            dirty_bytes: dirtiness.dirty_bytes,
+            started_ms: self.now_ms,
         });
         self.cleaner_advance();
     }
 
-    /// The compacted partition most worth a pass, and how dirty it is.
     /// The dirtiest compacted partition worth a pass, and the partitions
     /// a pass would clean more of with a newer recovery checkpoint.
     ///
@@ -404,18 +411,22 @@ impl Broker {
 
     fn cleaner_finish(&mut self, cleaned_up_to: i64) {
         let pass = self.cleaner.pass.take().expect("a pass runs");
+        let now_ms = self.now_ms;
+        let elapsed_ms = now_ms - pass.started_ms;
         tracing::info!(
             topic = %pass.key.topic, partition = pass.key.partition,
-            up_to = cleaned_up_to, read = pass.bytes_read, written = pass.bytes_written,
+            up_to = cleaned_up_to, dirty_bytes = pass.dirty_bytes, read = pass.bytes_read,
+            written = pass.bytes_written, elapsed_ms,
             "cleaned"
         );
-        let now_ms = self.now_ms;
         let progress = self.cleaner.progress.entry(pass.key).or_default();
         progress.first_dirty_offset = progress.first_dirty_offset.max(cleaned_up_to);
         progress.passes += 1;
         progress.last_cleaned_ms = now_ms;
         progress.bytes_read += pass.bytes_read;
         progress.bytes_written += pass.bytes_written;
+        progress.last_pass_ms = elapsed_ms;
+        progress.last_pass_dirty_bytes = pass.dirty_bytes;
         // Another log may be dirty already.
         self.cleaner.next_check_ms = now_ms;
     }
