@@ -286,7 +286,13 @@ impl Broker {
                 .get(&key)
                 .map_or(0, |p| p.first_dirty_offset);
             let lso = view.last_stable_offset();
-            let checkpointed = self.checkpoints.stored_offset(&key).unwrap_or(0);
+            // Its last offset, not its end: a checkpoint at a segment's end
+            // names that segment and a position in it (its size), which a
+            // pass over that segment would leave pointing past the file.
+            let checkpointed = self
+                .checkpoints
+                .stored_offset(&key)
+                .map_or(-1, |offset| offset - 1);
             let dirtiness = |end| {
                 view.log
                     .dirtiness(first_dirty, end, self.now_ms, config.min_compaction_lag_ms)
@@ -298,7 +304,7 @@ impl Broker {
                 d.dirty_bytes > 0 && (d.ratio() >= config.min_cleanable_dirty_ratio || overdue)
             };
             let d = dirtiness(lso.min(checkpointed));
-            if checkpointed < lso && !cleanable(&d) && cleanable(&dirtiness(lso)) {
+            if checkpointed + 1 < lso && !cleanable(&d) && cleanable(&dirtiness(lso)) {
                 held_back.push(key.clone());
             }
             if cleanable(&d) && best.as_ref().is_none_or(|(_, b)| d.ratio() > b.ratio()) {
@@ -340,10 +346,7 @@ impl Broker {
                 return;
             }
             if self.shutting_down {
-                // A stopping broker drops the pass where it stands: the next
-                // start finishes a committed swap and discards the rest.
-                self.cleaner.pass = None;
-                return;
+                return self.cleaner_stop_pass();
             }
             match &mut pass.step {
                 Step::Map { i, position } => {
@@ -431,6 +434,27 @@ impl Broker {
         self.cleaner.next_check_ms = now_ms;
     }
 
+    /// A stopping broker ends the pass where it stands. Until the cleaned
+    /// copy's index files replace the live ones its staged files are
+    /// discarded, and that removal is synced before `Output::Stopped` (a
+    /// clean stop leaves nothing unsynced, even after a failed sync of the
+    /// copy); past that point the next start finishes the swap.
+    fn cleaner_stop_pass(&mut self) {
+        let pass = self.cleaner.pass.as_ref().expect("a pass runs");
+        let live = matches!(
+            pass.step,
+            Step::Swap {
+                done: SwapStep::IndexesLive,
+                ..
+            } | Step::Installed { .. }
+        );
+        if live {
+            self.cleaner.pass = None;
+        } else {
+            self.cleaner_abandon("the broker stops", false);
+        }
+    }
+
     /// Gives up the pass: its staged files go, the partition waits a backoff.
     fn cleaner_abandon(&mut self, why: &str, uncleanable: bool) {
         let pass = self.cleaner.pass.take().expect("a pass runs");
@@ -498,9 +522,12 @@ impl Broker {
     }
 
     pub(super) fn cleaner_read_done(&mut self, result: Result<Bytes, IoError>) {
-        if !self.pass_partition_alive() || self.shutting_down {
+        if !self.pass_partition_alive() {
             self.cleaner.pass = None;
             return;
+        }
+        if self.shutting_down {
+            return self.cleaner_stop_pass();
         }
         let bytes = match result {
             Ok(bytes) => bytes,
@@ -631,9 +658,12 @@ impl Broker {
             return;
         }
         pass.sync_from = None;
-        if !self.pass_partition_alive() || self.shutting_down {
+        if !self.pass_partition_alive() {
             self.cleaner.pass = None;
             return;
+        }
+        if self.shutting_down {
+            return self.cleaner_stop_pass();
         }
         let pass = self.cleaner.pass.as_mut().expect("checked");
         let (i, done) = match &pass.step {

@@ -271,7 +271,12 @@ pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>
                             ops.push(part.recovery.log_mut().append_aborted(&aborted));
                         }
                     }
-                    None if !h.is_control() => part.txns.on_data(h.producer_id, h.base_offset),
+                    // An empty data batch is one the cleaner kept for its
+                    // producer's sequence (Kafka keeps the same): what it
+                    // held is gone, and so may be its transaction's marker.
+                    None if !h.is_control() && h.records_count > 0 => {
+                        part.txns.on_data(h.producer_id, h.base_offset)
+                    }
                     None => {}
                 }
             }
