@@ -616,3 +616,28 @@ fn committed_records_outlive_an_aborted_transactions_marker() {
         written.len()
     );
 }
+
+/// A compacted topic refuses a batch holding a record without a key, with
+/// INVALID_RECORD, as Kafka's LogValidator does, compressed or not; a
+/// topic that only deletes takes it.
+#[test]
+fn a_record_without_a_key_is_refused_by_a_compacted_topic() {
+    let mut w = World::new(config());
+    create_compacted(&mut w, "c");
+    for codec in [Compression::None, Compression::Zstd] {
+        let keyless = batch_with(&[b"no key".as_slice()], w.now_ms, codec);
+        w.send(1, 9, &produce_req("c", 0, keyless, -1));
+        let (err, _) = produce_answer(&mut w, 1).expect("produce answered");
+        assert_eq!(err, 87, "INVALID_RECORD ({codec:?})");
+    }
+    assert_eq!(
+        put(&mut w, "k", Some("v")),
+        0,
+        "nothing of the refused went in"
+    );
+    let (code, message) = create_with(&mut w, "d", &[("cleanup.policy", "delete")]);
+    assert_eq!(code, 0, "{message:?}");
+    let keyless = batch(&[b"no key".as_slice()], w.now_ms);
+    w.send(1, 9, &produce_req("d", 0, keyless, -1));
+    assert_eq!(produce_answer(&mut w, 1).expect("answered").0, 0);
+}

@@ -551,13 +551,23 @@ fn retention_applies_only_with_the_delete_policy() {
         .0,
         0
     );
-    for _ in 0..10 {
-        w.send(
-            1,
-            9,
-            &produce_req("c", 0, batch(&[&[7u8; 400]], w.now_ms), -1),
+    // Keyed: a compacted topic refuses records without a key.
+    let plain = Producer {
+        id: -1,
+        epoch: -1,
+        sequence: -1,
+        transactional: false,
+    };
+    for i in 0..10u8 {
+        let key = [b'k', i];
+        let b = keyed_batch(
+            &[(key.as_slice(), Some([7u8; 400].as_slice()))],
+            w.now_ms,
+            kafka_protocol::records::Compression::None,
+            plain,
         );
-        produce_answer(&mut w, 1).unwrap();
+        w.send(1, 9, &produce_req("c", 0, b, -1));
+        assert_eq!(produce_answer(&mut w, 1).unwrap().0, 0);
     }
     w.advance(1_000);
     let log = w.broker.partition("c", 0).unwrap();

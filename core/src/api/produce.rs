@@ -140,6 +140,27 @@ fn refused(error: ResponseError, message: Option<String>) -> Refusal {
     }
 }
 
+/// Every record of a batch for a compacted topic has a key (Kafka's
+/// LogValidator.validateKey; the cleaner could never drop a keyless record
+/// as overwritten). The batch is decompressed to look, as Kafka does.
+fn check_keys(
+    header: &batch::BatchHeader,
+    bytes: &[u8],
+    topic_name: &str,
+    partition: i32,
+) -> Result<(), Refusal> {
+    match crate::log::clean::records::first_keyless(bytes, header) {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => Err(refused(
+            ResponseError::InvalidRecord,
+            Some(format!(
+                "Compacted topic cannot accept message without key in topic partition {topic_name}-{partition}."
+            )),
+        )),
+        Err(e) => Err(refused(ResponseError::CorruptMessage, Some(e.0))),
+    }
+}
+
 fn append_partition(
     b: &mut Broker,
     topic_name: &str,
@@ -170,6 +191,7 @@ fn append_partition(
     let log_append_time =
         topic.config(config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
     let key = topic.key(topic_name, partition);
+    let compacted = topic.cleanup_config(config).compact;
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
         BatchError::CrcMismatch { .. } => {
             refused(ResponseError::CorruptMessage, Some(e.to_string()))
@@ -192,6 +214,9 @@ fn append_partition(
         }
         if bytes.len() > message_bytes_max {
             return Err(refused(ResponseError::MessageTooLarge, None));
+        }
+        if compacted {
+            check_keys(header, bytes, topic_name, partition)?;
         }
     }
     let (header, bytes) = batches.into_iter().next().expect("exactly one batch");

@@ -166,6 +166,15 @@ pub fn rebuild(
     Ok(out.freeze())
 }
 
+/// The index of the first record of the batch without a key, if any: a
+/// compacted topic refuses such a batch, as Kafka's LogValidator does
+/// ("Compacted topic cannot accept message without key").
+pub fn first_keyless(batch: &[u8], header: &BatchHeader) -> Result<Option<usize>, RecordsError> {
+    let body = records_bytes(batch, header)?;
+    let records = parse_records(&body, header.records_count)?;
+    Ok(records.iter().position(|r| r.key.is_none()))
+}
+
 /// An empty batch standing for `header`'s offsets and nothing else: no
 /// producer, not transactional, not control, not compressed. The cleaner
 /// keeps one where a segment or a pass must end on an offset, when the
