@@ -76,10 +76,14 @@ pub enum FaultKind {
     /// cut. Which op is the one is drawn op by op, renames likelier than
     /// appends, so every step of a swap gets its turn.
     KillDuringClean,
+    /// Armed: the power goes just before or just after one of the renames
+    /// that swap a cleaned segment in (or finish a swap at start-up), with
+    /// the renames before it not yet synced.
+    PowerCutDuringSwap,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 24] = [
+    pub const ALL: [FaultKind; 25] = [
         FaultKind::Crash,
         FaultKind::PowerCut,
         FaultKind::CrashDuringSync,
@@ -104,6 +108,7 @@ impl FaultKind {
         FaultKind::CleanStop,
         FaultKind::PowerCutAfterStop,
         FaultKind::KillDuringClean,
+        FaultKind::PowerCutDuringSwap,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,6 +137,7 @@ impl FaultKind {
             FaultKind::CleanStop => "clean-stop",
             FaultKind::PowerCutAfterStop => "power-cut-after-stop",
             FaultKind::KillDuringClean => "kill-during-clean",
+            FaultKind::PowerCutDuringSwap => "power-cut-during-swap",
         }
     }
 
@@ -145,7 +151,10 @@ impl FaultKind {
     /// (the planted-bug tests name the first seed that fails), and change a
     /// run only when they strike.
     pub fn own_draws(self) -> bool {
-        matches!(self, FaultKind::KillDuringClean)
+        matches!(
+            self,
+            FaultKind::KillDuringClean | FaultKind::PowerCutDuringSwap
+        )
     }
 
     /// Faults that last a while (`for` applies).

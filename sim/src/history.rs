@@ -85,6 +85,8 @@ pub struct HwSeen {
 
 #[derive(Default)]
 pub struct History {
+    /// The main topic is compacted (`oracle_compact`).
+    pub compacted: bool,
     pub acks: Vec<Ack>,
     pub seen: Vec<Seen>,
     pub hws: Vec<HwSeen>,

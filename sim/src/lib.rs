@@ -15,6 +15,7 @@ pub mod faults;
 pub mod history;
 pub mod metadb;
 pub mod oracle;
+pub mod oracle_compact;
 pub mod oracle_group;
 pub mod oracle_txn;
 pub mod scenario;

@@ -21,6 +21,7 @@ use bytes::Bytes;
 
 use crate::client::values::{self, RecordId};
 use crate::history::History;
+use crate::oracle_compact::Compaction;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
@@ -32,16 +33,23 @@ pub enum Fate {
 /// (topic, partition, offset) -> (value, fate), from the final batches.
 pub(crate) type View = BTreeMap<(String, i32, i64), (Bytes, Fate)>;
 
-pub fn check(h: &History, main_topic: &str, out: &mut Vec<String>) {
-    let view = committed_view(h, out);
-    check_reads(h, main_topic, &view, out);
-    check_atomic(h, main_topic, &view, out);
-    check_zombies(h, &view, out);
-    check_copy(h, main_topic, &view, out);
-    crate::oracle_group::check(h, main_topic, &view, out);
+pub fn check(
+    h: &History,
+    main_topic: &str,
+    view: &View,
+    compaction: Option<&Compaction>,
+    out: &mut Vec<String>,
+) {
+    check_reads(h, main_topic, view, out);
+    check_atomic(h, main_topic, view, compaction, out);
+    check_zombies(h, view, out);
+    check_copy(h, main_topic, view, out);
+    crate::oracle_group::check(h, main_topic, view, out);
 }
 
-fn committed_view(h: &History, out: &mut Vec<String>) -> View {
+/// Every record of the final logs with its fate (and fenced writes found
+/// on the way).
+pub(crate) fn committed_view(h: &History, out: &mut Vec<String>) -> View {
     let mut view = View::new();
     for ((topic, p), batches) in &h.final_batches {
         // Per producer id: offsets waiting for their marker, and the
@@ -117,14 +125,41 @@ fn fates_by_id(main: &str, view: &View) -> BTreeMap<RecordId, Vec<Fate>> {
     fates
 }
 
-fn check_atomic(h: &History, main: &str, view: &View, out: &mut Vec<String>) {
+/// A transaction's records all committed or none. On a compacted topic a
+/// committed record may be gone, overwritten by a later committed record of
+/// its key: it counts as committed (`whole`) when its acknowledgement says
+/// where it was and the cleaner had that right there.
+fn check_atomic(
+    h: &History,
+    main: &str,
+    view: &View,
+    compaction: Option<&Compaction>,
+    out: &mut Vec<String>,
+) {
     let fates = fates_by_id(main, view);
+    let acked: BTreeMap<RecordId, (i32, i64)> = h
+        .acks
+        .iter()
+        .map(|a| (a.id, (a.partition, a.offset)))
+        .collect();
     for t in &h.txns {
-        let committed = t
-            .ids
-            .iter()
-            .filter(|id| fates.get(id).is_some_and(|f| f.contains(&Fate::Committed)))
-            .count();
+        let is_committed =
+            |id: &RecordId| fates.get(id).is_some_and(|f| f.contains(&Fate::Committed));
+        let committed = t.ids.iter().filter(|id| is_committed(id)).count();
+        let whole = match compaction {
+            None => committed,
+            Some(c) => t
+                .ids
+                .iter()
+                .filter(|id| {
+                    is_committed(id)
+                        || (!fates.contains_key(id)
+                            && acked
+                                .get(id)
+                                .is_some_and(|&(p, o)| c.overwritten(p, o, **id)))
+                })
+                .count(),
+        };
         let all = t.ids.len();
         let what = format!(
             "transaction of c{} ({} producer {} epoch {}, {} records from {})",
@@ -135,14 +170,20 @@ fn check_atomic(h: &History, main: &str, view: &View, out: &mut Vec<String>) {
             all,
             t.ids.first().map(|i| i.to_string()).unwrap_or_default()
         );
-        if committed > 0 && committed < all {
+        if committed > 0 && whole < all {
             out.push(format!(
-                "TORN: {what}: {committed} of {all} records committed"
+                "TORN: {what}: {whole} of {all} records committed{}",
+                if whole > committed {
+                    " (or overwritten by later ones of their keys)"
+                } else {
+                    ""
+                }
             ));
         }
         match t.answered {
-            Some(true) if committed < all => out.push(format!(
-                "LOST COMMIT: {what}: EndTxn answered commit, but after the final restart only {committed} of {all} records are committed"
+            Some(true) if whole < all => out.push(format!(
+                "LOST COMMIT: {what}: EndTxn answered commit, but after the final restart only {whole} of {all} records are committed{}",
+                if whole > committed { " (or overwritten by later ones of their keys)" } else { "" }
             )),
             Some(false) if committed > 0 => out.push(format!(
                 "ABORT REVERSED: {what}: EndTxn answered abort, but {committed} records are committed"

@@ -75,6 +75,9 @@ pub struct Scenario {
     pub segment_bytes: Vec<u64>,
     pub faults: Vec<FaultSpec>,
     pub swarm: bool,
+    /// The main topic is compacted (`cleanup.policy=compact`, records with
+    /// keys); a swarm run draws it now and then.
+    pub compacted: bool,
     /// Transactional producers, and the transactions each runs.
     pub txn_producers: Count,
     pub transactions: Count,
@@ -125,6 +128,7 @@ impl Scenario {
             segment_bytes: vec![4096, 64 * 1024, 1 << 30],
             faults: Vec::new(),
             swarm: false,
+            compacted: false,
             txn_producers: Count::one(0),
             transactions: Count { min: 5, max: 20 },
             zombies: Count::one(0),
@@ -188,6 +192,11 @@ impl Scenario {
                         parsed.map_err(|_| err(format!("bad segment_bytes {value:?}")))?;
                 }
                 "fault" => s.faults.push(FaultSpec::parse(value).map_err(err)?),
+                "compacted" => {
+                    s.compacted = value
+                        .parse()
+                        .map_err(|_| err(format!("bad compacted {value:?}")))?
+                }
                 "swarm" => {
                     s.swarm = value
                         .parse()

@@ -53,6 +53,7 @@ pub struct DiskFigures {
     pub index_files_lost: u64,
     pub recovery_kills: u64,
     pub cleaner_kills: u64,
+    pub cleaned_segments: u64,
     pub clean_stops: u64,
     pub operator_restarts: u64,
     pub boots: u64,
@@ -70,6 +71,7 @@ impl DiskFigures {
         self.index_files_lost += s.index_files_lost;
         self.recovery_kills += s.recovery_kills;
         self.cleaner_kills += s.cleaner_kills;
+        self.cleaned_segments += s.cleaned_segments;
         self.clean_stops += s.clean_stops;
         self.operator_restarts += s.operator_restarts;
         self.boots += s.boots;
@@ -80,7 +82,7 @@ impl DiskFigures {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} reads and {} response ranges, {} of them failed ({} reads, {} ranges), {} index files lost, {} kills during recovery, {} at cleaner ops, {} clean stops ({} by the operator after a read error); {} starts read {} KiB of .log in all, the {} right after a clean stop {} B",
+            "{} reads and {} response ranges, {} of them failed ({} reads, {} ranges), {} index files lost, {} kills during recovery, {} cleaned segments swapped in and {} kills at cleaner ops, {} clean stops ({} by the operator after a read error); {} starts read {} KiB of .log in all, the {} right after a clean stop {} B",
             self.reads,
             self.response_ranges,
             self.failed_reads + self.failed_response_reads,
@@ -88,6 +90,7 @@ impl DiskFigures {
             self.failed_response_reads,
             self.index_files_lost,
             self.recovery_kills,
+            self.cleaned_segments,
             self.cleaner_kills,
             self.clean_stops,
             self.operator_restarts,

@@ -102,6 +102,13 @@ fn the_faults_each_scenario_names_really_happen() {
             "clean-stop-then-power-cut",
             "fault: power cut right after a clean stop",
         ),
+        (
+            "compaction-power-cut-mid-swap",
+            "fault: a power cut just before rename",
+        ),
+        ("compaction-power-cut-mid-swap", ".log.swap ->"),
+        ("compaction-with-open-transaction", "dies with its transaction open"),
+        ("compaction-with-open-transaction", ".log.cleaned ->"),
     ];
     for (name, needle) in cases {
         let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), 0, true, None);

@@ -2,7 +2,7 @@
 //! AdminClient.createTopics does: retried on retriable errors, and
 //! TOPIC_ALREADY_EXISTS after a retry means the first attempt landed.
 
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{CreateTopicsRequest, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
@@ -10,16 +10,18 @@ use super::{backoff_ms, is_retriable, Client, Cx};
 
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 
+/// A topic to create: its name, partitions and topic configs.
+pub type NewTopic = (String, i32, Vec<(String, String)>);
+
 pub struct Admin {
-    /// (topic, partitions) to create.
-    topics: Vec<(String, i32)>,
+    topics: Vec<NewTopic>,
     asked: Option<i32>,
     attempts: u32,
     done: bool,
 }
 
 impl Admin {
-    pub fn new(topics: Vec<(String, i32)>) -> Self {
+    pub fn new(topics: Vec<NewTopic>) -> Self {
         Self {
             topics,
             asked: None,
@@ -44,11 +46,20 @@ impl Client for Admin {
         let topics = self
             .topics
             .iter()
-            .map(|(name, partitions)| {
+            .map(|(name, partitions, configs)| {
+                let configs = configs
+                    .iter()
+                    .map(|(k, v)| {
+                        CreatableTopicConfig::default()
+                            .with_name(StrBytes::from_string(k.clone()))
+                            .with_value(Some(StrBytes::from_string(v.clone())))
+                    })
+                    .collect();
                 CreatableTopic::default()
                     .with_name(TopicName(StrBytes::from_string(name.clone())))
                     .with_num_partitions(*partitions)
                     .with_replication_factor(1)
+                    .with_configs(configs)
             })
             .collect();
         let req = CreateTopicsRequest::default()

@@ -57,15 +57,39 @@ pub fn whole_batches(records: &Bytes) -> Result<Bytes, String> {
 /// one is dropped: `whole_batches`). The batches may start below the fetch
 /// offset; the caller skips the records it already has.
 pub fn decode(records: Bytes) -> Result<Vec<BatchView>, String> {
-    let mut records = whole_batches(&records)?;
-    if records.is_empty() {
-        return Ok(Vec::new());
+    let mut rest = whole_batches(&records)?;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let header = doze_core::batch::parse_header(&rest).map_err(|e| e.to_string())?;
+        let mut one = rest.split_to(header.total_bytes());
+        if header.records_count == 0 {
+            // An empty batch the cleaner kept (for its offsets, or for its
+            // producer's last sequence): it hands out nothing, and the
+            // position moves past it, as a Java consumer's does.
+            out.push(BatchView {
+                base_offset: header.base_offset,
+                last_offset: header.last_offset(),
+                producer_id: header.producer_id,
+                epoch: header.producer_epoch,
+                transactional: false,
+                control: None,
+                records: Vec::new(),
+            });
+            continue;
+        }
+        let sets = RecordBatchDecoder::decode_all(&mut one).map_err(|e| e.to_string())?;
+        decode_sets(sets, &mut out)?;
     }
-    let sets = RecordBatchDecoder::decode_all(&mut records).map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(sets.len());
+    Ok(out)
+}
+
+fn decode_sets(
+    sets: Vec<kafka_protocol::records::RecordSet>,
+    out: &mut Vec<BatchView>,
+) -> Result<(), String> {
     for set in sets {
         let (Some(first), Some(last)) = (set.records.first(), set.records.last()) else {
-            continue; // an empty batch hands out nothing
+            continue;
         };
         let control = if first.control {
             Some(marker_is_commit(first).ok_or("a control record without a valid key")?)
@@ -86,7 +110,7 @@ pub fn decode(records: Bytes) -> Result<Vec<BatchView>, String> {
                 .collect(),
         });
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A control record's key is (version i16, type i16): 0 abort, 1 commit.
@@ -140,7 +164,8 @@ impl AbortedFilter {
     }
 }
 
-/// A transactional (or idempotent) batch of `values`.
+/// A transactional (or idempotent) batch of `values`; `keyed`: each record
+/// carries its key (`values::key`), as on a compacted topic.
 pub fn encode(
     values: &[Bytes],
     producer_id: i64,
@@ -148,6 +173,7 @@ pub fn encode(
     base_seq: i32,
     transactional: bool,
     created_ms: i64,
+    keyed: bool,
 ) -> Bytes {
     let records: Vec<Record> = values
         .iter()
@@ -162,7 +188,9 @@ pub fn encode(
             offset: i as i64,
             sequence: base_seq.wrapping_add(i as i32),
             timestamp: created_ms,
-            key: None,
+            key: keyed
+                .then(|| super::values::decode(value).map(super::values::key))
+                .flatten(),
             value: Some(value.clone()),
             headers: Default::default(),
             delete_horizon: false,
@@ -195,8 +223,8 @@ mod tests {
 
     #[test]
     fn a_partial_last_batch_is_dropped_silently() {
-        let one = encode(&[Bytes::from_static(b"a")], 1, 0, 0, false, 0);
-        let two = encode(&[Bytes::from_static(b"bb")], 1, 0, 1, false, 0);
+        let one = encode(&[Bytes::from_static(b"a")], 1, 0, 0, false, 0, false);
+        let two = encode(&[Bytes::from_static(b"bb")], 1, 0, 1, false, 0, false);
         let mut both = BytesMut::from(&one[..]);
         both.extend_from_slice(&two);
         let both = both.freeze();

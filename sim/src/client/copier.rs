@@ -125,7 +125,7 @@ impl Copier {
                 let mut out = Vec::new();
                 for (p, values) in &self.p.out {
                     let seq = self.p.next_seq[*p as usize];
-                    out.push((*p, batches::encode(values, pid, epoch, seq, true, 0)));
+                    out.push((*p, batches::encode(values, pid, epoch, seq, true, 0, false)));
                 }
                 cx.wire.send(9, &req::produce(&id, &cfg.output, out))
             }

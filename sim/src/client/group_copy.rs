@@ -43,7 +43,7 @@ impl GroupCopier {
         let mut out = Vec::new();
         for (p, values) in &self.p.out {
             let seq = self.p.next_seq[*p as usize];
-            out.push((*p, batches::encode(values, pid, epoch, seq, true, 0)));
+            out.push((*p, batches::encode(values, pid, epoch, seq, true, 0, false)));
         }
         req::produce(&self.cfg.transactional_id, &self.cfg.output, out)
     }

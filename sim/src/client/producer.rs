@@ -45,6 +45,8 @@ pub struct ProducerConfig {
     pub records: u64,
     pub idempotent: bool,
     pub acks: i16,
+    /// Records carry keys (the topic is compacted).
+    pub keyed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +175,7 @@ impl Producer {
             batch.base_seq,
             false,
             batch.created_ms,
+            self.cfg.keyed,
         )
     }
 

@@ -48,6 +48,8 @@ pub struct TxnProducerConfig {
     pub silent_ms: i64,
     pub dead_at_end: bool,
     pub zombie: bool,
+    /// Records carry keys (the topic is compacted).
+    pub keyed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -238,7 +240,8 @@ impl TxnProducer {
                         })
                     })
                     .collect();
-                let bytes = batches::encode(&values, pid, epoch, b.base_seq, true, 0);
+                let bytes =
+                    batches::encode(&values, pid, epoch, b.base_seq, true, 0, self.cfg.keyed);
                 (b.partition, bytes)
             })
             .collect()

@@ -10,8 +10,8 @@ use bytes::BytesMut;
 use doze_core::log::recovery::LogCheckpoint;
 use doze_core::meta::MetaEntry;
 use doze_core::{
-    Broker, ConnId, DiskOp, FileRange, FramePart, Input, IoError, IoId, Output, PartitionDir,
-    SegmentFile,
+    Broker, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, Output,
+    PartitionDir, SegmentFile,
 };
 use rand::RngExt;
 
@@ -154,6 +154,14 @@ impl World {
                     DiskOp::Sync { io } => Some(*io),
                     _ => None,
                 };
+                if let DiskOp::Rename {
+                    file: SegmentFile::Log,
+                    to: FileStage::Live,
+                    ..
+                } = &op
+                {
+                    self.stats.cleaned_segments += 1;
+                }
                 if let DiskOp::Append {
                     file: SegmentFile::Log,
                     bytes,
@@ -206,8 +214,17 @@ impl World {
         }
     }
 
-    /// Whether an armed kill-during-clean strikes at `op`: `(before, power)`.
+    /// Whether an armed kill-during-clean or power-cut-during-swap strikes
+    /// at `op`: `(before, power)`.
     fn cleaner_kill(&mut self, op: &DiskOp) -> Option<(bool, bool)> {
+        let swap = FaultKind::PowerCutDuringSwap;
+        if matches!(op, DiskOp::Rename { .. })
+            && self.armed.contains(&swap)
+            && self.own_rng.random_bool(CLEANER_KILL_AT_RENAME_P)
+        {
+            self.armed.remove(&swap);
+            return Some((self.own_rng.random_bool(0.5), true));
+        }
         let p = match op {
             DiskOp::AppendCleaned { .. } => CLEANER_KILL_AT_APPEND_P,
             DiskOp::Rename { .. } => CLEANER_KILL_AT_RENAME_P,

@@ -83,7 +83,8 @@ impl World {
             | FaultKind::CrashDuringRecovery
             | FaultKind::PowerCutDuringRecovery
             | FaultKind::PowerCutAfterStop
-            | FaultKind::KillDuringClean => {
+            | FaultKind::KillDuringClean
+            | FaultKind::PowerCutDuringSwap => {
                 self.armed.insert(kind);
             }
             FaultKind::CleanStop => self.clean_stop(),

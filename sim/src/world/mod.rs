@@ -94,6 +94,8 @@ pub struct Stats {
     pub recovery_kills: u64,
     /// Kills (crash or power cut) at one of the log cleaner's disk ops.
     pub cleaner_kills: u64,
+    /// Cleaned segments swapped in (their `.log` renamed live).
+    pub cleaned_segments: u64,
     /// Clean stops that ended with `Output::Stopped`.
     pub clean_stops: u64,
     /// Restarts after a read error (a clean stop by the operator).
@@ -195,6 +197,10 @@ pub struct World {
     last_arrival_ms: BTreeMap<(ConnId, bool), i64>,
     phase: Phase,
     topic_partitions: i32,
+    /// The main topic is compacted: its records carry keys, the oracle
+    /// holds it to compaction's promises, and no copier reads it (a copy
+    /// of a log the cleaner thins is not exactly-once checkable).
+    compacted: bool,
     workload_start_ms: i64,
     faults_on: bool,
     armed: BTreeSet<FaultKind>,
@@ -221,6 +227,25 @@ pub struct RunResult {
     pub setup: String,
 }
 
+/// Chance that a swarm run's main topic is compacted.
+const SWARM_COMPACTED_P: f64 = 0.25;
+/// log.cleaner.backoff.ms when the main topic is compacted: passes often.
+const CLEANER_BACKOFF_MS: i64 = 300;
+
+/// The main topic's configs when it is compacted: every closed segment is
+/// worth a pass, and markers and tombstones may go soon after.
+fn compacted_topic_configs() -> Vec<(String, String)> {
+    [
+        ("cleanup.policy", "compact"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+        ("delete.retention.ms", "1000"),
+        ("min.compaction.lag.ms", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
 /// Seeds `World::own_rng` apart from the run's generator.
 const OWN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0001;
 
@@ -242,6 +267,12 @@ impl World {
         } else {
             FaultMix::none()
         };
+        // Compaction from the own generator too (it came later).
+        let compacted = cfg.scenario.compacted
+            || (cfg.scenario.swarm && own_rng.random_bool(SWARM_COMPACTED_P));
+        if compacted {
+            broker_config.cleaner_backoff_ms = CLEANER_BACKOFF_MS;
+        }
         let trace = Trace::new(cfg.keep_trace, cfg.echo_trace);
         let ignore_adopt = cfg.plant == Some(PlantedBug::IgnoreAdopt);
         Self {
@@ -251,7 +282,10 @@ impl World {
             now_ms: T0_MS,
             queue: EventQueue::default(),
             trace,
-            history: History::default(),
+            history: History {
+                compacted,
+                ..History::default()
+            },
             stats: Stats::default(),
             broker_config,
             broker: None,
@@ -268,6 +302,7 @@ impl World {
             last_arrival_ms: BTreeMap::new(),
             phase: Phase::Setup,
             topic_partitions: 1,
+            compacted,
             workload_start_ms: T0_MS,
             faults_on: false,
             armed: BTreeSet::new(),
@@ -282,10 +317,11 @@ impl World {
     /// Runs to the end and returns the verdict.
     pub fn run(mut self) -> RunResult {
         let setup = format!(
-            "scenario {} seed {} segment_bytes {} faults {}{}",
+            "scenario {} seed {} segment_bytes {}{} faults {}{}",
             self.cfg.scenario.name,
             self.cfg.seed,
             self.broker_config.segment_bytes,
+            if self.compacted { " compacted" } else { "" },
             self.mix.describe(),
             self.cfg
                 .plant
@@ -300,6 +336,17 @@ impl World {
             (OUTPUT_TOPIC.to_string(), self.topic_partitions),
             (GROUP_OUTPUT_TOPIC.to_string(), self.topic_partitions),
         ];
+        let topics = topics
+            .into_iter()
+            .map(|(name, partitions)| {
+                let configs = if name == TOPIC && self.compacted {
+                    compacted_topic_configs()
+                } else {
+                    Vec::new()
+                };
+                (name, partitions, configs)
+            })
+            .collect();
         let admin = Admin::new(topics);
         self.add_client(Box::new(admin), Role::Admin, 0);
         while let Some((at_ms, event)) = self.queue.pop() {
@@ -487,6 +534,7 @@ impl World {
                 records,
                 idempotent: idem,
                 acks,
+                keyed: self.compacted,
             };
             if idem {
                 self.history.idempotent.insert(client);

@@ -42,7 +42,7 @@ impl World {
             };
             self.add_client(Box::new(producer), Role::Producer, delay_ms);
         }
-        if self.draw_count(s.copiers) > 0 {
+        if self.draw_count(s.copiers) > 0 && !self.compacted {
             let cfg = CopierConfig {
                 input: TOPIC.into(),
                 input_partitions: self.topic_partitions,
@@ -66,7 +66,7 @@ impl World {
     /// of the others' transactions).
     fn start_group_copiers(&mut self) {
         let s = self.cfg.scenario.clone();
-        if self.rng.random_range(0..100) >= s.group_percent {
+        if self.rng.random_range(0..100) >= s.group_percent || self.compacted {
             return;
         }
         let first = self.draw_count(s.group_copiers);
@@ -120,6 +120,7 @@ impl World {
             silent_ms: timeout_ms + TXN_CHECK_INTERVAL_MS + self.rng.random_range(SILENT_MARGIN_MS),
             dead_at_end,
             zombie,
+            keyed: self.compacted,
         }
     }
 
