@@ -19,7 +19,7 @@ help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
 	@echo "make test    install test deps, then cargo test, the simulator and madsim sweeps, and the wire tests"
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
-	@echo "make bench   produce vs raw fdatasync, txn commits/s + EndTxn latency, read_committed fetch (~4 min)"
+	@echo "make bench   produce vs raw fdatasync, txn commits/s + EndTxn latency, read_committed fetch, log cleaner vs raw read+write (~4 min)"
 	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make sim     sweep SEEDS random seeds of the simulator;  make replay SCENARIO=name SEED=n"
 	@echo "make madsim  the real server under madsim (simulated network, clock, disk)"
