@@ -50,6 +50,12 @@ pub struct CheckpointRecord {
     pub producers: ProducerStates,
     /// (producer id, first offset) of the transactions open at `log.offset`.
     pub ongoing_txns: Vec<(i64, i64)>,
+    /// The log cleaner's first dirty offset (Kafka's cleaner-offset-
+    /// checkpoint file): below it the log was cleaned, so a start does not
+    /// count the whole log dirty again. 0 (the default of records written
+    /// before it existed): nothing cleaned.
+    #[serde(default)]
+    pub cleaner_first_dirty_offset: i64,
 }
 
 /// What the broker knows of a partition's last checkpoint.
@@ -62,6 +68,8 @@ pub(crate) struct CheckpointState {
     durable_bytes: u64,
     written_ms: i64,
     in_flight: bool,
+    /// The cleaner's first dirty offset it holds.
+    cleaner_first_dirty_offset: i64,
 }
 
 /// A checkpoint write in flight.
@@ -70,6 +78,7 @@ pub struct PendingCheckpoint {
     offset: i64,
     log_start_offset: i64,
     durable_bytes: u64,
+    cleaner_first_dirty_offset: i64,
 }
 
 /// Why a checkpoint may be due.
@@ -98,10 +107,17 @@ impl PendingCheckpoint {
 
 impl Checkpoints {
     /// A partition recovered from its checkpoint at `offset`.
-    pub fn booted(&mut self, key: PartitionKey, offset: Option<i64>, log_start_offset: i64) {
+    pub fn booted(
+        &mut self,
+        key: PartitionKey,
+        offset: Option<i64>,
+        log_start_offset: i64,
+        cleaner_first_dirty_offset: i64,
+    ) {
         let state = CheckpointState {
             offset,
             log_start_offset,
+            cleaner_first_dirty_offset,
             ..CheckpointState::default()
         };
         self.states.insert(key, state);
@@ -130,6 +146,7 @@ impl Checkpoints {
         &mut self,
         key: &PartitionKey,
         log: &PartitionLog,
+        cleaner_first_dirty_offset: i64,
         due: Due,
         now_ms: i64,
     ) -> bool {
@@ -138,7 +155,9 @@ impl Checkpoints {
             return false;
         }
         let hw = log.high_watermark();
-        let moved = state.offset != Some(hw) || state.log_start_offset != log.log_start_offset();
+        let moved = state.offset != Some(hw)
+            || state.log_start_offset != log.log_start_offset()
+            || state.cleaner_first_dirty_offset != cleaner_first_dirty_offset;
         if !moved {
             return false;
         }
@@ -179,6 +198,7 @@ impl Checkpoints {
             state.log_start_offset = pending.log_start_offset;
             state.durable_bytes = pending.durable_bytes;
             state.written_ms = now_ms;
+            state.cleaner_first_dirty_offset = pending.cleaner_first_dirty_offset;
         }
     }
 }
@@ -191,18 +211,21 @@ pub(crate) fn at_high_watermark(
     log: &PartitionLog,
     producers: Option<&ProducerStates>,
     txns: Option<&PartitionTxns>,
+    cleaner_first_dirty_offset: i64,
 ) -> (Vec<MetaOp>, PendingCheckpoint) {
     let hw = log.high_watermark();
     let record = CheckpointRecord {
         log: log.checkpoint(),
         producers: producers.map(|p| p.snapshot_at(hw)).unwrap_or_default(),
         ongoing_txns: txns.map(|t| t.ongoing_at(hw)).unwrap_or_default(),
+        cleaner_first_dirty_offset,
     };
     let pending = PendingCheckpoint {
         key: key.clone(),
         offset: hw,
         log_start_offset: log.log_start_offset(),
         durable_bytes: log.durable_bytes(),
+        cleaner_first_dirty_offset,
     };
     let ops = vec![MetaOp::Put {
         key: self::key(&key.id, key.partition),

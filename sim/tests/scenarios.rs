@@ -107,7 +107,10 @@ fn the_faults_each_scenario_names_really_happen() {
             "fault: a power cut just before rename",
         ),
         ("compaction-power-cut-mid-swap", ".log.swap ->"),
-        ("compaction-with-open-transaction", "dies with its transaction open"),
+        (
+            "compaction-with-open-transaction",
+            "dies with its transaction open",
+        ),
         ("compaction-with-open-transaction", ".log.cleaned ->"),
     ];
     for (name, needle) in cases {

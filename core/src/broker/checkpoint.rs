@@ -14,7 +14,11 @@ impl Broker {
             let Some(log) = self.topics.partition_by_key(&key) else {
                 continue;
             };
-            if !self.checkpoints.start_if_due(&key, log, due, self.now_ms) {
+            let first_dirty = self.cleaner_first_dirty_offset(&key);
+            if !self
+                .checkpoints
+                .start_if_due(&key, log, first_dirty, due, self.now_ms)
+            {
                 continue;
             }
             writes.push(checkpoint::at_high_watermark(
@@ -22,6 +26,7 @@ impl Broker {
                 log,
                 self.producer_states.get(&key),
                 self.partition_txns.get(&key),
+                first_dirty,
             ));
         }
         for (ops, pending) in writes {

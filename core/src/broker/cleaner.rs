@@ -159,6 +159,27 @@ impl Broker {
         self.cleaner.progress.get(&key).cloned()
     }
 
+    /// The first offset the cleaner has not cleaned (0: none cleaned yet),
+    /// which recovery checkpoints carry across restarts.
+    pub(super) fn cleaner_first_dirty_offset(&self, key: &PartitionKey) -> i64 {
+        self.cleaner
+            .progress
+            .get(key)
+            .map_or(0, |p| p.first_dirty_offset)
+    }
+
+    /// A partition recovered with the cleaner's first dirty offset its
+    /// checkpoint held.
+    pub(super) fn cleaner_booted(&mut self, key: PartitionKey, first_dirty_offset: i64) {
+        if first_dirty_offset > 0 {
+            self.cleaner
+                .progress
+                .entry(key)
+                .or_default()
+                .first_dirty_offset = first_dirty_offset;
+        }
+    }
+
     /// A recovery checkpoint of `key` was stored: if it held the cleaner
     /// back, the cleaner looks again now rather than after its backoff.
     pub(super) fn cleaner_on_checkpoint(&mut self, key: &PartitionKey) {
@@ -422,7 +443,7 @@ impl Broker {
             written = pass.bytes_written, elapsed_ms,
             "cleaned"
         );
-        let progress = self.cleaner.progress.entry(pass.key).or_default();
+        let progress = self.cleaner.progress.entry(pass.key.clone()).or_default();
         progress.first_dirty_offset = progress.first_dirty_offset.max(cleaned_up_to);
         progress.passes += 1;
         progress.last_cleaned_ms = now_ms;
@@ -430,6 +451,8 @@ impl Broker {
         progress.bytes_written += pass.bytes_written;
         progress.last_pass_ms = elapsed_ms;
         progress.last_pass_dirty_bytes = pass.dirty_bytes;
+        // Stored with the next checkpoint, asked for now.
+        self.write_due_checkpoints(vec![pass.key], Due::Now);
         // Another log may be dirty already.
         self.cleaner.next_check_ms = now_ms;
     }

@@ -48,6 +48,8 @@ struct PartitionBoot {
     producers: ProducerStates,
     txns: PartitionTxns,
     checkpoint_offset: Option<i64>,
+    /// The cleaner's first dirty offset the checkpoint held (0: none).
+    cleaner_first_dirty_offset: i64,
     /// The log start DeleteRecords stored (`meta::LogStartRecord`), if any.
     stored_log_start: Option<i64>,
     failures: u32,
@@ -148,6 +150,10 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
         );
         let used = recovery.from_checkpoint();
         let checkpoint_offset = record.as_ref().filter(|_| used).map(|r| r.log.offset);
+        let cleaner_first_dirty_offset = record
+            .as_ref()
+            .filter(|_| used)
+            .map_or(0, |r| r.cleaner_first_dirty_offset.min(r.log.offset));
         let (producers, ongoing) = match record.filter(|_| used) {
             Some(r) => (r.producers, r.ongoing_txns),
             None => (ProducerStates::default(), Vec::new()),
@@ -171,6 +177,7 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
                 producers,
                 txns,
                 checkpoint_offset,
+                cleaner_first_dirty_offset,
                 stored_log_start,
                 failures: 0,
             },
@@ -323,7 +330,13 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
     b.topics.install(&key, log);
     b.producer_states.insert(key.clone(), part.producers);
     b.partition_txns.insert(key.clone(), txns);
-    b.checkpoints.booted(key, part.checkpoint_offset, log_start);
+    b.checkpoints.booted(
+        key.clone(),
+        part.checkpoint_offset,
+        log_start,
+        part.cleaner_first_dirty_offset,
+    );
+    b.cleaner_booted(key, part.cleaner_first_dirty_offset);
 }
 
 /// Step 3: every log is recovered.
