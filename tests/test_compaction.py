@@ -432,3 +432,24 @@ def test_kafka_python_reads_compacted_log(start_broker):
         c.close()
     check_exactly(got, want, "kafka-python's read")
     assert got[0][0] > 0 and gaps(got) >= 1, f"no gaps in the compacted log: {got[:25]}"
+
+
+# --- 5. a record without a key ----------------------------------------------------
+
+@pytest.mark.timeout(30)
+def test_keyless_record_is_refused_by_a_compacted_topic(start_broker):
+    """librdkafka's delivery report carries INVALID_RECORD, as from Kafka
+    ("Compacted topic cannot accept message without key"); a keyed record
+    after it lands."""
+    b = start_broker()
+    topic = create_topic(b, unique_topic("compact-keyless"), 1, config=compact_config())
+    p = producer(b, **{"enable.idempotence": False, "retries": 0})
+    reports = []
+    p.produce(topic, value=b"no key", partition=0, on_delivery=lambda e, m: reports.append(e))
+    assert p.flush(20) == 0, "the delivery was reported"
+    # A batch of its own (a refused batch takes all its records with it).
+    p.produce(topic, key=b"k", value=b"keyed", partition=0,
+              on_delivery=lambda e, m: reports.append(e or m.offset()))
+    assert p.flush(20) == 0, "the delivery was reported"
+    assert reports[0] is not None and reports[0].code() == KafkaError.INVALID_RECORD, reports
+    assert reports[1] == 0, f"the keyed record lands at offset 0: {reports}"
