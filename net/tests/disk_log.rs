@@ -100,7 +100,7 @@ fn fetch(c: &mut Client, version: i16, name: &str, offset: i64) -> (i16, i64, Ve
         other => panic!("{other:?}"),
     };
     let data = &r.responses[0].partitions[0];
-    let mut records = data.records.clone().unwrap_or_default();
+    let mut records = whole_batches(data.records.clone().unwrap_or_default());
     let mut out = Vec::new();
     if !records.is_empty() {
         for set in RecordBatchDecoder::decode_all(&mut records).expect("records decode") {
@@ -113,6 +113,21 @@ fn fetch(c: &mut Client, version: i16, name: &str, offset: i64) -> (i16, i64, Ve
         }
     }
     (data.error_code, data.high_watermark, out)
+}
+
+/// The whole batches of a fetch answer: a range that ends inside a batch
+/// (max_bytes reached, maybe in the next segment) ends with a partial one,
+/// which clients drop, as with Kafka.
+fn whole_batches(records: bytes::Bytes) -> bytes::Bytes {
+    let mut end = 0;
+    while let Some(len) = records.get(end + 8..end + 12) {
+        let total = 12 + i32::from_be_bytes(len.try_into().unwrap()) as usize;
+        if end + total > records.len() {
+            break;
+        }
+        end += total;
+    }
+    records.slice(..end)
 }
 
 /// Every record of partition 0, fetched from offset 0 to the high watermark.

@@ -43,7 +43,9 @@ fn sweep_catches_a_driver_that_ignores_adopt() {
 #[test]
 fn sweep_catches_end_txn_before_markers_durable() {
     // A lost marker either reverses an answered decision or leaves the
-    // transaction open for good (the LSO, and whoever reads committed, stuck).
+    // transaction open for good (the LSO, and whoever reads committed, stuck);
+    // when the copier's transaction is the one reversed, its output misses
+    // input it had committed.
     catch_and_replay(
         PlantedBug::EndTxnBeforeMarkersDurable,
         &[
@@ -52,6 +54,7 @@ fn sweep_catches_end_txn_before_markers_durable() {
             "TORN",
             "LSO",
             "did not finish",
+            "NOT EXACTLY ONCE",
         ],
     );
 }
