@@ -73,6 +73,15 @@ pub struct BrokerConfig {
     pub transactional_id_expiration_ms: i64,
     /// transaction.remove.expired.transaction.cleanup.interval.ms
     pub transactional_id_expiration_check_interval_ms: i64,
+    /// sasl.enabled.mechanisms (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; Kafka's
+    /// default, GSSAPI, is not served, so all three are the default here).
+    pub sasl_enabled_mechanisms: Vec<String>,
+    /// authorizer.class.name, super.users, allow.everyone.if.no.acl.found.
+    pub authorizer: crate::security::acl::AuthorizerConfig,
+    /// advertised.listeners: (listener name, host, port) to tell a client
+    /// that came in on that listener; the default listener is
+    /// `advertised_host`:`advertised_port`.
+    pub advertised_listeners: Vec<(String, String, i32)>,
 }
 
 impl Default for BrokerConfig {
@@ -106,6 +115,12 @@ impl Default for BrokerConfig {
             transaction_abort_check_interval_ms: 10_000,
             transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
             transactional_id_expiration_check_interval_ms: 3600 * 1000,
+            sasl_enabled_mechanisms: crate::security::sasl::MECHANISMS
+                .iter()
+                .map(|m| m.to_string())
+                .collect(),
+            authorizer: Default::default(),
+            advertised_listeners: Vec::new(),
         }
     }
 }
@@ -132,6 +147,44 @@ impl BrokerConfig {
                 self.retention_check_interval_ms = num(key, value)?
             }
             "log.cleaner.backoff.ms" => self.cleaner_backoff_ms = num(key, value)?,
+            "sasl.enabled.mechanisms" => {
+                let list: Vec<String> = value
+                    .split(',')
+                    .map(|m| m.trim().to_string())
+                    .filter(|m| !m.is_empty())
+                    .collect();
+                if let Some(bad) = list
+                    .iter()
+                    .find(|m| !crate::security::sasl::MECHANISMS.contains(&m.as_str()))
+                {
+                    return Err(format!(
+                        "sasl.enabled.mechanisms: {bad} is not served (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                    ));
+                }
+                self.sasl_enabled_mechanisms = list;
+            }
+            "authorizer.class.name" => {
+                let v = value.trim();
+                const KNOWN: [&str; 2] = [
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                    "kafka.security.authorizer.AclAuthorizer",
+                ];
+                if !v.is_empty() && !KNOWN.contains(&v) {
+                    return Err(format!(
+                        "authorizer.class.name: {v} is not served (use {})",
+                        KNOWN[0]
+                    ));
+                }
+                self.authorizer.enabled = !v.is_empty();
+            }
+            "super.users" => {
+                self.authorizer.super_users = value
+                    .split(';')
+                    .map(|u| u.trim().to_string())
+                    .filter(|u| !u.is_empty())
+                    .collect();
+            }
+            "allow.everyone.if.no.acl.found" => self.authorizer.allow_if_no_acl = num(key, value)?,
             // The broker defaults of topic configs take the topic config's rules.
             "log.roll.ms" => self.segment_ms = topic_default(key, "segment.ms", value)?,
             // As log.retention.hours: the later setting wins (Kafka takes

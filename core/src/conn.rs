@@ -27,6 +27,13 @@ pub(crate) struct Conn {
     finished: BTreeMap<u64, Option<Frame>>,
     /// Where the connection comes from (`Input::Connected`), "" if untold.
     pub(crate) client_host: String,
+    /// The listener it came in on (the default, PLAINTEXT, if untold).
+    pub(crate) listener: crate::security::Listener,
+    /// Its SASL exchange, on a SASL listener.
+    pub(crate) sasl: crate::security::sasl::SaslState,
+    /// Who it is: set when it connects on a listener without SASL (the TLS
+    /// certificate's principal, or `User:ANONYMOUS`) and when SASL succeeds.
+    pub(crate) principal: Option<String>,
 }
 
 impl Conn {

@@ -174,6 +174,10 @@ pub struct BootState {
     pub meta: Vec<(Vec<u8>, Vec<u8>)>,
     /// Every partition directory found, with its segments.
     pub partitions: Vec<RecoveredPartition>,
+    /// Random bytes from the driver (the OS's, or the simulator's seed):
+    /// the core makes SCRAM's server nonces from them, having no
+    /// randomness of its own.
+    pub entropy: [u8; 32],
 }
 
 #[derive(Clone, Debug)]
@@ -210,7 +214,13 @@ pub enum Input {
     /// A connection was accepted from `client_host` (Kafka's form: `/` and
     /// the peer's IP), which DescribeGroups reports for its members. Optional:
     /// a connection whose first input is a frame has host "".
-    Connected { conn: ConnId, client_host: String },
+    /// `listener`: which one it came in on, and on TLS with a client
+    /// certificate, the principal the certificate names.
+    Connected {
+        conn: ConnId,
+        client_host: String,
+        listener: crate::security::Listener,
+    },
     /// One request frame from a connection, with the 4-byte size prefix removed.
     Frame { conn: ConnId, frame: Bytes },
     /// The connection is gone; anything owed to it is dropped.

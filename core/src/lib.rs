@@ -19,6 +19,7 @@ pub mod log;
 pub mod meta;
 pub mod producer;
 pub mod request;
+pub mod security;
 pub mod topic_config;
 mod topics;
 pub mod txn;

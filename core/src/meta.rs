@@ -94,6 +94,14 @@ pub enum MetaEntry {
         partition: i32,
         record: LogStartRecord,
     },
+    /// A user's SCRAM credential: `scram/<mechanism>/<user>`.
+    Scram {
+        user: String,
+        mechanism: crate::security::scram::Mechanism,
+        credential: crate::security::scram::Credential,
+    },
+    /// An ACL: `acl/<sha-256 of the binding>`.
+    Acl(crate::security::acl::AclBinding),
 }
 
 /// Decodes one meta.db entry; `Err` names what was wrong (boot refuses to
@@ -151,6 +159,21 @@ pub fn decode_entry(key: &[u8], value: &[u8]) -> Result<MetaEntry, String> {
             partition,
             record,
         });
+    }
+    if let Some(rest) = key.strip_prefix(crate::security::store::SCRAM_PREFIX) {
+        let (user, mechanism) = crate::security::store::parse_scram_key(rest)
+            .ok_or_else(|| format!("meta.db: bad key {key:?}"))?;
+        let credential =
+            serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
+        return Ok(MetaEntry::Scram {
+            user,
+            mechanism,
+            credential,
+        });
+    }
+    if key.starts_with(crate::security::store::ACL_PREFIX) {
+        let binding = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;
+        return Ok(MetaEntry::Acl(binding));
     }
     if let Some((group, topic, partition)) = crate::group::parse_offset_key(key) {
         let record = serde_json::from_slice(value).map_err(|e| format!("meta.db {key}: {e}"))?;

@@ -23,7 +23,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
-    // No authorizer: answered SECURITY_DISABLED, as Kafka without one.
+    // Without an authorizer: SECURITY_DISABLED, as Kafka without one.
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::InitProducerId, 0, 5),
     // Consumer groups, classic protocol only (no ConsumerGroupHeartbeat):
@@ -46,6 +46,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // SASL on SASL listeners (`security::sasl`); v0 handshakes take the
+    // tokens unframed.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    // ACLs and SCRAM users (`security`); Kafka 4.x's ranges.
+    (ApiKey::CreateAcls, 2, 3),
+    (ApiKey::DeleteAcls, 2, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The supported range of an API key, if it is served at all.
@@ -117,6 +126,18 @@ mod tests {
             }
             ApiKey::ListTransactions => r!(ListTransactionsRequest, ListTransactionsResponse),
             ApiKey::DescribeProducers => r!(DescribeProducersRequest, DescribeProducersResponse),
+            ApiKey::SaslHandshake => r!(SaslHandshakeRequest, SaslHandshakeResponse),
+            ApiKey::SaslAuthenticate => r!(SaslAuthenticateRequest, SaslAuthenticateResponse),
+            ApiKey::CreateAcls => r!(CreateAclsRequest, CreateAclsResponse),
+            ApiKey::DeleteAcls => r!(DeleteAclsRequest, DeleteAclsResponse),
+            ApiKey::DescribeUserScramCredentials => r!(
+                DescribeUserScramCredentialsRequest,
+                DescribeUserScramCredentialsResponse
+            ),
+            ApiKey::AlterUserScramCredentials => r!(
+                AlterUserScramCredentialsRequest,
+                AlterUserScramCredentialsResponse
+            ),
             other => panic!("no codec range known for {other:?}; add it to this test"),
         }
     }
@@ -158,6 +179,16 @@ mod tests {
             ApiKey::DescribeTransactions => ResponseKind::DescribeTransactions(Default::default()),
             ApiKey::ListTransactions => ResponseKind::ListTransactions(Default::default()),
             ApiKey::DescribeProducers => ResponseKind::DescribeProducers(Default::default()),
+            ApiKey::SaslHandshake => ResponseKind::SaslHandshake(Default::default()),
+            ApiKey::SaslAuthenticate => ResponseKind::SaslAuthenticate(Default::default()),
+            ApiKey::CreateAcls => ResponseKind::CreateAcls(Default::default()),
+            ApiKey::DeleteAcls => ResponseKind::DeleteAcls(Default::default()),
+            ApiKey::DescribeUserScramCredentials => {
+                ResponseKind::DescribeUserScramCredentials(Default::default())
+            }
+            ApiKey::AlterUserScramCredentials => {
+                ResponseKind::AlterUserScramCredentials(Default::default())
+            }
             other => panic!("no default response for {other:?}; add it to this test"),
         }
     }

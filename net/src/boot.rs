@@ -85,7 +85,11 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
         "listed data dir"
     );
     Ok(Boot {
-        state: BootState { meta, partitions },
+        state: BootState {
+            meta,
+            partitions,
+            entropy: os_entropy()?,
+        },
         db,
     })
 }
@@ -367,4 +371,15 @@ mod tests {
         assert_eq!(found.abandoned, vec![10, 20, 40]);
         fs::remove_dir_all(part.parent().unwrap()).unwrap();
     }
+}
+
+/// 32 bytes from the OS's generator: the core's SCRAM nonces are made from
+/// them (`BootState::entropy`).
+fn os_entropy() -> anyhow::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
+    Ok(bytes)
 }

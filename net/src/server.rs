@@ -299,7 +299,11 @@ impl<Q: StorageQueue> Driver<Q> {
             } => {
                 let previous = self.conns.insert(conn, handle);
                 assert!(previous.is_none(), "connection id {conn} reused");
-                self.handle(Input::Connected { conn, client_host })
+                self.handle(Input::Connected {
+                    conn,
+                    client_host,
+                    listener: Default::default(),
+                })
             }
             Event::Frame { conn, frame } => {
                 // Taken off the queue: what the core keeps of it (appends)

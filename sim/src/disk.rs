@@ -844,7 +844,11 @@ impl SimDisk {
                 }
             })
             .collect();
-        BootState { meta, partitions }
+        BootState {
+            meta,
+            partitions,
+            entropy: [7; 32],
+        }
     }
 }
 

@@ -10,10 +10,13 @@ use crate::broker::Broker;
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
 pub mod alter_configs;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub(crate) mod config_writes;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
@@ -23,6 +26,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_producers;
 pub mod describe_transactions;
+pub mod describe_user_scram_credentials;
 pub mod end_txn;
 pub mod fetch;
 pub mod fetch_frame;
@@ -41,6 +45,8 @@ pub mod offset_delete;
 pub mod offset_fetch;
 pub mod produce;
 pub(crate) mod reads;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 pub mod sync_group;
 pub mod txn_offset_commit;
 
@@ -63,6 +69,9 @@ pub enum ApiWrite {
     DeleteGroups(delete_groups::PendingDeleteGroups),
     AlterConfigs(config_writes::PendingConfigs),
     DeleteRecords(delete_records::PendingDeleteRecords),
+    CreateAcls(create_acls::PendingCreateAcls),
+    DeleteAcls(delete_acls::PendingDeleteAcls),
+    AlterScram(alter_user_scram_credentials::PendingAlterScram),
 }
 
 /// Topic names an admin request changes; while one has a meta.db change in
@@ -111,7 +120,17 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
     }
     match request {
         RequestKind::ApiVersions(r) => api_versions::handle(b, ctx, r),
+        RequestKind::SaslHandshake(r) => sasl_handshake::handle(b, ctx, r),
+        RequestKind::SaslAuthenticate(r) => sasl_authenticate::handle(b, ctx, r),
         RequestKind::DescribeAcls(r) => describe_acls::handle(b, ctx, r),
+        RequestKind::CreateAcls(r) => create_acls::handle(b, ctx, r),
+        RequestKind::DeleteAcls(r) => delete_acls::handle(b, ctx, r),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            describe_user_scram_credentials::handle(b, ctx, r)
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            alter_user_scram_credentials::handle(b, ctx, r)
+        }
         RequestKind::Metadata(r) => metadata::handle(b, ctx, r),
         RequestKind::Produce(r) => produce::handle(b, ctx, r),
         RequestKind::Fetch(r) => fetch::handle(b, ctx, r),
@@ -162,5 +181,8 @@ pub(crate) fn apply_meta(b: &mut Broker, write: ApiWrite, stored: bool) {
         ApiWrite::DeleteGroups(p) => delete_groups::apply(b, p, stored),
         ApiWrite::AlterConfigs(p) => config_writes::apply(b, p, stored),
         ApiWrite::DeleteRecords(p) => delete_records::apply(b, p, stored),
+        ApiWrite::CreateAcls(p) => create_acls::apply(b, p, stored),
+        ApiWrite::DeleteAcls(p) => delete_acls::apply(b, p, stored),
+        ApiWrite::AlterScram(p) => alter_user_scram_credentials::apply(b, p, stored),
     }
 }

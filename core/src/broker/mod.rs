@@ -23,6 +23,7 @@ mod disk;
 mod partition;
 mod recovery;
 mod requests;
+mod security;
 mod topics;
 mod waiting;
 
@@ -100,6 +101,12 @@ pub struct Broker {
     /// `Input::Shutdown` came; `Output::Stopped` once all is durable.
     shutting_down: bool,
     stopped: bool,
+    /// SCRAM credentials and ACLs (`crate::security::store`).
+    security: crate::security::store::SecurityStore,
+    /// The driver's random bytes (`BootState::entropy`) and how many SCRAM
+    /// nonces were made from them.
+    entropy: [u8; 32],
+    nonces_made: u64,
 }
 
 impl Broker {
@@ -133,6 +140,9 @@ impl Broker {
             cleaner: Default::default(),
             shutting_down: false,
             stopped: false,
+            security: Default::default(),
+            entropy: [0; 32],
+            nonces_made: 0,
         }
     }
 
@@ -204,9 +214,11 @@ impl Broker {
                 }
             }
             Input::Disconnected { conn } => self.handle_disconnected(conn),
-            Input::Connected { conn, client_host } => {
-                self.conns.entry(conn).or_default().client_host = client_host;
-            }
+            Input::Connected {
+                conn,
+                client_host,
+                listener,
+            } => self.handle_connected(conn, client_host, listener),
             Input::SyncDone { io, result } => self.handle_sync_done(io, result),
             Input::MetaDone { io, result } => self.handle_meta_done(io, result),
             Input::ReadDone { io, result } => self.handle_read_done(io, result),
@@ -237,6 +249,7 @@ impl Broker {
         self.next_retention_check_ms = self.now_ms + self.config.retention_check_interval_ms;
         self.next_producer_expiry_ms =
             self.now_ms + self.config.producer_id_expiration_check_interval_ms;
+        self.entropy = state.entropy;
         recovery::start(self, state);
     }
 

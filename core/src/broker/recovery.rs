@@ -112,6 +112,14 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
             }) => {
                 log_starts.insert((topic_id, partition), record.offset);
             }
+            Ok(MetaEntry::Scram {
+                user,
+                mechanism,
+                credential,
+            }) => b.security.set_credential(user, mechanism, credential),
+            Ok(MetaEntry::Acl(binding)) => {
+                b.security.acls.insert(binding);
+            }
             _ => {}
         }
     }

@@ -17,6 +17,10 @@ impl Broker {
     /// Handles one request frame (after start-up: frames that came during it
     /// were parked and come here in order).
     pub(super) fn handle_frame_now(&mut self, conn: ConnId, frame: Bytes) {
+        if self.sasl_unframed(conn) {
+            // After SaslHandshake v0 the tokens come bare, without a header.
+            return self.handle_sasl_token(conn, frame);
+        }
         let state = self.conns.entry(conn).or_default();
         if state.in_flight() >= crate::limits::CONN_REQUESTS_IN_FLIGHT_MAX as u64 {
             tracing::warn!(conn, "too many requests in flight; closing");
@@ -34,6 +38,14 @@ impl Broker {
             tracing::debug!(conn, key_raw, "unknown api key; closing");
             return self.close(conn);
         };
+        if !self.sasl_allows(conn, api_key) {
+            tracing::info!(
+                conn,
+                ?api_key,
+                "a request before SASL authentication; closing"
+            );
+            return self.close(conn);
+        }
         let seq = self
             .conns
             .get_mut(&conn)

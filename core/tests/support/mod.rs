@@ -131,6 +131,7 @@ impl World {
             list_file(swaps.entry(dir.clone()).or_default(), *base, *kind, f);
         }
         let state = BootState {
+            entropy: [3; 32],
             meta: self
                 .meta
                 .iter()

@@ -774,7 +774,14 @@ fn describe_input(input: &Input) -> String {
         Input::Boot(_) => "Boot".into(),
         Input::Frame { conn, frame } => format!("frame #{conn} {}B", frame.len()),
         Input::Disconnected { conn } => format!("disconnected #{conn}"),
-        Input::Connected { conn, client_host } => format!("connected #{conn} from {client_host}"),
+        Input::Connected {
+            conn,
+            client_host,
+            listener,
+        } => format!(
+            "connected #{conn} from {client_host} on {}",
+            listener.protocol.name()
+        ),
         Input::SyncDone { io, result } => format!("SyncDone#{io} {result:?}"),
         Input::MetaDone { io, result } => format!("MetaDone#{io} {result:?}"),
         Input::ReadDone { io, result } => match result {

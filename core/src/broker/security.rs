@@ -1,0 +1,192 @@
+//! Connections' identities, their SASL exchanges, and the authorizer's
+//! questions (`crate::security`).
+
+use base64::Engine;
+use bytes::Bytes;
+use kafka_protocol::messages::ApiKey;
+use sha2::{Digest, Sha256};
+
+use super::Broker;
+use crate::io::{ConnId, Output};
+use crate::request::RequestCtx;
+use crate::security::acl::Op;
+use crate::security::sasl::Step;
+use crate::security::store::SecurityStore;
+use crate::security::{Listener, ANONYMOUS};
+
+impl Broker {
+    pub(super) fn handle_connected(
+        &mut self,
+        conn: ConnId,
+        client_host: String,
+        listener: Listener,
+    ) {
+        let state = self.conns.entry(conn).or_default();
+        state.client_host = client_host;
+        if !listener.protocol.is_sasl() {
+            state.principal = Some(
+                listener
+                    .tls_principal
+                    .clone()
+                    .unwrap_or_else(|| ANONYMOUS.to_string()),
+            );
+        }
+        state.listener = listener;
+    }
+
+    /// Whether `conn` may send a request of `api_key` now: on a SASL
+    /// listener nothing but ApiVersions and the SASL requests before it
+    /// has authenticated (Kafka's SaslServerAuthenticator closes the
+    /// connection on anything else).
+    pub(super) fn sasl_allows(&self, conn: ConnId, api_key: ApiKey) -> bool {
+        let Some(c) = self.conns.get(&conn) else {
+            return true;
+        };
+        !c.listener.protocol.is_sasl()
+            || c.sasl.is_done()
+            || matches!(
+                api_key,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+    }
+
+    /// Whether `conn`'s frames are bare SASL tokens (after SaslHandshake v0).
+    pub(super) fn sasl_unframed(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| c.sasl.unframed())
+    }
+
+    /// A bare token of the unframed flow: the reply goes back bare; a
+    /// failure closes the connection (there is no error field to carry).
+    pub(super) fn handle_sasl_token(&mut self, conn: ConnId, token: Bytes) {
+        match self.sasl_authenticate(conn, &token) {
+            Step::Continue(reply) | Step::Done { token: reply, .. } => {
+                self.outputs.push_back(Output::Response {
+                    conn,
+                    frame: Bytes::from(reply),
+                });
+            }
+            Step::Failed(_) => self.close(conn),
+        }
+    }
+
+    /// The SASL mechanisms this broker accepts (`sasl.enabled.mechanisms`).
+    pub(crate) fn sasl_enabled_mechanisms(&self) -> &[String] {
+        &self.config.sasl_enabled_mechanisms
+    }
+
+    /// Whether `conn` has completed SASL authentication.
+    pub(crate) fn sasl_done(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| c.sasl.is_done())
+    }
+
+    /// The mechanism `conn`'s handshake chose, by name ("" if none).
+    pub(crate) fn sasl_mechanism(&self, conn: ConnId) -> String {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.sasl.mechanism())
+            .unwrap_or_default()
+    }
+
+    /// Whether `conn` came in on a SASL listener.
+    pub(crate) fn on_sasl_listener(&self, conn: ConnId) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| c.listener.protocol.is_sasl())
+    }
+
+    /// SaslHandshake: Ok, or its error code.
+    pub(crate) fn sasl_handshake(
+        &mut self,
+        conn: ConnId,
+        mechanism: &str,
+        version: i16,
+    ) -> Result<(), i16> {
+        let enabled = self.config.sasl_enabled_mechanisms.clone();
+        let c = self.conns.entry(conn).or_default();
+        if !c.listener.protocol.is_sasl() {
+            return Err(34); // ILLEGAL_SASL_STATE: no SASL on this listener
+        }
+        c.sasl.handshake(mechanism, &enabled, version)
+    }
+
+    /// One SaslAuthenticate token; on success the connection has its principal.
+    pub(crate) fn sasl_authenticate(&mut self, conn: ConnId, token: &[u8]) -> Step {
+        let nonce = self.next_nonce();
+        let c = self.conns.entry(conn).or_default();
+        let step = c.sasl.authenticate(token, &self.security, || nonce);
+        match &step {
+            Step::Done { principal, .. } => {
+                tracing::info!(conn, %principal, "SASL authentication succeeded");
+                c.principal = Some(principal.clone());
+            }
+            Step::Failed(why) => {
+                tracing::warn!(conn, host = %c.client_host, "SASL authentication failed: {why}");
+            }
+            Step::Continue(_) => {}
+        }
+        step
+    }
+
+    /// The server's part of a SCRAM nonce: base64 of SHA-256 over the
+    /// driver's entropy and a counter (unguessable without the entropy,
+    /// never repeated).
+    fn next_nonce(&mut self) -> String {
+        self.nonces_made += 1;
+        let mut h = Sha256::new();
+        h.update(self.entropy);
+        h.update(self.nonces_made.to_be_bytes());
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(h.finalize())
+    }
+
+    /// Who `conn` is (`User:ANONYMOUS` until it says).
+    pub(crate) fn principal(&self, conn: ConnId) -> String {
+        self.conns
+            .get(&conn)
+            .and_then(|c| c.principal.clone())
+            .unwrap_or_else(|| ANONYMOUS.to_string())
+    }
+
+    pub(crate) fn security(&self) -> &SecurityStore {
+        &self.security
+    }
+
+    /// For a handler whose meta.db write of credentials or ACLs completed.
+    pub(crate) fn security_mut(&mut self) -> &mut SecurityStore {
+        &mut self.security
+    }
+
+    pub(crate) fn authorizer_enabled(&self) -> bool {
+        self.config.authorizer.enabled
+    }
+
+    /// Whether the request's principal may do `op` on the resource.
+    pub(crate) fn authorized(
+        &self,
+        ctx: &RequestCtx,
+        op: Op,
+        resource_type: i8,
+        name: &str,
+    ) -> bool {
+        if !self.config.authorizer.enabled {
+            return true;
+        }
+        let principal = self.principal(ctx.conn);
+        let host = self
+            .conns
+            .get(&ctx.conn)
+            .map(|c| c.client_host.trim_start_matches('/').to_string())
+            .unwrap_or_default();
+        let allowed = self.security.acls.authorize(
+            &self.config.authorizer,
+            &principal,
+            &host,
+            op,
+            resource_type,
+            name,
+        );
+        if !allowed {
+            tracing::info!(%principal, %host, ?op, resource_type, name, api = ?ctx.api_key, "denied");
+        }
+        allowed
+    }
+}
