@@ -17,6 +17,7 @@ use crate::broker::Broker;
 const ENDPOINT_BROKERS: i8 = 1;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeClusterRequest) {
+    let (host, port) = b.advertised_address(ctx.conn);
     let config = b.config();
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
@@ -28,8 +29,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeClusterReques
     } else {
         response.brokers = vec![DescribeClusterBroker::default()
             .with_broker_id(BrokerId(config.node_id))
-            .with_host(StrBytes::from_string(config.advertised_host.clone()))
-            .with_port(config.advertised_port)];
+            .with_host(StrBytes::from_string(host))
+            .with_port(port)];
     }
     b.respond(&ctx, ResponseKind::DescribeCluster(response));
 }

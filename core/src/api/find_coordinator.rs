@@ -21,10 +21,9 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FindCoordinatorRequest) {
     let served = matches!(req.key_type, KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION);
-    let config = b.config();
-    let node_id = BrokerId(config.node_id);
-    let host = StrBytes::from_string(config.advertised_host.clone());
-    let port = config.advertised_port;
+    let (host, port) = b.advertised_address(ctx.conn);
+    let host = StrBytes::from_string(host);
+    let node_id = BrokerId(b.config().node_id);
     let (code, message) = if served {
         (0, None)
     } else {

@@ -65,11 +65,12 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
     }
     let names = asked.unwrap_or_else(|| b.topics().names());
     let topics = names.iter().map(|name| describe_topic(b, name)).collect();
+    let (host, port) = b.advertised_address(ctx.conn);
     let config = b.config();
     let broker = MetadataResponseBroker::default()
         .with_node_id(BrokerId(config.node_id))
-        .with_host(StrBytes::from_string(config.advertised_host.clone()))
-        .with_port(config.advertised_port);
+        .with_host(StrBytes::from_string(host))
+        .with_port(port);
     let response = MetadataResponse::default()
         .with_brokers(vec![broker])
         .with_cluster_id(Some(StrBytes::from_string(config.cluster_id.clone())))

@@ -138,6 +138,24 @@ impl Broker {
         base64::engine::general_purpose::STANDARD_NO_PAD.encode(h.finalize())
     }
 
+    /// Where a client on `conn` is told to connect (Metadata,
+    /// FindCoordinator, DescribeCluster): the advertised address of the
+    /// listener it came in on, as Kafka answers each listener with its own.
+    pub(crate) fn advertised_address(&self, conn: ConnId) -> (String, i32) {
+        let name = self.conns.get(&conn).map(|c| c.listener.name.as_str());
+        self.config
+            .advertised_listeners
+            .iter()
+            .find(|(listener, _, _)| Some(listener.as_str()) == name)
+            .map(|(_, host, port)| (host.clone(), *port))
+            .unwrap_or_else(|| {
+                (
+                    self.config.advertised_host.clone(),
+                    self.config.advertised_port,
+                )
+            })
+    }
+
     /// Who `conn` is (`User:ANONYMOUS` until it says).
     pub(crate) fn principal(&self, conn: ConnId) -> String {
         self.conns
