@@ -8,13 +8,16 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.state.KeyValueStore;
 
 /**
  * The Kafka Streams application of {@link KafkaStreamsEosCrashTest}, run as its
@@ -33,7 +36,14 @@ import org.apache.kafka.streams.kstream.Produced;
  * closes the client (its open transaction is committed or aborted) and exits 0;
  * the ERROR state (or NOT_RUNNING without SIGTERM) exits 2.
  *
- * <p>Arguments: BOOTSTRAP APPLICATION_ID IN OUT STATE_DIR PAUSE_MICROS
+ * <p>With TOPOLOGY {@code count} (a seventh argument; {@code stateless} is the
+ * default) the topology is stateful instead: IN → groupByKey → count (the
+ * store {@link #COUNT_STORE}, its changelog a compacted topic Streams creates,
+ * written in the same transactions) → OUT, each update as the count in
+ * decimal. The record cache is off, so every input record gives one update:
+ * for a key seen n times OUT holds "1" .. "n" in order, exactly once.
+ *
+ * <p>Arguments: BOOTSTRAP APPLICATION_ID IN OUT STATE_DIR PAUSE_MICROS [TOPOLOGY]
  */
 public final class StreamsEosAppMain {
     /** Every value whose number is a multiple of this is filtered out. */
@@ -59,12 +69,29 @@ public final class StreamsEosAppMain {
         return b.build();
     }
 
-    public static void main(String[] args) throws Exception {
-        run(args[0], args[1], args[2], args[3], args[4], Long.parseLong(args[5]));
+    /** The count topology's store: its changelog is {@code <application.id>-counts-changelog}. */
+    static final String COUNT_STORE = "counts";
+
+    static Topology countTopology(String in, String out, long pauseMicros) {
+        StreamsBuilder b = new StreamsBuilder();
+        b.stream(in, Consumed.with(Serdes.String(), Serdes.String()))
+                .peek((k, v) -> pause(pauseMicros))
+                .groupByKey()
+                .count(Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>as(COUNT_STORE)
+                        .withKeySerde(Serdes.String()).withValueSerde(Serdes.Long()))
+                .toStream()
+                .mapValues(count -> Long.toString(count))
+                .to(out, Produced.with(Serdes.String(), Serdes.String()));
+        return b.build();
     }
 
-    static void run(String bootstrap, String appId, String in, String out, String stateDir, long pauseMicros)
-            throws Exception {
+    public static void main(String[] args) throws Exception {
+        String topology = args.length > 6 ? args[6] : "stateless";
+        run(args[0], args[1], args[2], args[3], args[4], Long.parseLong(args[5]), topology);
+    }
+
+    static void run(String bootstrap, String appId, String in, String out, String stateDir, long pauseMicros,
+            String topology) throws Exception {
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
         p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -91,7 +118,14 @@ public final class StreamsEosAppMain {
         p.put(StreamsConfig.producerPrefix(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG), 10000);
         p.put(StreamsConfig.producerPrefix(ProducerConfig.MAX_BLOCK_MS_CONFIG), 30000);
 
-        KafkaStreams streams = new KafkaStreams(topology(in, out, pauseMicros), p);
+        // Every update of the count store goes out (no record cache).
+        p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
+        Topology t = switch (topology) {
+            case "stateless" -> topology(in, out, pauseMicros);
+            case "count" -> countTopology(in, out, pauseMicros);
+            default -> throw new IllegalArgumentException("topology " + topology);
+        };
+        KafkaStreams streams = new KafkaStreams(t, p);
         CountDownLatch stopped = new CountDownLatch(1);
         AtomicInteger exitCode = new AtomicInteger(0);
         streams.setStateListener((now, before) -> {
