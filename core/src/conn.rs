@@ -34,6 +34,9 @@ pub(crate) struct Conn {
     /// Who it is: set when it connects on a listener without SASL (the TLS
     /// certificate's principal, or `User:ANONYMOUS`) and when SASL succeeds.
     pub(crate) principal: Option<String>,
+    /// On a SASL listener, until authenticated: when it is closed if it
+    /// has not authenticated (`Broker::sasl_tick`).
+    pub(crate) auth_deadline_ms: Option<i64>,
 }
 
 impl Conn {

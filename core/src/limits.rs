@@ -15,6 +15,15 @@ pub const RECORD_LIST_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// Requests a connection may have outstanding before the core stops reading
 /// more from it is the driver's business; this bounds the reorder buffer.
 pub const CONN_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
+/// How long a connection on a SASL listener may take to authenticate
+/// before it is closed: an idle or slow client cannot hold a slot.
+pub const SASL_AUTHENTICATION_TIMEOUT_MS: i64 = 10_000;
+/// Connections on SASL listeners not yet authenticated, at most; more are
+/// closed as they come (authenticated ones are bounded by the driver's
+/// connection limit).
+pub const UNAUTHENTICATED_CONNECTIONS_MAX: usize = 1024;
+/// Bytes of one SASL token (a SCRAM message is a few hundred).
+pub const SASL_TOKEN_BYTES_MAX: usize = 64 * 1024;
 /// Partitions a topic may have.
 pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
 /// Topics the broker holds.

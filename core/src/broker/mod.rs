@@ -107,6 +107,9 @@ pub struct Broker {
     /// nonces were made from them.
     entropy: [u8; 32],
     nonces_made: u64,
+    /// Connections on SASL listeners not yet authenticated, by the time
+    /// they are closed if they still are not.
+    sasl_deadlines: BTreeSet<(i64, ConnId)>,
 }
 
 impl Broker {
@@ -143,6 +146,7 @@ impl Broker {
             security: Default::default(),
             entropy: [0; 32],
             nonces_made: 0,
+            sasl_deadlines: BTreeSet::new(),
         }
     }
 
@@ -287,6 +291,7 @@ impl Broker {
         crate::txn::timers::tick(self);
         self.cleaner_tick();
         self.checkpoint_tick();
+        self.sasl_tick();
         api::fetch::wake(self, false);
     }
 
@@ -335,6 +340,9 @@ impl Broker {
         deadline_ms = deadline_ms.min(self.checkpoints.next_deadline_ms());
         if let Some(clean_ms) = self.cleaner.next_deadline_ms() {
             deadline_ms = deadline_ms.min(clean_ms);
+        }
+        if let Some((sasl_ms, _)) = self.sasl_deadlines.first() {
+            deadline_ms = deadline_ms.min(*sasl_ms);
         }
         Some(deadline_ms)
     }

@@ -103,6 +103,7 @@ impl Broker {
     }
 
     pub(super) fn handle_disconnected(&mut self, conn: ConnId) {
+        self.forget_sasl_deadline(conn);
         self.conns.remove(&conn);
         if let Some(boot) = self.booting.as_mut() {
             boot.forget_conn(conn);
@@ -174,6 +175,7 @@ impl Broker {
 
     /// Closes a connection; the fetches it has waiting go with it.
     pub(crate) fn close(&mut self, conn: ConnId) {
+        self.forget_sasl_deadline(conn);
         if self.conns.remove(&conn).is_some() {
             self.waiting_fetches.retain(|f| f.ctx.conn != conn);
             self.outputs.push_back(Output::Close { conn });

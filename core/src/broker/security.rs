@@ -8,6 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::Broker;
 use crate::io::{ConnId, Output};
+use crate::limits;
 use crate::request::RequestCtx;
 use crate::security::acl::Op;
 use crate::security::sasl::Step;
@@ -21,9 +22,19 @@ impl Broker {
         client_host: String,
         listener: Listener,
     ) {
+        let sasl = listener.protocol.is_sasl();
+        if sasl && self.sasl_deadlines.len() >= limits::UNAUTHENTICATED_CONNECTIONS_MAX {
+            tracing::warn!(conn, %client_host, "too many unauthenticated connections; closing");
+            self.conns.entry(conn).or_default();
+            return self.close(conn);
+        }
         let state = self.conns.entry(conn).or_default();
         state.client_host = client_host;
-        if !listener.protocol.is_sasl() {
+        if sasl {
+            let deadline_ms = self.now_ms + limits::SASL_AUTHENTICATION_TIMEOUT_MS;
+            state.auth_deadline_ms = Some(deadline_ms);
+            self.sasl_deadlines.insert((deadline_ms, conn));
+        } else {
             state.principal = Some(
                 listener
                     .tls_principal
@@ -32,6 +43,29 @@ impl Broker {
             );
         }
         state.listener = listener;
+    }
+
+    /// Closes the connections that did not authenticate in time.
+    pub(super) fn sasl_tick(&mut self) {
+        while let Some(&(deadline_ms, conn)) = self.sasl_deadlines.first() {
+            if deadline_ms > self.now_ms {
+                return;
+            }
+            self.sasl_deadlines.pop_first();
+            tracing::info!(conn, "no SASL authentication in time; closing");
+            self.close(conn);
+        }
+    }
+
+    /// `conn` is gone or authenticated: no deadline for it any more.
+    pub(super) fn forget_sasl_deadline(&mut self, conn: ConnId) {
+        let deadline = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.auth_deadline_ms.take());
+        if let Some(deadline_ms) = deadline {
+            self.sasl_deadlines.remove(&(deadline_ms, conn));
+        }
     }
 
     /// Whether `conn` may send a request of `api_key` now: on a SASL
@@ -111,6 +145,12 @@ impl Broker {
 
     /// One SaslAuthenticate token; on success the connection has its principal.
     pub(crate) fn sasl_authenticate(&mut self, conn: ConnId, token: &[u8]) -> Step {
+        if token.len() > limits::SASL_TOKEN_BYTES_MAX {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.sasl = crate::security::sasl::SaslState::Failed;
+            }
+            return Step::Failed(format!("a token of {} bytes", token.len()));
+        }
         let nonce = self.next_nonce();
         let c = self.conns.entry(conn).or_default();
         let step = c.sasl.authenticate(token, &self.security, || nonce);
@@ -118,6 +158,9 @@ impl Broker {
             Step::Done { principal, .. } => {
                 tracing::info!(conn, %principal, "SASL authentication succeeded");
                 c.principal = Some(principal.clone());
+                if let Some(deadline_ms) = c.auth_deadline_ms.take() {
+                    self.sasl_deadlines.remove(&(deadline_ms, conn));
+                }
             }
             Step::Failed(why) => {
                 tracing::warn!(conn, host = %c.client_host, "SASL authentication failed: {why}");
