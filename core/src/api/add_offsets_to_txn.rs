@@ -4,6 +4,9 @@
 //! stage its offsets (Kafka adds the group's __consumer_offsets partition).
 //! The same checks and state change as AddPartitionsToTxn: the transaction
 //! becomes Ongoing, stored in meta.db before the answer.
+//!
+//! ACL: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+//! then READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, ApiKey, ResponseKind,
@@ -12,6 +15,7 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
@@ -19,6 +23,16 @@ use crate::txn::write::{self, Then};
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
+    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+        return answer(
+            b,
+            &ctx,
+            Some(ResponseError::TransactionalIdAuthorizationFailed),
+        );
+    }
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, &group) {
+        return answer(b, &ctx, Some(ResponseError::GroupAuthorizationFailed));
+    }
     let entry = match check_owner(
         b.txns(),
         &id,

@@ -10,6 +10,11 @@
 //! UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
 //! KafkaApis answers. A partition added for the first time is flagged in
 //! meta.db (same batch) so its transaction state is rebuilt at start-up.
+//!
+//! ACL: WRITE on the transactional id (else every partition
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic: a topic
+//! without it fails its partitions with TOPIC_AUTHORIZATION_FAILED and,
+//! as for unknown topics, nothing is added (the rest OPERATION_NOT_ATTEMPTED).
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -21,6 +26,7 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
@@ -32,28 +38,35 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
         .iter()
         .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p)))
         .collect();
-    let unknown: Vec<bool> = asked
-        .iter()
-        .map(|(t, p)| {
-            b.topics()
-                .get(t)
-                .is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len())
-        })
-        .collect();
-    if unknown.iter().any(|u| *u) {
-        let errors = unknown
-            .iter()
-            .map(|u| {
-                if *u {
-                    ResponseError::UnknownTopicOrPartition
-                } else {
-                    ResponseError::OperationNotAttempted
-                }
-            })
-            .collect::<Vec<_>>();
+    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+        let e = ResponseError::TransactionalIdAuthorizationFailed;
         return b.respond(
             &ctx,
-            ResponseKind::AddPartitionsToTxn(response(&asked, |i| Some(errors[i]))),
+            ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))),
+        );
+    }
+    let unwritable = b.unauthorized_topics(&ctx, Op::Write, asked.iter().map(|(t, _)| t.as_str()));
+    let refused: Vec<Option<ResponseError>> = asked
+        .iter()
+        .map(|(t, p)| {
+            let unknown = b
+                .topics()
+                .get(t)
+                .is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len());
+            if unwritable.contains(t) {
+                Some(ResponseError::TopicAuthorizationFailed)
+            } else if unknown {
+                Some(ResponseError::UnknownTopicOrPartition)
+            } else {
+                None
+            }
+        })
+        .collect();
+    if refused.iter().any(Option::is_some) {
+        let not_attempted = |i: usize| refused[i].or(Some(ResponseError::OperationNotAttempted));
+        return b.respond(
+            &ctx,
+            ResponseKind::AddPartitionsToTxn(response(&asked, not_attempted)),
         );
     }
     let pid = req.v3_and_below_producer_id.0;

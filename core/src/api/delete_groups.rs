@@ -7,6 +7,9 @@
 //! groups go away, and the request is answered, when that write completes.
 //! Meanwhile the groups answer as Kafka's Dead groups do. A failed write
 //! keeps them and answers COORDINATOR_NOT_AVAILABLE for each.
+//!
+//! ACL: DELETE on each group (GROUP_AUTHORIZATION_FAILED, listed after the
+//! others as Kafka does).
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, ResponseKind};
@@ -16,6 +19,7 @@ use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
+use crate::security::acl::{resource, Op};
 
 pub struct PendingDeleteGroups {
     ctx: RequestCtx,
@@ -27,8 +31,17 @@ pub struct PendingDeleteGroups {
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) {
     let mut response = DeleteGroupsResponse::default();
     let mut deleting = Vec::new();
+    let mut refused = Vec::new();
     for name in req.groups_names {
         let group_id = name.0.to_string();
+        if !b.authorized(&ctx, Op::Delete, resource::GROUP, &group_id) {
+            refused.push(
+                DeletableGroupResult::default()
+                    .with_group_id(name)
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code()),
+            );
+            continue;
+        }
         let code = match b.groups().check_delete_group(&group_id) {
             Ok(()) => {
                 let keys = b.groups_mut().begin_delete_group(&group_id);
@@ -43,6 +56,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) 
                 .with_error_code(code),
         );
     }
+    response.results.extend(refused);
     let ops: Vec<MetaOp> = deleting
         .iter()
         .flat_map(|(g, keys)| {

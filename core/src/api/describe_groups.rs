@@ -4,8 +4,12 @@
 //! instance id, assignment; metadata only once Stable, as Kafka). A group
 //! this broker does not have is reported in state "Dead"; from v6 with
 //! GROUP_ID_NOT_FOUND too (KIP-1043). With include_authorized_operations
-//! (v3+) every group operation is allowed (no ACLs yet); otherwise the field
+//! (v3+) the field lists the group operations (READ, DELETE, DESCRIBE) the
+//! principal may do (all of them without an authorizer); otherwise it
 //! carries Kafka's "not asked" value.
+//!
+//! ACL: DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED in that group's
+//! entry, with empty state and protocol; Kafka lists these first).
 
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse, ResponseKind};
@@ -15,9 +19,11 @@ use kafka_protocol::ResponseError;
 use super::RequestCtx;
 use crate::broker::Broker;
 use crate::group::State;
+use crate::security::acl::{resource, Op};
 
-/// Kafka's AclOperation codes allowed on a group: READ (3), DELETE (6), DESCRIBE (8).
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+/// The group operations answered (Kafka's AclOperation codes as bits):
+/// READ (3), DELETE (6), DESCRIBE (8).
+const GROUP_OPERATIONS: [Op; 3] = [Op::Read, Op::Delete, Op::Describe];
 /// Kafka's value for "authorized operations not requested".
 const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
 
@@ -25,14 +31,33 @@ fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
+/// The bits of the group operations the principal may do on `group`.
+fn authorized_operations(b: &Broker, ctx: &RequestCtx, group: &str) -> i32 {
+    GROUP_OPERATIONS
+        .iter()
+        .filter(|op| b.authorized(ctx, **op, resource::GROUP, group))
+        .fold(0, |bits, op| bits | (1 << op.code()))
+}
+
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeGroupsRequest) {
-    let operations = if req.include_authorized_operations {
-        GROUP_OPERATIONS
-    } else {
-        OPERATIONS_NOT_ASKED
-    };
+    let mut refused = Vec::new();
     let mut groups = Vec::with_capacity(req.groups.len());
     for id in req.groups {
+        if !b.authorized(&ctx, Op::Describe, resource::GROUP, id.0.as_str()) {
+            // DescribeGroupsResponse.groupError: "" state and protocol.
+            refused.push(
+                DescribedGroup::default()
+                    .with_group_id(id)
+                    .with_error_code(ResponseError::GroupAuthorizationFailed.code())
+                    .with_authorized_operations(OPERATIONS_NOT_ASKED),
+            );
+            continue;
+        }
+        let operations = if req.include_authorized_operations {
+            authorized_operations(b, &ctx, id.0.as_str())
+        } else {
+            OPERATIONS_NOT_ASKED
+        };
         let described = DescribedGroup::default()
             .with_group_id(id.clone())
             .with_authorized_operations(operations);
@@ -73,8 +98,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeGroupsRequest
                 .with_members(members),
         );
     }
+    refused.extend(groups);
     b.respond(
         &ctx,
-        ResponseKind::DescribeGroups(DescribeGroupsResponse::default().with_groups(groups)),
+        ResponseKind::DescribeGroups(DescribeGroupsResponse::default().with_groups(refused)),
     );
 }

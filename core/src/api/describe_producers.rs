@@ -4,6 +4,9 @@
 //! epoch, last sequence, last timestamp, and the first offset of its open
 //! transaction there (-1 when none). Coordinator epochs are not kept (one
 //! node): -1.
+//!
+//! ACL: READ on each topic (TOPIC_AUTHORIZATION_FAILED, with Kafka's text,
+//! for its partitions).
 
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -11,17 +14,27 @@ use kafka_protocol::messages::describe_producers_response::{
 use kafka_protocol::messages::{
     DescribeProducersRequest, DescribeProducersResponse, ProducerId, ResponseKind,
 };
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequest) {
     let mut topics = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
+        let readable = b.authorized(&ctx, Op::Read, resource::TOPIC, &name);
         let mut partitions = Vec::new();
         for &p in &t.partition_indexes {
             let mut pr = PartitionResponse::default().with_partition_index(p);
+            if !readable {
+                pr.error_code = ResponseError::TopicAuthorizationFailed.code();
+                pr.error_message = Some(StrBytes::from_static_str("Topic authorization failed."));
+                partitions.push(pr);
+                continue;
+            }
             let part = match b.partition_view(&name, p) {
                 Ok(part) => part,
                 Err(e) => {

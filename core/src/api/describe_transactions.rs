@@ -4,6 +4,10 @@
 //! it: state name, timeout, start time, producer id and epoch, and the
 //! partitions added; an unknown id TRANSACTIONAL_ID_NOT_FOUND, an empty one
 //! INVALID_REQUEST.
+//!
+//! ACL: DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+//! for that one); topics the principal may not DESCRIBE are left out of the
+//! partitions, as KafkaApis filters them.
 
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::{
@@ -14,6 +18,7 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsRequest) {
     let states = req
@@ -24,6 +29,15 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
             // defaults (producer id, epoch and start time 0; seen in
             // conformance), not with -1s.
             let base = TransactionState::default().with_transactional_id(id.clone());
+            if !b.authorized(
+                &ctx,
+                Op::Describe,
+                resource::TRANSACTIONAL_ID,
+                id.0.as_str(),
+            ) {
+                let error = ResponseError::TransactionalIdAuthorizationFailed;
+                return base.with_error_code(error.code());
+            }
             if id.0.is_empty() {
                 return base.with_error_code(ResponseError::InvalidRequest.code());
             }
@@ -33,6 +47,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
             let r = &entry.record;
             let mut topics: Vec<TopicData> = Vec::new();
             for (t, p) in &r.partitions {
+                if !b.authorized(&ctx, Op::Describe, resource::TOPIC, t) {
+                    continue;
+                }
                 match topics.iter_mut().find(|d| d.topic.0.as_str() == t) {
                     Some(d) => d.partitions.push(*p),
                     None => topics.push(

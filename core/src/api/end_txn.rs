@@ -17,18 +17,29 @@
 //!
 //! A stored decision is carried out by `txn::complete`, which answers this
 //! request only when every marker is durable and a commit's offsets are stored.
+//!
+//! ACL: WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::{ApiKey, EndTxnRequest, EndTxnResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::{TxnRecord, TxnState};
 use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     let id = req.transactional_id.0.to_string();
+    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+        return answer(
+            b,
+            &ctx,
+            ResponseError::TransactionalIdAuthorizationFailed,
+            None,
+        );
+    }
     let entry = match check_owner(
         b.txns(),
         &id,

@@ -5,6 +5,11 @@
 //! v4+ asks for many keys at once (`coordinator_keys`) and gets one entry per
 //! key. Other key types (2, share groups) get INVALID_REQUEST, as Kafka
 //! answers a type it does not serve. COORDINATOR_NOT_AVAILABLE never happens.
+//!
+//! ACL: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or on the
+//! transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key from v4.
+//! A refused key gets node -1, host "" and port -1; before v4 with the
+//! error's text as message (Kafka's getErrorResponse), from v4 with none.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{
@@ -15,55 +20,84 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
+/// Why the coordinator of `key` is not given, as KafkaApis.getCoordinator
+/// decides: the error and, for an unserved key type, a message.
+fn refusal(
+    b: &Broker,
+    ctx: &RequestCtx,
+    key_type: i8,
+    key: &str,
+) -> Option<(ResponseError, Option<String>)> {
+    match key_type {
+        KEY_TYPE_GROUP if !b.authorized(ctx, Op::Describe, resource::GROUP, key) => {
+            Some((ResponseError::GroupAuthorizationFailed, None))
+        }
+        KEY_TYPE_TRANSACTION
+            if !b.authorized(ctx, Op::Describe, resource::TRANSACTIONAL_ID, key) =>
+        {
+            Some((ResponseError::TransactionalIdAuthorizationFailed, None))
+        }
+        KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION => None,
+        other => Some((
+            ResponseError::InvalidRequest,
+            Some(format!("Unsupported coordinator key type {other}")),
+        )),
+    }
+}
+
+/// Kafka's text of an error (Errors.message()), which answers before v4 carry.
+fn error_text(error: ResponseError) -> Option<String> {
+    let text = match error {
+        ResponseError::GroupAuthorizationFailed => "Group authorization failed.",
+        ResponseError::TransactionalIdAuthorizationFailed => {
+            "Transactional Id authorization failed."
+        }
+        _ => return None,
+    };
+    Some(text.to_string())
+}
+
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FindCoordinatorRequest) {
-    let served = matches!(req.key_type, KEY_TYPE_GROUP | KEY_TYPE_TRANSACTION);
     let (host, port) = b.advertised_address(ctx.conn);
     let host = StrBytes::from_string(host);
     let node_id = BrokerId(b.config().node_id);
-    let (code, message) = if served {
-        (0, None)
-    } else {
-        let text = format!("Unsupported coordinator key type {}", req.key_type);
-        (
-            ResponseError::InvalidRequest.code(),
-            Some(StrBytes::from_string(text)),
-        )
-    };
     let mut response = FindCoordinatorResponse::default();
     if ctx.version >= 4 {
         response.coordinators = req
             .coordinator_keys
             .iter()
             .map(|key| {
-                let c = Coordinator::default()
-                    .with_key(key.clone())
-                    .with_error_code(code);
-                if served {
-                    c.with_node_id(node_id)
+                let c = Coordinator::default().with_key(key.clone());
+                match refusal(b, &ctx, req.key_type, key) {
+                    None => c
+                        .with_node_id(node_id)
                         .with_host(host.clone())
-                        .with_port(port)
-                } else {
-                    c.with_node_id(BrokerId(-1))
-                        .with_port(-1)
-                        .with_error_message(message.clone())
+                        .with_port(port),
+                    Some((error, message)) => c
+                        .with_error_code(error.code())
+                        .with_error_message(message.map(StrBytes::from_string))
+                        .with_node_id(BrokerId(-1))
+                        .with_port(-1),
                 }
             })
             .collect();
-    } else if served {
-        response = response
-            .with_node_id(node_id)
-            .with_host(host)
-            .with_port(port);
     } else {
-        response = response
-            .with_error_code(code)
-            .with_error_message(message)
-            .with_node_id(BrokerId(-1))
-            .with_port(-1);
+        response = match refusal(b, &ctx, req.key_type, &req.key) {
+            None => response
+                .with_node_id(node_id)
+                .with_host(host)
+                .with_port(port),
+            Some((error, message)) => response
+                .with_error_code(error.code())
+                .with_error_message(message.or(error_text(error)).map(StrBytes::from_string))
+                .with_node_id(BrokerId(-1))
+                .with_port(-1),
+        };
     }
     b.respond(&ctx, ResponseKind::FindCoordinator(response));
 }

@@ -5,13 +5,22 @@
 //! for a member the group does not know (or a group it does not have),
 //! ILLEGAL_GENERATION for a stale generation, FENCED_INSTANCE_ID for a static
 //! member replaced by a newer instance.
+//!
+//! ACL: READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse, ResponseKind};
+use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: HeartbeatRequest) {
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+        let code = ResponseError::GroupAuthorizationFailed.code();
+        let response = HeartbeatResponse::default().with_error_code(code);
+        return b.respond(&ctx, ResponseKind::Heartbeat(response));
+    }
     let now_ms = b.now_ms();
     let instance_id = req.group_instance_id.as_ref().map(|s| s.as_str());
     let error = b.groups_mut().heartbeat(

@@ -23,6 +23,10 @@
 //! - Prepare*: CONCURRENT_TRANSACTIONS.
 //!
 //! Every change is stored in meta.db before it is answered.
+//!
+//! ACL, checked first: WRITE on the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one, IDEMPOTENT_WRITE on
+//! the cluster or WRITE on some topic (CLUSTER_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId, ResponseKind,
@@ -31,14 +35,27 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::fenced_error;
 use crate::txn::record::{epoch_exhausted, TxnRecord, TxnState};
 use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
     let Some(id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
+        let may_write = b.authorized(
+            &ctx,
+            Op::IdempotentWrite,
+            resource::CLUSTER,
+            "kafka-cluster",
+        ) || b.authorized_by_resource_type(&ctx, Op::Write, resource::TOPIC);
+        if !may_write {
+            return error(b, &ctx, ResponseError::ClusterAuthorizationFailed);
+        }
         return give_id(b, ctx, req);
     };
+    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+        return error(b, &ctx, ResponseError::TransactionalIdAuthorizationFailed);
+    }
     if id.is_empty() {
         return error(b, &ctx, ResponseError::InvalidRequest);
     }

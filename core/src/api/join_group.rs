@@ -8,14 +8,25 @@
 //! v0 has no rebalance timeout: the session timeout stands in for it, as in
 //! Kafka. A static member (group.instance.id, v5+) rejoining replaces its old
 //! id; v9 lets its leader skip the assignment.
+//!
+//! ACL: READ on the group (GROUP_AUTHORIZATION_FAILED, generation -1).
 
-use kafka_protocol::messages::JoinGroupRequest;
+use kafka_protocol::messages::{JoinGroupRequest, ResponseKind};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::group::{JoinArgs, Protocol};
+use crate::group::{join_error, JoinArgs, Protocol};
+use crate::security::acl::{resource, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+        // JoinGroupRequest.getErrorResponse: the protocol name is "" before v7.
+        let response = join_error("", ResponseError::GroupAuthorizationFailed)
+            .with_protocol_name((ctx.version < 7).then(StrBytes::default));
+        return b.respond(&ctx, ResponseKind::JoinGroup(response));
+    }
     let rebalance_timeout_ms = if ctx.version == 0 || req.rebalance_timeout_ms < 0 {
         req.session_timeout_ms
     } else {

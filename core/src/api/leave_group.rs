@@ -5,14 +5,24 @@
 //! The group rebalances without those who left. For v0–v2 the one member's
 //! error is the response's error. An unknown group answers every member
 //! UNKNOWN_MEMBER_ID, as Kafka does.
+//!
+//! ACL: READ on the group (GROUP_AUTHORIZATION_FAILED, the response's error,
+//! no members).
 
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, ResponseKind};
+use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: LeaveGroupRequest) {
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+        let code = ResponseError::GroupAuthorizationFailed.code();
+        let response = LeaveGroupResponse::default().with_error_code(code);
+        return b.respond(&ctx, ResponseKind::LeaveGroup(response));
+    }
     let leaving: Vec<(String, Option<String>)> = if ctx.version < 3 {
         vec![(req.member_id.to_string(), None)]
     } else {

@@ -4,6 +4,9 @@
 //! ("" for a group only used to store offsets). v4 filters by state and v5
 //! by type, both case-insensitively as Kafka; every group here is "classic".
 //! A group being deleted is not listed (Kafka's Dead groups are gone).
+//!
+//! ACL: DESCRIBE on the cluster lists every group; otherwise only the groups
+//! the principal may DESCRIBE are listed.
 
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse, ResponseKind};
@@ -11,6 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 const GROUP_TYPE: &str = "classic";
 
@@ -18,10 +22,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListGroupsRequest) {
     let wanted = |filter: &[StrBytes], value: &str| {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
     };
+    let sees_all = b.authorized(&ctx, Op::Describe, resource::CLUSTER, "kafka-cluster");
     let groups = b
         .groups()
         .groups()
         .filter(|g| !g.deleting)
+        .filter(|g| sees_all || b.authorized(&ctx, Op::Describe, resource::GROUP, &g.id))
         .filter(|g| {
             wanted(&req.states_filter, g.state.name()) && wanted(&req.types_filter, GROUP_TYPE)
         })

@@ -4,6 +4,8 @@
 //! does: by state names (unknown names are returned in unknown_state_filters),
 //! by producer ids, and (v1) by duration: only transactions running for at
 //! least duration_filter ms.
+//!
+//! ACL: only the ids the principal may DESCRIBE are listed.
 
 use kafka_protocol::messages::list_transactions_response::TransactionState;
 use kafka_protocol::messages::{
@@ -13,6 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::txn::record::TxnState;
 
 const STATES: [TxnState; 6] = [
@@ -40,6 +43,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListTransactionsReque
     };
     let now_ms = b.now_ms();
     for (id, entry) in b.txns().iter() {
+        if !b.authorized(&ctx, Op::Describe, resource::TRANSACTIONAL_ID, id) {
+            continue;
+        }
         let r = &entry.record;
         if !wanted_states.is_empty() && !wanted_states.contains(&r.state) {
             continue;

@@ -9,6 +9,10 @@
 //! have, OFFSET_METADATA_TOO_LARGE past offset.metadata.max.bytes. v2–v4's
 //! retention time is ignored, as in Kafka 4 (offsets do not expire here yet).
 //! v9 answers GROUP_ID_NOT_FOUND where older versions get ILLEGAL_GENERATION.
+//!
+//! ACL: READ on the group (every partition GROUP_AUTHORIZATION_FAILED), then
+//! READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions; when no
+//! topic is left the group is not consulted, as in KafkaApis).
 
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -22,6 +26,7 @@ use crate::group::{offset_key, OffsetRecord, TopicPartition};
 use crate::io::MetaOp;
 use crate::limits;
 use crate::meta;
+use crate::security::acl::{resource, Op};
 
 /// A commit waiting for meta.db.
 pub struct PendingCommit {
@@ -33,6 +38,21 @@ pub struct PendingCommit {
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) {
     let group_id = req.group_id.0.to_string();
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, &group_id) {
+        let response = every_partition(&req, ResponseError::GroupAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::OffsetCommit(response));
+    }
+    let unreadable =
+        b.unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
+    let readable_left = req
+        .topics
+        .iter()
+        .any(|t| !unreadable.contains(t.name.0.as_str()));
+    if !req.topics.is_empty() && !readable_left {
+        // KafkaApis answers at once when no topic is left to commit.
+        let response = every_partition(&req, ResponseError::TopicAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::OffsetCommit(response));
+    }
     let instance_id = req.group_instance_id.as_ref().map(|s| s.as_str());
     let now_ms = b.now_ms();
     let checked = b.groups_mut().check_commit(
@@ -48,6 +68,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
     let mut records = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.to_string();
+        let readable = !unreadable.contains(&name);
         let known = b.topics().get(&name).is_some();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
@@ -57,6 +78,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
                 .map(|m| m.to_string())
                 .unwrap_or_default();
             let code = match &checked {
+                _ if !readable => ResponseError::TopicAuthorizationFailed.code(),
                 Err(e) => e.code(),
                 Ok(()) if !known => ResponseError::UnknownTopicOrPartition.code(),
                 Ok(()) if metadata.len() > limits::OFFSET_METADATA_BYTES_MAX => {
@@ -105,6 +127,29 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
             records,
         }),
     );
+}
+
+/// The answer failing every asked partition with `error`.
+fn every_partition(req: &OffsetCommitRequest, error: ResponseError) -> OffsetCommitResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error.code())
+                })
+                .collect();
+            OffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
 }
 
 pub(crate) fn apply(b: &mut Broker, pending: PendingCommit, stored: bool) {

@@ -7,6 +7,10 @@
 //! broker does not have gets UNKNOWN_TOPIC_OR_PARTITION. The deletion is
 //! answered once meta.db has it; a failed write changes nothing and answers
 //! COORDINATOR_NOT_AVAILABLE.
+//!
+//! ACL: DELETE on the group (GROUP_AUTHORIZATION_FAILED, the response's
+//! error), then READ on each topic (TOPIC_AUTHORIZATION_FAILED for its
+//! partitions).
 
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
@@ -18,6 +22,7 @@ use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
+use crate::security::acl::{resource, Op};
 
 pub struct PendingOffsetDelete {
     ctx: RequestCtx,
@@ -28,10 +33,17 @@ pub struct PendingOffsetDelete {
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) {
     let group_id = req.group_id.0.to_string();
-    if let Err(error) = b.groups().check_offset_delete(&group_id) {
+    let refusal = if !b.authorized(&ctx, Op::Delete, resource::GROUP, &group_id) {
+        Err(ResponseError::GroupAuthorizationFailed)
+    } else {
+        b.groups().check_offset_delete(&group_id)
+    };
+    if let Err(error) = refusal {
         let response = OffsetDeleteResponse::default().with_error_code(error.code());
         return b.respond(&ctx, ResponseKind::OffsetDelete(response));
     }
+    let unreadable =
+        b.unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
     let mut response = OffsetDeleteResponse::default();
     let mut deleted = Vec::new();
     for topic in &req.topics {
@@ -40,7 +52,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) 
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let tp = (name.clone(), p.partition_index);
-            let code = if subscribed {
+            let code = if unreadable.contains(&name) {
+                ResponseError::TopicAuthorizationFailed.code()
+            } else if subscribed {
                 ResponseError::GroupSubscribedToTopic.code()
             } else if b.topics().partition(&name, p.partition_index).is_none() {
                 ResponseError::UnknownTopicOrPartition.code()

@@ -10,6 +10,11 @@
 //! UNSTABLE_OFFSET_COMMIT, as Kafka's OffsetMetadataManager does.
 //! v9's member id and epoch belong to the KIP-848 protocol and are ignored
 //! for classic groups, as Kafka does.
+//!
+//! ACL: DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED: the group's error
+//! from v8, the response's before; no topics), and DESCRIBE on each topic: an
+//! asked topic without it answers TOPIC_AUTHORIZATION_FAILED for its
+//! partitions (listed last, as Kafka), and "all topics" leaves it out.
 
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -22,6 +27,7 @@ use kafka_protocol::ResponseError;
 use super::RequestCtx;
 use crate::broker::Broker;
 use crate::group::Coordinator;
+use crate::security::acl::{resource, Op};
 use crate::txn::Txns;
 
 /// One partition's answer: (partition, offset, leader epoch, metadata, error code).
@@ -76,22 +82,59 @@ fn fetch_group(
         .collect()
 }
 
+/// One group's answer as KafkaApis gives it: the group's error code and
+/// the answers the principal may see.
+fn answer_group(
+    b: &Broker,
+    ctx: &RequestCtx,
+    group_id: &str,
+    topics: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
+) -> (i16, Vec<(TopicName, Vec<Answer>)>) {
+    if !b.authorized(ctx, Op::Describe, resource::GROUP, group_id) {
+        return (ResponseError::GroupAuthorizationFailed.code(), Vec::new());
+    }
+    if group_id.is_empty() {
+        return (ResponseError::InvalidGroupId.code(), Vec::new());
+    }
+    let describable =
+        |name: &TopicName| b.authorized(ctx, Op::Describe, resource::TOPIC, name.0.as_str());
+    let Some(topics) = topics else {
+        let mut all = fetch_group(b.groups(), b.txns(), group_id, None, require_stable);
+        all.retain(|(name, _)| describable(name));
+        return (0, all);
+    };
+    let (allowed, refused): (Vec<_>, Vec<_>) =
+        topics.into_iter().partition(|(name, _)| describable(name));
+    let mut answers = fetch_group(
+        b.groups(),
+        b.txns(),
+        group_id,
+        Some(allowed),
+        require_stable,
+    );
+    let denied = ResponseError::TopicAuthorizationFailed.code();
+    answers.extend(refused.into_iter().map(|(name, partitions)| {
+        let parts = partitions
+            .into_iter()
+            .map(|p| (p, -1, -1, String::new(), denied))
+            .collect();
+        (name, parts)
+    }));
+    (0, answers)
+}
+
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
     let mut response = OffsetFetchResponse::default();
     if ctx.version >= 8 {
         for g in req.groups {
-            let group_id = g.group_id.0.to_string();
             let topics = g.topics.map(|ts| {
                 ts.into_iter()
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let answers = fetch_group(b.groups(), b.txns(), &group_id, topics, req.require_stable);
-            let code = if group_id.is_empty() {
-                ResponseError::InvalidGroupId.code()
-            } else {
-                0
-            };
+            let (code, answers) =
+                answer_group(b, &ctx, g.group_id.0.as_str(), topics, req.require_stable);
             let topics = answers
                 .into_iter()
                 .map(|(name, parts)| {
@@ -119,16 +162,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
             );
         }
     } else {
-        let group_id = req.group_id.0.to_string();
         let topics = req.topics.map(|ts| {
             ts.into_iter()
                 .map(|t| (t.name, t.partition_indexes))
                 .collect()
         });
-        let answers = fetch_group(b.groups(), b.txns(), &group_id, topics, req.require_stable);
-        if group_id.is_empty() {
-            response.error_code = ResponseError::InvalidGroupId.code();
-        }
+        let (code, answers) =
+            answer_group(b, &ctx, req.group_id.0.as_str(), topics, req.require_stable);
+        response.error_code = code;
         response.topics = answers
             .into_iter()
             .map(|(name, parts)| {

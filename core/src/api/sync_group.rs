@@ -6,14 +6,22 @@
 //! rebalance that starts meanwhile answers waiting members
 //! REBALANCE_IN_PROGRESS. v5 carries the protocol type and name, checked
 //! against the group's (INCONSISTENT_GROUP_PROTOCOL).
+//!
+//! ACL: READ on the group (GROUP_AUTHORIZATION_FAILED).
 
-use kafka_protocol::messages::SyncGroupRequest;
+use kafka_protocol::messages::{ResponseKind, SyncGroupRequest};
+use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::group::SyncArgs;
+use crate::group::{sync_error, SyncArgs};
+use crate::security::acl::{resource, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SyncGroupRequest) {
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+        let response = sync_error(ResponseError::GroupAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::SyncGroup(response));
+    }
     let args = SyncArgs {
         group_id: req.group_id.0.to_string(),
         generation_id: req.generation_id,

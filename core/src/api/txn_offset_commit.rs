@@ -10,6 +10,11 @@
 //! member, group.instance.id) through the group coordinator. Unknown
 //! partitions get UNKNOWN_TOPIC_OR_PARTITION. The staged offsets are stored
 //! in the transaction's meta.db record before the answer.
+//!
+//! ACL: WRITE on the transactional id and READ on the group (each failing
+//! every partition: TRANSACTIONAL_ID_ / GROUP_AUTHORIZATION_FAILED), then
+//! READ on each topic (TOPIC_AUTHORIZATION_FAILED for its partitions; when no
+//! topic is left the transaction is not consulted, as in KafkaApis).
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -21,6 +26,7 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::{StagedOffset, TxnState};
 use crate::txn::write::{self, Then};
@@ -31,6 +37,25 @@ const GROUP_CHECK_VERSION: i16 = 8;
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitRequest) {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
+    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+        let response = every_partition(&req, ResponseError::TransactionalIdAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+    }
+    if !b.authorized(&ctx, Op::Read, resource::GROUP, &group) {
+        let response = every_partition(&req, ResponseError::GroupAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+    }
+    let unreadable =
+        b.unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
+    let readable_left = req
+        .topics
+        .iter()
+        .any(|t| !unreadable.contains(t.name.0.as_str()));
+    if !req.topics.is_empty() && !readable_left {
+        // KafkaApis answers at once when no topic is left to commit.
+        let response = every_partition(&req, ResponseError::TopicAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+    }
     let owner = check_owner(
         b.txns(),
         &id,
@@ -75,10 +100,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
     };
     for topic in &req.topics {
         let name = topic.name.0.to_string();
+        let readable = !unreadable.contains(&name);
         let mut partitions = Vec::new();
         for p in &topic.partitions {
             let mut code = error.map_or(0, |e| e.code());
-            if let (Some(record), None) = (record.as_mut(), error) {
+            if !readable {
+                code = ResponseError::TopicAuthorizationFailed.code();
+            } else if let (Some(record), None) = (record.as_mut(), error) {
                 let known = b.topics().partition(&name, p.partition_index).is_some();
                 if known {
                     let staged = StagedOffset {
@@ -115,4 +143,27 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
         ),
         _ => b.respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
     }
+}
+
+/// The answer failing every asked partition with `error`.
+fn every_partition(req: &TxnOffsetCommitRequest, error: ResponseError) -> TxnOffsetCommitResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    TxnOffsetCommitResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(error.code())
+                })
+                .collect();
+            TxnOffsetCommitResponseTopic::default()
+                .with_name(t.name.clone())
+                .with_partitions(partitions)
+        })
+        .collect();
+    TxnOffsetCommitResponse::default().with_topics(topics)
 }

@@ -1,6 +1,8 @@
 //! Connections' identities, their SASL exchanges, and the authorizer's
 //! questions (`crate::security`).
 
+use std::collections::BTreeSet;
+
 use base64::Engine;
 use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
@@ -10,7 +12,7 @@ use super::Broker;
 use crate::io::{ConnId, Output};
 use crate::limits;
 use crate::request::RequestCtx;
-use crate::security::acl::Op;
+use crate::security::acl::{resource, Op};
 use crate::security::sasl::Step;
 use crate::security::store::SecurityStore;
 use crate::security::{Listener, ANONYMOUS};
@@ -232,11 +234,7 @@ impl Broker {
             return true;
         }
         let principal = self.principal(ctx.conn);
-        let host = self
-            .conns
-            .get(&ctx.conn)
-            .map(|c| c.client_host.trim_start_matches('/').to_string())
-            .unwrap_or_default();
+        let host = self.client_address(ctx.conn);
         let allowed = self.security.acls.authorize(
             &self.config.authorizer,
             &principal,
@@ -249,5 +247,55 @@ impl Broker {
             tracing::info!(%principal, %host, ?op, resource_type, name, api = ?ctx.api_key, "denied");
         }
         allowed
+    }
+
+    /// Whether the request's principal may do `op` on some resource of the
+    /// type (Kafka's authorizeByResourceType, simplified: see
+    /// `Acls::authorize_by_resource_type`).
+    pub(crate) fn authorized_by_resource_type(
+        &self,
+        ctx: &RequestCtx,
+        op: Op,
+        resource_type: i8,
+    ) -> bool {
+        if !self.config.authorizer.enabled {
+            return true;
+        }
+        let principal = self.principal(ctx.conn);
+        let host = self.client_address(ctx.conn);
+        let allowed = self.security.acls.authorize_by_resource_type(
+            &self.config.authorizer,
+            &principal,
+            &host,
+            op,
+            resource_type,
+        );
+        if !allowed {
+            tracing::info!(%principal, %host, ?op, resource_type, api = ?ctx.api_key, "denied on every resource of the type");
+        }
+        allowed
+    }
+
+    /// The topics among `names` the request's principal may not do `op` on
+    /// (those a request answers TOPIC_AUTHORIZATION_FAILED).
+    pub(crate) fn unauthorized_topics<'a>(
+        &self,
+        ctx: &RequestCtx,
+        op: Op,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> BTreeSet<String> {
+        names
+            .into_iter()
+            .filter(|name| !self.authorized(ctx, op, resource::TOPIC, name))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The client's address as ACLs name hosts (without the driver's `/`).
+    fn client_address(&self, conn: ConnId) -> String {
+        self.conns
+            .get(&conn)
+            .map(|c| c.client_host.trim_start_matches('/').to_string())
+            .unwrap_or_default()
     }
 }

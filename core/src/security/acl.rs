@@ -258,6 +258,38 @@ impl Acls {
                 && Op::from_code(b.operation).is_some_and(|granted| granted.allows(op))
         })
     }
+
+    /// Whether `principal` from `host` may do `op` on some resource of the
+    /// type: Kafka's Authorizer.authorizeByResourceType, which InitProducerId
+    /// asks for an idempotent producer (WRITE on any topic). As Kafka, first
+    /// a name no ACL is about is asked (so super users, and with
+    /// `allow.everyone.if.no.acl.found` anyone when no wildcard or prefix
+    /// covers it, may); then any ALLOW of `op` or ALL on the type for the
+    /// principal (or `User:*`) and host allows.
+    ///
+    /// A simplification: Kafka also weighs the DENY bindings of the type (a
+    /// DENY on the literal `*` refuses; an ALLOW counts only when no DENY
+    /// names the same literal or a prefix of it). This ignores them, so it may
+    /// allow where Kafka refuses; every write is still checked per topic.
+    pub fn authorize_by_resource_type(
+        &self,
+        config: &AuthorizerConfig,
+        principal: &str,
+        host: &str,
+        op: Op,
+        resource_type: i8,
+    ) -> bool {
+        if self.authorize(config, principal, host, op, resource_type, "hardcode") {
+            return true;
+        }
+        self.bindings.iter().any(|b| {
+            b.resource_type == resource_type
+                && b.permission == permission::ALLOW
+                && (b.operation == op.code() || b.operation == Op::All.code())
+                && (b.principal == principal || b.principal == "User:*")
+                && (b.host == host || b.host == "*")
+        })
+    }
 }
 
 #[cfg(test)]
@@ -349,6 +381,44 @@ mod tests {
         );
         let off = AuthorizerConfig::default();
         assert!(a.authorize(&off, "User:bob", "h", Op::Write, TOPIC, "app-secret"));
+    }
+
+    #[test]
+    fn by_resource_type_looks_for_any_allow_of_the_type() {
+        let mut a = Acls::default();
+        a.insert(acl(
+            resource::TOPIC,
+            "app-",
+            pattern::PREFIXED,
+            "User:alice",
+            Op::Write,
+            permission::ALLOW,
+        ));
+        a.insert(acl(
+            resource::TOPIC,
+            "logs",
+            pattern::LITERAL,
+            "User:*",
+            Op::Read,
+            permission::ALLOW,
+        ));
+        let c = on();
+        let can =
+            |p: &str, op| a.authorize_by_resource_type(&c, p, "127.0.0.1", op, resource::TOPIC);
+        assert!(can("User:alice", Op::Write), "a prefixed ALLOW somewhere");
+        assert!(!can("User:bob", Op::Write), "not for another principal");
+        assert!(can("User:bob", Op::Read), "User:* counts");
+        assert!(!can("User:alice", Op::Delete));
+        assert!(can("User:admin", Op::Delete), "a super user");
+        assert!(!a.authorize_by_resource_type(&c, "User:bob", "h", Op::Write, resource::GROUP));
+        let open = AuthorizerConfig {
+            allow_if_no_acl: true,
+            ..on()
+        };
+        assert!(
+            a.authorize_by_resource_type(&open, "User:bob", "h", Op::Write, resource::TOPIC),
+            "no ACL on an arbitrary name: allowed, as Kafka's hard-coded probe"
+        );
     }
 
     #[test]
