@@ -239,3 +239,20 @@ fn malformed_tokens_never_panic() {
         assert!(w.closed.contains(&conn), "token {i}");
     }
 }
+
+/// A client that connects to a SASL listener and does not authenticate is
+/// closed after limits::SASL_AUTHENTICATION_TIMEOUT_MS; one that did stays.
+#[test]
+fn an_unauthenticated_connection_is_closed_after_the_timeout() {
+    let mut w = world_with_alice();
+    connect(&mut w, SASL, SecurityProtocol::SaslPlaintext);
+    connect(&mut w, SASL + 1, SecurityProtocol::SaslPlaintext);
+    assert_eq!(handshake(&mut w, SASL + 1, 1, "PLAIN"), 0);
+    assert_eq!(authenticate(&mut w, SASL + 1, b"\0alice\0alice-secret").error_code, 0);
+    w.advance(doze_core::limits::SASL_AUTHENTICATION_TIMEOUT_MS - 1);
+    assert!(!w.closed.contains(&SASL));
+    w.advance(2);
+    assert!(w.closed.contains(&SASL), "closed at its deadline");
+    assert!(!w.closed.contains(&(SASL + 1)), "the authenticated one stays");
+    assert!(metadata_answered(&mut w, SASL + 1));
+}
