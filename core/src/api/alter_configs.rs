@@ -6,6 +6,8 @@
 //! from the moment the answer is sent. validate_only checks and stores
 //! nothing. Broker resources and the other resource types are answered as
 //! `config_writes` says.
+//!
+//! ACL: ALTER_CONFIGS on the topic, or on the cluster for the broker (`config_writes`).
 
 use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
 use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ResponseKind};

@@ -23,6 +23,8 @@
 //!   client metrics), INVALID_REQUEST as DescribeConfigs answers them; any
 //!   other type INVALID_REQUEST "Unknown resource type".
 //!
+//! ACL: ALTER_CONFIGS on the topic, or on the cluster for BROKER and BROKER_LOGGER.
+//!
 //! The changed topics are stored in one meta.db batch and are busy until it
 //! completes; the answer and the change in memory come only after it.
 //! validate_only checks everything and stores nothing. A resource whose
@@ -36,6 +38,7 @@ use super::{create_topics, ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::meta::{self, TopicRecord};
+use crate::security::acl::{resource, Op};
 use crate::topic_config::{self, AlterOp};
 
 pub(crate) const RESOURCE_TOPIC: i8 = 2;
@@ -131,7 +134,7 @@ pub(crate) fn handle(
                 "Each resource must appear at most once.",
             ))
         } else {
-            check(b, mode, r)
+            check(b, &ctx, mode, r)
         };
         let error = match checked {
             Ok(Some(record)) if !validate_only => {
@@ -172,10 +175,18 @@ pub(crate) fn handle(
 }
 
 /// One resource: `Ok(Some(record))` is a topic record to store, `Ok(None)`
-/// a success with nothing to store.
-fn check(b: &Broker, mode: Mode, r: &Resource) -> Result<Option<TopicRecord>, Refusal> {
+/// a success with nothing to store. The ACLs are asked where Kafka asks: its
+/// broker checks a request's shape (and a BROKER change whole) before
+/// forwarding it to the controller, which authorizes first; a BROKER_LOGGER
+/// is authorized first, on the broker.
+fn check(
+    b: &Broker,
+    ctx: &RequestCtx,
+    mode: Mode,
+    r: &Resource,
+) -> Result<Option<TopicRecord>, Refusal> {
     match r.resource_type {
-        RESOURCE_TOPIC => check_topic(b, mode, r),
+        RESOURCE_TOPIC => check_topic(b, ctx, mode, r),
         RESOURCE_BROKER => {
             check_broker_id(b, &r.name)?;
             check_entries(mode, r)?;
@@ -185,18 +196,29 @@ fn check(b: &Broker, mode: Mode, r: &Resource) -> Result<Option<TopicRecord>, Re
                 .filter(|e| mode == Mode::Replace || e.op != OP_DELETE)
                 .map(|e| e.name.as_str())
                 .collect();
-            if set.is_empty() {
-                return Ok(None);
+            if !set.is_empty() {
+                return Err(refuse(
+                    ResponseError::InvalidRequest,
+                    format!(
+                        "Cannot update these configs dynamically: [{}]",
+                        set.join(", ")
+                    ),
+                ));
             }
-            Err(refuse(
-                ResponseError::InvalidRequest,
-                format!(
-                    "Cannot update these configs dynamically: [{}]",
-                    set.join(", ")
-                ),
-            ))
+            if !may_alter_cluster_configs(b, ctx) {
+                return Err(refuse(
+                    ResponseError::ClusterAuthorizationFailed,
+                    "Cluster authorization failed.",
+                ));
+            }
+            Ok(None)
         }
         RESOURCE_BROKER_LOGGER if mode == Mode::Incremental => {
+            if !may_alter_cluster_configs(b, ctx) {
+                // Kafka's RuntimeLoggerManager throws it with the error's
+                // own text, which its ApiError then leaves out.
+                return Err((ResponseError::ClusterAuthorizationFailed, None));
+            }
             check_broker_id(b, &r.name)?;
             match r.entries.first() {
                 None => Ok(None),
@@ -215,6 +237,10 @@ fn check(b: &Broker, mode: Mode, r: &Resource) -> Result<Option<TopicRecord>, Re
             format!("Unknown resource type {other}"),
         )),
     }
+}
+
+fn may_alter_cluster_configs(b: &Broker, ctx: &RequestCtx) -> bool {
+    b.authorized(ctx, Op::AlterConfigs, resource::CLUSTER, "kafka-cluster")
 }
 
 fn check_broker_id(b: &Broker, name: &str) -> Result<(), Refusal> {
@@ -258,7 +284,12 @@ fn check_entries(mode: Mode, r: &Resource) -> Result<(), Refusal> {
     Ok(())
 }
 
-fn check_topic(b: &Broker, mode: Mode, r: &Resource) -> Result<Option<TopicRecord>, Refusal> {
+fn check_topic(
+    b: &Broker,
+    ctx: &RequestCtx,
+    mode: Mode,
+    r: &Resource,
+) -> Result<Option<TopicRecord>, Refusal> {
     let name = r.name.as_str();
     if name.is_empty() {
         return Err(refuse(
@@ -269,6 +300,12 @@ fn check_topic(b: &Broker, mode: Mode, r: &Resource) -> Result<Option<TopicRecor
     create_topics::validate_name(name)
         .map_err(|m| (ResponseError::InvalidTopicException, Some(m)))?;
     check_entries(mode, r)?;
+    if !b.authorized(ctx, Op::AlterConfigs, resource::TOPIC, name) {
+        return Err(refuse(
+            ResponseError::TopicAuthorizationFailed,
+            "Topic authorization failed.",
+        ));
+    }
     let topic = b.topics().get(name);
     let empty = BTreeMap::new();
     let current = topic.map_or(&empty, |t| &t.record.configs);

@@ -3,6 +3,8 @@
 //! Grows a topic to `count` partitions (never shrinks: INVALID_PARTITIONS).
 //! Assignments, when given, must name only this broker. validate_only checks
 //! and stores nothing. The grown record is stored in meta.db first.
+//!
+//! ACL: ALTER on each topic (else TOPIC_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse, ResponseKind};
@@ -14,6 +16,7 @@ use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::limits;
 use crate::meta::{self, TopicRecord};
+use crate::security::acl::{resource, Op};
 
 pub struct PendingGrow {
     ctx: RequestCtx,
@@ -30,6 +33,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
         if req.topics.iter().filter(|o| o.name == t.name).count() > 1 {
             result.error_code = ResponseError::InvalidRequest.code();
             result.error_message = Some(StrBytes::from_static_str("Duplicate topic in request."));
+            response.results.push(result);
+            continue;
+        }
+        if !b.authorized(&ctx, Op::Alter, resource::TOPIC, &name) {
+            result.error_code = ResponseError::TopicAuthorizationFailed.code();
             response.results.push(result);
             continue;
         }

@@ -7,6 +7,8 @@
 //! flight is TOPIC_ALREADY_EXISTS, as Kafka answers for a topic it knows.
 //!
 //! The same path creates topics for Metadata's auto-creation.
+//!
+//! ACL: CREATE on the cluster or each topic; DESCRIBE_CONFIGS on it to see its configs (v5+).
 
 use std::collections::BTreeMap;
 
@@ -24,6 +26,7 @@ use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::limits;
 use crate::meta::{self, TopicRecord};
+use crate::security::acl::{resource, Op};
 use crate::topic_config;
 
 /// Who waits for a topic creation.
@@ -110,22 +113,31 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) 
         .filter(|t| !seen.insert(t.name.0.to_string()))
         .map(|t| t.name.0.to_string())
         .collect();
+    let may_create_any = b.authorized(&ctx, Op::Create, resource::CLUSTER, "kafka-cluster");
     for topic in &req.topics {
         let name = topic.name.0.to_string();
         let mut result = CreatableTopicResult::default()
             .with_name(topic.name.clone())
             .with_num_partitions(-1)
             .with_replication_factor(-1);
-        let checked = check(b, topic, &duplicates, to_create.len());
+        let may_create = may_create_any || b.authorized(&ctx, Op::Create, resource::TOPIC, &name);
+        let checked = check(b, topic, &duplicates, may_create, to_create.len());
         match checked {
             Err((error, message)) => {
                 result.error_code = error.code();
                 result.error_message = Some(StrBytes::from_string(message));
             }
             Ok((partitions, configs)) => {
-                result.num_partitions = partitions;
-                result.replication_factor = 1;
-                result.configs = Some(describe(b, &configs));
+                // Without DESCRIBE_CONFIGS, Kafka's ControllerApis.createTopics
+                // answers TOPIC_AUTHORIZATION_FAILED in topic_config_error_code.
+                if b.authorized(&ctx, Op::DescribeConfigs, resource::TOPIC, &name) {
+                    result.num_partitions = partitions;
+                    result.replication_factor = 1;
+                    result.configs = Some(describe(b, &configs));
+                } else {
+                    result.configs = Some(Vec::new());
+                    result.topic_config_error_code = ResponseError::TopicAuthorizationFailed.code();
+                }
                 let record = new_record(b, &name, partitions, configs);
                 result.topic_id = crate::topics::parse_id(&record.id);
                 if !req.validate_only {
@@ -147,6 +159,7 @@ fn check(
     b: &Broker,
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     duplicates: &std::collections::BTreeSet<String>,
+    may_create: bool,
     creating_now: usize,
 ) -> Checked {
     let name = topic.name.0.as_str();
@@ -154,6 +167,12 @@ fn check(
         return Err((
             ResponseError::InvalidRequest,
             format!("Topic {name} appears more than once in the request"),
+        ));
+    }
+    if !may_create {
+        return Err((
+            ResponseError::TopicAuthorizationFailed,
+            "Authorization failed.".into(),
         ));
     }
     validate_name(name).map_err(|m| (ResponseError::InvalidTopicException, m))?;

@@ -32,6 +32,8 @@
 //! The producer state is kept (see `Broker::move_log_start`). franz-go's kfake
 //! (pkg/kfake/21_delete_records.go) answers OFFSET_OUT_OF_RANGE below the
 //! current start and keeps the start in memory only; Kafka does neither.
+//!
+//! ACL: DELETE on each topic (else TOPIC_AUTHORIZATION_FAILED).
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -49,6 +51,7 @@ use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::meta::{self, LogStartRecord};
+use crate::security::acl::{resource, Op};
 use crate::topic_config;
 use crate::topics::PartitionKey;
 
@@ -83,12 +86,18 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteRecordsRequest)
     let mut response = DeleteRecordsResponse::default();
     let mut moves = Vec::new();
     for (ti, (name, partitions)) in asked.iter().enumerate() {
+        let deletable = b.authorized(&ctx, Op::Delete, resource::TOPIC, name);
         let mut results = Vec::with_capacity(partitions.len());
         for (pi, &(partition, offset)) in partitions.iter().enumerate() {
             let result = DeleteRecordsPartitionResult::default()
                 .with_partition_index(partition)
                 .with_low_watermark(INVALID_LOW_WATERMARK);
-            let result = match decide(b, name, partition, offset) {
+            let decision = if deletable {
+                decide(b, name, partition, offset)
+            } else {
+                Decision::Refused(ResponseError::TopicAuthorizationFailed)
+            };
+            let result = match decision {
                 Decision::Refused(e) => result.with_error_code(e.code()),
                 Decision::Already(start) => result.with_low_watermark(start),
                 Decision::Move(key, offset) => {

@@ -5,6 +5,8 @@
 //! their directories are deleted, and the request is answered. A directory
 //! left behind by a crash is deleted at the next start (boot finds no topic
 //! for it).
+//!
+//! ACL: DELETE on the cluster or each topic; DESCRIBE on it to be told of it (see `refusal`).
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
@@ -18,6 +20,7 @@ use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
 use crate::io::MetaOp;
 use crate::meta;
+use crate::security::acl::{resource, Op};
 
 pub struct PendingDelete {
     ctx: RequestCtx,
@@ -39,6 +42,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
             .map(|n| (Some(n.0.to_string()), Uuid::nil()))
             .collect()
     };
+    let may_delete_any = b.authorized(&ctx, Op::Delete, resource::CLUSTER, "kafka-cluster");
     let mut response = DeleteTopicsResponse::default();
     let mut topics = Vec::new();
     for (name, id) in asked {
@@ -50,6 +54,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
                 .find(|(_, t)| t.id == id)
                 .map(|(n, t)| (n.clone(), t.id)),
         };
+        if !may_delete_any {
+            if let Some(refused) = refusal(b, &ctx, name.as_deref(), found.as_ref(), id) {
+                response.responses.push(refused);
+                continue;
+            }
+        }
         let mut result = DeletableTopicResult::default()
             .with_name(name.clone().map(|n| TopicName(StrBytes::from_string(n))))
             .with_topic_id(id);
@@ -93,6 +103,39 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
             topics,
         }),
     );
+}
+
+/// The answer for an asked topic the ACLs refuse, if they do; `found` is the
+/// topic it names (by `name`, or else by `id`), if it exists. As Kafka's
+/// ControllerApis.deleteTopics: by name, a topic the principal may not
+/// DESCRIBE is refused whether it exists or not; by id, an unknown id stays
+/// UNKNOWN_TOPIC_ID and a refused topic it may not DESCRIBE goes unnamed.
+fn refusal(
+    b: &Broker,
+    ctx: &RequestCtx,
+    name: Option<&str>,
+    found: Option<&(String, Uuid)>,
+    id: Uuid,
+) -> Option<DeletableTopicResult> {
+    let may = |op, topic: &str| b.authorized(ctx, op, resource::TOPIC, topic);
+    let refused = |name: Option<&str>, id| {
+        DeletableTopicResult::default()
+            .with_name(name.map(|n| TopicName(StrBytes::from_string(n.to_string()))))
+            .with_topic_id(id)
+            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+            .with_error_message(Some(StrBytes::from_static_str(
+                "Topic authorization failed.",
+            )))
+    };
+    match (name, found) {
+        (Some(n), _) if !may(Op::Describe, n) => Some(refused(Some(n), Uuid::nil())),
+        (Some(n), Some(_)) if !may(Op::Delete, n) => Some(refused(Some(n), Uuid::nil())),
+        (None, Some((n, _))) if !may(Op::Delete, n) => {
+            let shown = may(Op::Describe, n).then_some(n.as_str());
+            Some(refused(shown, id))
+        }
+        _ => None,
+    }
 }
 
 pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {

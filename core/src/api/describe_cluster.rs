@@ -3,6 +3,8 @@
 //! One broker, this node, which is also the controller. v1 asks for an
 //! endpoint type: brokers (1) are served; controllers (2) get
 //! UNSUPPORTED_ENDPOINT_TYPE, as Kafka brokers answer.
+//!
+//! ACL: none, as on Kafka's brokers (only a KRaft controller asks ALTER on the cluster).
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{

@@ -7,6 +7,8 @@
 //! ""): its properties, read-only (they come from the command line or config
 //! file: STATIC_BROKER_CONFIG). `configuration_keys` filters; synonyms are not
 //! reported (an empty list, which clients accept).
+//!
+//! ACL: DESCRIBE_CONFIGS on the topic, or on the cluster for the broker.
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
@@ -17,6 +19,7 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 use crate::topic_config::{self, TOPIC_CONFIGS};
 
 const RESOURCE_TOPIC: i8 = 2;
@@ -27,11 +30,54 @@ const SOURCE_DEFAULT: i8 = 5;
 const TYPE_STRING: i8 = 2;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsRequest) {
-    let results = req.resources.iter().map(|r| describe(b, r)).collect();
+    let results = req
+        .resources
+        .iter()
+        .map(|r| match refusal(b, &ctx, r) {
+            Some(refused) => refused,
+            None => describe(b, r),
+        })
+        .collect();
     b.respond(
         &ctx,
         ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)),
     );
+}
+
+/// The answer for a resource the ACLs refuse, if they do (Kafka's
+/// ConfigHelper: the error, its text, no configs).
+fn refusal(
+    b: &Broker,
+    ctx: &RequestCtx,
+    r: &kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
+) -> Option<DescribeConfigsResult> {
+    let (error, message) = match r.resource_type {
+        RESOURCE_TOPIC
+            if !b.authorized(ctx, Op::DescribeConfigs, resource::TOPIC, &r.resource_name) =>
+        {
+            (
+                ResponseError::TopicAuthorizationFailed,
+                "Topic authorization failed.",
+            )
+        }
+        RESOURCE_BROKER
+            if !b.authorized(ctx, Op::DescribeConfigs, resource::CLUSTER, "kafka-cluster") =>
+        {
+            (
+                ResponseError::ClusterAuthorizationFailed,
+                "Cluster authorization failed.",
+            )
+        }
+        _ => return None,
+    };
+    Some(
+        DescribeConfigsResult::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone())
+            .with_error_code(error.code())
+            .with_error_message(Some(StrBytes::from_static_str(message)))
+            .with_configs(Vec::new()),
+    )
 }
 
 fn entry(

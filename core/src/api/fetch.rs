@@ -18,8 +18,10 @@
 //! stable offset, and get the aborted transactions overlapping what they were
 //! sent (`PartitionTxns::aborted_overlapping`); read_uncommitted readers get
 //! no list (null), as Kafka (a list there was Redpanda #18852).
+//!
+//! ACL: READ on each topic (else TOPIC_AUTHORIZATION_FAILED, no records, no wait).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
@@ -33,6 +35,7 @@ use crate::broker::Broker;
 use crate::io::FileRange;
 use crate::limits;
 use crate::log::{Locate, LogPosition, ReadError};
+use crate::security::acl::{resource, Op};
 
 const READ_COMMITTED: i8 = 1;
 
@@ -57,9 +60,26 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
             .with_session_id(0);
         return b.respond(&ctx, ResponseKind::Fetch(response));
     }
-    let wait_ms = (req.max_wait_ms as i64).clamp(0, limits::FETCH_WAIT_MS_MAX);
+    let unreadable = unreadable_topics(b, &ctx, &req);
+    let refused_whole = !req.topics.is_empty()
+        && (req.topics.iter()).all(|t| unreadable.contains(t.topic.0.as_str()));
+    let wait_ms = if refused_whole {
+        0 // nothing to wait for: Kafka answers at once
+    } else {
+        (req.max_wait_ms as i64).clamp(0, limits::FETCH_WAIT_MS_MAX)
+    };
     let deadline_ms = b.now_ms() + wait_ms;
-    resume(b, ctx, req, deadline_ms, Gathered::default());
+    resume(b, ctx, req, deadline_ms, Gathered::refusing(unreadable));
+}
+
+/// The topics the principal may not READ.
+fn unreadable_topics(b: &Broker, ctx: &RequestCtx, req: &FetchRequest) -> BTreeSet<String> {
+    let names: BTreeSet<&str> = req.topics.iter().map(|t| t.topic.0.as_str()).collect();
+    names
+        .into_iter()
+        .filter(|name| !b.authorized(ctx, Op::Read, resource::TOPIC, name))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Builds the response with what the request has read so far: answers it,
@@ -165,6 +185,7 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
     let mut responses = Vec::with_capacity(req.topics.len());
     for (ti, topic) in req.topics.iter().enumerate() {
         let name = topic.topic.0.as_str();
+        let refused = gathered.refused.contains(name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for (pi, p) in topic.partitions.iter().enumerate() {
             let mut pd = PartitionData::default()
@@ -173,6 +194,13 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                 .with_last_stable_offset(-1)
                 .with_log_start_offset(-1)
                 .with_preferred_read_replica(BrokerId(-1));
+            if refused {
+                // Kafka's FetchResponse.partitionResponse; not an error
+                // that ends the wait: Kafka never hands it to the read.
+                pd.error_code = ResponseError::TopicAuthorizationFailed.code();
+                partitions.push(pd);
+                continue;
+            }
             let part = match b.partition_view(name, p.partition) {
                 Ok(part) => part,
                 Err(e) => {

@@ -11,6 +11,8 @@
 //! Only durable data (below the high watermark) is ever reported. A search
 //! by timestamp reads batch headers from disk (`log::read`): the request is
 //! parked until the reads are in (`reads`).
+//!
+//! ACL: DESCRIBE on each topic (else TOPIC_AUTHORIZATION_FAILED).
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -23,6 +25,7 @@ use super::RequestCtx;
 use crate::broker::Broker;
 use crate::io::FileRange;
 use crate::log::{ReadError, TimeSearch};
+use crate::security::acl::{resource, Op};
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -30,7 +33,13 @@ const MAX_TIMESTAMP: i64 = -3;
 const READ_COMMITTED: i8 = 1;
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
-    resume(b, ctx, req, Gathered::default());
+    let undescribable = req
+        .topics
+        .iter()
+        .map(|t| t.name.0.to_string())
+        .filter(|name| !b.authorized(&ctx, Op::Describe, resource::TOPIC, name))
+        .collect();
+    resume(b, ctx, req, Gathered::refusing(undescribable));
 }
 
 /// Answers with what the request has read so far, or parks it for more.
@@ -40,6 +49,7 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
     let mut topics = Vec::with_capacity(req.topics.len());
     for topic in &req.topics {
         let name = topic.name.0.as_str();
+        let refused = gathered.refused.contains(name);
         let partitions = topic
             .partitions
             .iter()
@@ -49,6 +59,9 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                     .with_timestamp(-1)
                     .with_offset(-1)
                     .with_leader_epoch(-1);
+                if refused {
+                    return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                }
                 let part = match b.partition_view(name, p.partition_index) {
                     Ok(part) => part,
                     Err(e) => return base.with_error_code(e.code()),

@@ -9,8 +9,10 @@
 //! (v4+ `allow_auto_topic_creation`; always for v0–v3, as Kafka) and the broker
 //! has `auto.create.topics.enable`; the answer then waits for meta.db. A topic
 //! being created by another request is LEADER_NOT_AVAILABLE, which clients retry.
+//!
+//! ACL: DESCRIBE on each topic, CREATE on the cluster or topic to auto-create (`refused_topics`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -24,6 +26,7 @@ use kafka_protocol::ResponseError;
 use super::create_topics::{self, Origin};
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::security::acl::{resource, Op};
 
 /// "Authorized operations not asked for" (Kafka's Integer.MIN_VALUE).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
@@ -46,10 +49,12 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
                 .collect(),
         ),
     };
+    let names = asked.clone().unwrap_or_else(|| b.topics().names());
+    let refused = refused_topics(b, &ctx, &names, asked.is_some() && allow_create);
     if may_create && allow_create {
         if let Some(names) = &asked {
             let mut new = Vec::new();
-            for name in names {
+            for name in names.iter().filter(|name| !refused.contains(*name)) {
                 let exists = b.topics().get(name).is_some() || b.topics().is_busy(name);
                 let duplicate = new.iter().any(|(n, _)| n == name);
                 if !exists && !duplicate && create_topics::validate_name(name).is_ok() {
@@ -63,8 +68,16 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
             }
         }
     }
-    let names = asked.unwrap_or_else(|| b.topics().names());
-    let topics = names.iter().map(|name| describe_topic(b, name)).collect();
+    // A named topic refused answers TOPIC_AUTHORIZATION_FAILED whether it
+    // exists or not; "all topics" leaves it out.
+    let topics = names
+        .iter()
+        .filter_map(|name| match refused.contains(name) {
+            true if asked.is_none() => None,
+            true => Some(refused_topic(name)),
+            false => Some(describe_topic(b, name)),
+        })
+        .collect();
     let (host, port) = b.advertised_address(ctx.conn);
     let config = b.config();
     let broker = MetadataResponseBroker::default()
@@ -78,6 +91,44 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
         .with_topics(topics);
     b.respond(&ctx, ResponseKind::Metadata(response));
+}
+
+/// The topics of `names` the ACLs refuse: those the principal may not
+/// DESCRIBE and, with `auto_create`, the missing ones it may not create
+/// (CREATE on the cluster, else on the topic; Kafka asks only when a
+/// described topic is missing).
+fn refused_topics(
+    b: &Broker,
+    ctx: &RequestCtx,
+    names: &[String],
+    auto_create: bool,
+) -> BTreeSet<String> {
+    let (described, mut refused): (Vec<&String>, Vec<&String>) = names
+        .iter()
+        .partition(|name| b.authorized(ctx, Op::Describe, resource::TOPIC, name));
+    let missing: Vec<&String> = described
+        .into_iter()
+        .filter(|name| b.topics().get(name).is_none())
+        .collect();
+    if auto_create
+        && !missing.is_empty()
+        && !b.authorized(ctx, Op::Create, resource::CLUSTER, "kafka-cluster")
+    {
+        refused.extend(
+            missing
+                .into_iter()
+                .filter(|name| !b.authorized(ctx, Op::Create, resource::TOPIC, name)),
+        );
+    }
+    refused.into_iter().cloned().collect()
+}
+
+/// A topic the ACLs refuse: named, nothing else told (no id, no partitions).
+fn refused_topic(name: &str) -> MetadataResponseTopic {
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(name)))
+        .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+        .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
 
 fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {

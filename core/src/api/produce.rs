@@ -7,6 +7,8 @@
 //! only once the data is fsynced: with one node and no replicas, "on disk" is
 //! the promise. acks=0 gets no response at all, as in Kafka.
 //!
+//! ACL: WRITE on the transactional id (if a batch is transactional) and on each topic.
+//!
 //! Produce stops at v9 so clients keep the classic transaction protocol.
 //! As Kafka requires from v3 on, each partition carries exactly one batch.
 //!
@@ -27,6 +29,7 @@ use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
 use crate::producer::{AppendCheck, ProducerError};
+use crate::security::acl::{resource, Op};
 use crate::topics::{PartitionKey, Topics};
 
 /// A produce request waiting for its data to be durable.
@@ -38,14 +41,26 @@ pub struct PendingProduce {
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
+    // Refused by the ACLs, an acks=0 request closes the connection: that is
+    // how Kafka tells a producer that waits for no answer.
+    if has_transactional_batch(&req) && !may_write_transactional_id(b, &ctx, &req) {
+        if req.acks == 0 {
+            return b.close(ctx.conn);
+        }
+        let response = error_response(&req, ResponseError::TransactionalIdAuthorizationFailed);
+        return b.respond(&ctx, ResponseKind::Produce(response));
+    }
     if !matches!(req.acks, -1..=1) {
         let response = error_response(&req, ResponseError::InvalidRequiredAcks);
         return b.respond(&ctx, ResponseKind::Produce(response));
     }
     let mut response = ProduceResponse::default();
     let mut waits = Vec::new();
+    let mut refused_a_topic = false;
     for (ti, topic_data) in req.topic_data.iter().enumerate() {
         let name = topic_data.name.0.to_string();
+        let writable = b.authorized(&ctx, Op::Write, resource::TOPIC, &name);
+        refused_a_topic |= !writable;
         // An owned copy of the name: the decoded one is a slice of the
         // request frame, which a response waiting for its fsync would keep
         // whole (every batch of the request) until then.
@@ -57,7 +72,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                 .with_base_offset(-1)
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
-            match append_partition(b, &name, part.index, part.records.as_ref()) {
+            let appended = if writable {
+                append_partition(b, &name, part.index, part.records.as_ref())
+            } else {
+                Err(refused(ResponseError::TopicAuthorizationFailed, None))
+            };
+            match appended {
                 Ok(appended) => {
                     pr.base_offset = appended.base_offset;
                     pr.log_append_time_ms = appended.log_append_time_ms;
@@ -81,6 +101,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     if !waits.is_empty() {
         b.request_sync();
     }
+    if req.acks == 0 && refused_a_topic {
+        return b.close(ctx.conn);
+    }
     if req.acks == 0 {
         return b.respond_none(&ctx);
     }
@@ -101,6 +124,27 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
         response,
         waits,
     });
+}
+
+/// Whether any partition's batch is transactional (Kafka's
+/// RequestUtils.hasTransactionalRecords; from v3 a partition carries one
+/// batch, and one with more is refused before anything is written).
+fn has_transactional_batch(req: &ProduceRequest) -> bool {
+    req.topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .filter_map(|p| p.records.as_ref())
+        .any(|records| batch::parse_header(records).is_ok_and(|h| h.is_transactional()))
+}
+
+/// WRITE on the request's transactional id. With the authorizer on, none at
+/// all is refused too (Kafka refuses it even with no authorizer; doze then
+/// leaves it to the transaction checks).
+fn may_write_transactional_id(b: &Broker, ctx: &RequestCtx, req: &ProduceRequest) -> bool {
+    match &req.transactional_id {
+        Some(id) => b.authorized(ctx, Op::Write, resource::TRANSACTIONAL_ID, &id.0),
+        None => !b.authorizer_enabled(),
+    }
 }
 
 struct Appended {

@@ -28,14 +28,25 @@ pub(crate) enum Parked {
     ListOffsets(ListOffsetsRequest),
 }
 
-/// What a request has read so far.
+/// What a request has read so far, and the topics it may not read.
 #[derive(Default)]
 pub(crate) struct Gathered {
     pub reads: Reads,
     pub failed: BTreeSet<FileRange>,
+    /// Topics the ACLs refused when the request came in (decided once, as
+    /// Kafka does): answered TOPIC_AUTHORIZATION_FAILED, never read.
+    pub refused: BTreeSet<String>,
 }
 
 impl Gathered {
+    /// Nothing read yet; `refused` topics are never read.
+    pub fn refusing(refused: BTreeSet<String>) -> Self {
+        Self {
+            refused,
+            ..Self::default()
+        }
+    }
+
     /// Whether a range this request needed failed to read.
     pub fn has_failed(&self, range: &FileRange) -> bool {
         self.failed.contains(range)

@@ -13,6 +13,7 @@
 //!   `authz::TABLE`.
 
 pub mod acl;
+pub mod authz;
 pub mod sasl;
 pub mod scram;
 pub mod store;
