@@ -248,11 +248,17 @@ fn an_unauthenticated_connection_is_closed_after_the_timeout() {
     connect(&mut w, SASL, SecurityProtocol::SaslPlaintext);
     connect(&mut w, SASL + 1, SecurityProtocol::SaslPlaintext);
     assert_eq!(handshake(&mut w, SASL + 1, 1, "PLAIN"), 0);
-    assert_eq!(authenticate(&mut w, SASL + 1, b"\0alice\0alice-secret").error_code, 0);
+    assert_eq!(
+        authenticate(&mut w, SASL + 1, b"\0alice\0alice-secret").error_code,
+        0
+    );
     w.advance(doze_core::limits::SASL_AUTHENTICATION_TIMEOUT_MS - 1);
     assert!(!w.closed.contains(&SASL));
     w.advance(2);
     assert!(w.closed.contains(&SASL), "closed at its deadline");
-    assert!(!w.closed.contains(&(SASL + 1)), "the authenticated one stays");
+    assert!(
+        !w.closed.contains(&(SASL + 1)),
+        "the authenticated one stays"
+    );
     assert!(metadata_answered(&mut w, SASL + 1));
 }

@@ -244,7 +244,9 @@ impl Broker {
             name,
         );
         if !allowed {
-            tracing::info!(%principal, %host, ?op, resource_type, name, api = ?ctx.api_key, "denied");
+            // Debug, not info: Metadata and the list APIs ask for every
+            // topic or group they might show, on every refresh.
+            tracing::debug!(%principal, %host, ?op, resource_type, name, api = ?ctx.api_key, "denied");
         }
         allowed
     }

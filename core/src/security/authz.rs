@@ -135,3 +135,39 @@ mod tests {
         assert_eq!(TABLE.len(), SUPPORTED.len());
     }
 }
+
+#[cfg(test)]
+mod readme {
+    use super::*;
+
+    /// README.md's table of APIs and ACLs (between `<!-- acl-table -->`
+    /// and `<!-- /acl-table -->`) is this table, row for row.
+    #[test]
+    fn the_readme_table_is_this_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let text = std::fs::read_to_string(path).expect("README.md");
+        let start = text
+            .find("<!-- acl-table -->")
+            .expect("the table's start marker");
+        let end = text
+            .find("<!-- /acl-table -->")
+            .expect("the table's end marker");
+        let rows: Vec<(String, String)> = text[start..end]
+            .lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| API ") && !l.starts_with("|---"))
+            .map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+                assert_eq!(cells.len(), 2, "a row of two cells: {l}");
+                (cells[0].trim_matches('`').to_string(), cells[1].to_string())
+            })
+            .collect();
+        let want: Vec<(String, String)> = TABLE
+            .iter()
+            .map(|r| (format!("{:?}", r.api), r.checks.to_string()))
+            .collect();
+        assert_eq!(
+            rows, want,
+            "README.md's ACL table differs from authz::TABLE"
+        );
+    }
+}
