@@ -262,3 +262,69 @@ fn an_unauthenticated_connection_is_closed_after_the_timeout() {
     );
     assert!(metadata_answered(&mut w, SASL + 1));
 }
+
+/// A client-final message that passed on one connection, replayed on
+/// another: the server's nonce differs, so it is refused.
+#[test]
+fn a_replayed_scram_final_message_is_refused() {
+    let mut w = world_with_alice();
+    let bare = "n=alice,r=replayed-client-nonce";
+    connect(&mut w, SASL, SecurityProtocol::SaslPlaintext);
+    assert_eq!(handshake(&mut w, SASL, 1, "SCRAM-SHA-256"), 0);
+    let first = authenticate(&mut w, SASL, format!("n,,{bare}").as_bytes());
+    let server_first = String::from_utf8(first.auth_bytes.to_vec()).unwrap();
+    let final_msg = client_final(b"alice-secret", bare, &server_first);
+    assert_eq!(
+        authenticate(&mut w, SASL, final_msg.as_bytes()).error_code,
+        0
+    );
+
+    connect(&mut w, SASL + 1, SecurityProtocol::SaslPlaintext);
+    assert_eq!(handshake(&mut w, SASL + 1, 1, "SCRAM-SHA-256"), 0);
+    let again = authenticate(&mut w, SASL + 1, format!("n,,{bare}").as_bytes());
+    assert_ne!(again.auth_bytes, first.auth_bytes, "a fresh server nonce");
+    assert_eq!(
+        authenticate(&mut w, SASL + 1, final_msg.as_bytes()).error_code,
+        58
+    );
+    assert!(w.closed.contains(&(SASL + 1)));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 200, ..Default::default() })]
+
+    /// Any handshake mechanism and any tokens, framed or bare: every
+    /// request is answered or the connection closed, nothing panics, and
+    /// no connection is authenticated without alice's password.
+    #[test]
+    fn fuzzed_sasl_exchanges_never_panic_or_let_anyone_in(
+        mechanism in proptest::sample::select(vec!["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", ""]),
+        version in 0i16..=1,
+        tokens in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300), 1..4),
+        scram_like in proptest::prelude::any::<bool>(),
+    ) {
+        let mut w = World::new(BrokerConfig::default());
+        connect(&mut w, SASL, SecurityProtocol::SaslPlaintext);
+        let code = handshake(&mut w, SASL, version, mechanism);
+        for (i, token) in tokens.iter().enumerate() {
+            if w.closed.contains(&SASL) {
+                break;
+            }
+            let mut token = token.clone();
+            if scram_like && i == 0 {
+                token.splice(0..0, b"n,,n=alice,r=".iter().copied());
+            }
+            if code == 0 && version == 0 {
+                w.send_raw(SASL, Bytes::from(token));
+                let _ = w.raw_response(SASL);
+            } else {
+                let r = authenticate(&mut w, SASL, &token);
+                proptest::prop_assert!(matches!(r.error_code, 0 | 34 | 58), "code {}", r.error_code);
+            }
+        }
+        // Whatever happened, the connection is not let in.
+        if !w.closed.contains(&SASL) {
+            proptest::prop_assert!(!metadata_answered(&mut w, SASL));
+        }
+    }
+}
