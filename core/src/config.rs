@@ -271,18 +271,34 @@ fn topic_default<T: std::str::FromStr>(
 }
 
 impl BrokerConfig {
+    /// `advertised.listeners` as Kafka prints it: every listener's, else the
+    /// default one as PLAINTEXT.
+    fn describe_advertised_listeners(&self) -> String {
+        if self.advertised_listeners.is_empty() {
+            return format!(
+                "PLAINTEXT://{}:{}",
+                self.advertised_host, self.advertised_port
+            );
+        }
+        self.advertised_listeners
+            .iter()
+            .map(|(name, host, port)| {
+                if host.contains(':') {
+                    format!("{name}://[{host}]:{port}")
+                } else {
+                    format!("{name}://{host}:{port}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The broker properties DescribeConfigs reports, by their Kafka names.
     pub fn describe(&self) -> Vec<(&'static str, String)> {
         vec![
             ("node.id", self.node_id.to_string()),
             ("broker.id", self.node_id.to_string()),
-            (
-                "advertised.listeners",
-                format!(
-                    "PLAINTEXT://{}:{}",
-                    self.advertised_host, self.advertised_port
-                ),
-            ),
+            ("advertised.listeners", self.describe_advertised_listeners()),
             (
                 "auto.create.topics.enable",
                 self.auto_create_topics.to_string(),

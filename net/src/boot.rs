@@ -213,6 +213,17 @@ fn read_index(path: &Path) -> Option<Bytes> {
     }
 }
 
+/// 32 bytes from the OS's generator: the core's SCRAM nonces are made from
+/// them (`BootState::entropy`).
+fn os_entropy() -> anyhow::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,15 +382,4 @@ mod tests {
         assert_eq!(found.abandoned, vec![10, 20, 40]);
         fs::remove_dir_all(part.parent().unwrap()).unwrap();
     }
-}
-
-/// 32 bytes from the OS's generator: the core's SCRAM nonces are made from
-/// them (`BootState::entropy`).
-fn os_entropy() -> anyhow::Result<[u8; 32]> {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| anyhow::anyhow!("cannot read /dev/urandom: {e}"))?;
-    Ok(bytes)
 }

@@ -1,20 +1,322 @@
 //! Broker settings from `--config FILE` and `--set KEY=VALUE`, and the
 //! `HOST:PORT` flag type.
 //!
-//! Every key goes to `BrokerConfig::set`, which knows the Kafka names and
-//! rejects unknown keys: a typo in a durability setting should stop the broker,
-//! not be ignored. The file is read first and `--set` flags after it, in order,
-//! so a flag overrides the file.
+//! The keys of the network layer (listeners and TLS, `NetSettings`) are
+//! taken here; every other key goes to `BrokerConfig::set`, which knows the
+//! Kafka names and rejects unknown keys: a typo in a durability setting
+//! should stop the broker, not be ignored. The file is read first and
+//! `--set` flags after it, in order, so a flag overrides the file.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use doze_core::security::SecurityProtocol;
 use doze_core::BrokerConfig;
 
-/// Builds the broker configuration. The error is one line, for the user.
-pub fn load(file: Option<&Path>, sets: &[String]) -> Result<BrokerConfig, String> {
-    let mut settings = BrokerConfig::default();
+/// Everything `--config` and `--set` say.
+#[derive(Debug, Default)]
+pub struct Settings {
+    /// For the core.
+    pub broker: BrokerConfig,
+    /// For the listeners.
+    pub net: NetSettings,
+}
+
+/// The settings the core never sees: where to listen, how, and the TLS
+/// material. Kept as given; `NetSettings::plan` checks them together once
+/// all are read (their order in a file does not matter).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetSettings {
+    /// `listeners`: replaces the `--listen` listener when given.
+    pub listeners: Option<Vec<Endpoint>>,
+    /// `listener.security.protocol.map`: listener name to protocol, for
+    /// names that are not a protocol's own.
+    pub protocol_map: Vec<(String, SecurityProtocol)>,
+    /// `advertised.listeners`: the address to tell clients, per listener.
+    pub advertised_listeners: Vec<Endpoint>,
+    pub tls: TlsSettings,
+}
+
+/// TLS for the SSL and SASL_SSL listeners, with Kafka's names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// `ssl.keystore.location`: one PEM file with the certificate chain
+    /// (the broker's first) and its unencrypted private key.
+    pub keystore: Option<PathBuf>,
+    /// `ssl.truststore.location`: PEM CA certificates that client
+    /// certificates must chain to.
+    pub truststore: Option<PathBuf>,
+    /// `ssl.client.auth`.
+    pub client_auth: ClientAuth,
+}
+
+/// `ssl.client.auth`: whether SSL listeners ask clients for a certificate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ClientAuth {
+    #[default]
+    None,
+    /// Asked for; a client without one is served as `User:ANONYMOUS`.
+    Requested,
+    /// A client without a valid one fails the handshake.
+    Required,
+}
+
+/// `NAME://host:port` in `listeners` and `advertised.listeners`. An empty
+/// host (`PLAINTEXT://:9092`) means every interface for a listener, as in
+/// Kafka.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Upper case, as Kafka normalises listener names.
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let (name, address) = s
+            .split_once("://")
+            .ok_or_else(|| format!("expected NAME://HOST:PORT, got {s:?}"))?;
+        let name = name.trim().to_ascii_uppercase();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("bad listener name in {s:?}"));
+        }
+        let (host, port) = match address.strip_prefix(':') {
+            Some(port) => (
+                String::new(),
+                port.parse().map_err(|_| format!("bad port in {s:?}"))?,
+            ),
+            None => {
+                let hp: HostPort = address.parse()?;
+                (hp.host, hp.port)
+            }
+        };
+        Ok(Self { name, host, port })
+    }
+
+    fn parse_list(value: &str) -> Result<Vec<Self>, String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(Self::parse)
+            .collect()
+    }
+
+    pub fn host_port(&self) -> HostPort {
+        HostPort {
+            host: self.host.clone(),
+            port: self.port,
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.name, self.host_port())
+    }
+}
+
+impl NetSettings {
+    /// Takes `key` if it is one of ours: `Ok(false)` if it is not.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        let value = value.trim();
+        match key {
+            "listeners" => {
+                let list = Endpoint::parse_list(value).map_err(|e| format!("listeners: {e}"))?;
+                if list.is_empty() {
+                    return Err("listeners: at least one listener".into());
+                }
+                self.listeners = Some(list);
+            }
+            "advertised.listeners" => {
+                self.advertised_listeners = Endpoint::parse_list(value)
+                    .map_err(|e| format!("advertised.listeners: {e}"))?;
+            }
+            "listener.security.protocol.map" => {
+                let mut map = Vec::new();
+                for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    let bad = || {
+                        format!(
+                            "listener.security.protocol.map: expected NAME:PROTOCOL, got {pair:?}"
+                        )
+                    };
+                    let (name, protocol) = pair.split_once(':').ok_or_else(bad)?;
+                    let protocol = SecurityProtocol::parse(protocol.trim()).ok_or_else(|| {
+                        format!(
+                            "listener.security.protocol.map: unknown security protocol {:?} \
+                             (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)",
+                            protocol.trim()
+                        )
+                    })?;
+                    let name = name.trim().to_ascii_uppercase();
+                    if name.is_empty() {
+                        return Err(bad());
+                    }
+                    map.push((name, protocol));
+                }
+                self.protocol_map = map;
+            }
+            "ssl.keystore.type" | "ssl.truststore.type" => {
+                if !value.eq_ignore_ascii_case("PEM") {
+                    return Err(format!("{key}: only PEM is supported, got {value:?}"));
+                }
+            }
+            "ssl.keystore.location" => self.tls.keystore = non_empty_path(value),
+            "ssl.truststore.location" => self.tls.truststore = non_empty_path(value),
+            "ssl.client.auth" => {
+                self.tls.client_auth = match value.to_ascii_lowercase().as_str() {
+                    "none" => ClientAuth::None,
+                    "requested" => ClientAuth::Requested,
+                    "required" => ClientAuth::Required,
+                    _ => {
+                        return Err(format!(
+                            "ssl.client.auth: expected none, requested or required, got {value:?}"
+                        ))
+                    }
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The security protocol of a listener name: the map's, else the
+    /// protocol of that name (Kafka's default map).
+    pub fn protocol_of(&self, name: &str) -> Option<SecurityProtocol> {
+        self.protocol_map
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p)
+            .or_else(|| SecurityProtocol::parse(name))
+    }
+
+    /// The listeners to open, checked together. `listen` is the
+    /// `--listen` address, used when `listeners` is not given (one
+    /// PLAINTEXT listener).
+    pub fn plan(&self, listen: &HostPort) -> Result<Vec<PlannedListener>, String> {
+        let endpoints = match &self.listeners {
+            Some(list) => list.clone(),
+            None => vec![Endpoint {
+                name: SecurityProtocol::Plaintext.name().to_string(),
+                host: listen.host.clone(),
+                port: listen.port,
+            }],
+        };
+        let mut planned: Vec<PlannedListener> = Vec::new();
+        for e in endpoints {
+            let protocol = self.protocol_of(&e.name).ok_or_else(|| {
+                format!(
+                    "listeners: no security protocol for listener {} \
+                     (name it after one, or map it in listener.security.protocol.map)",
+                    e.name
+                )
+            })?;
+            if planned.iter().any(|p| p.name == e.name) {
+                return Err(format!("listeners: {} is given twice", e.name));
+            }
+            if e.port != 0 && planned.iter().any(|p| p.bind.port == e.port) {
+                return Err(format!("listeners: port {} is given twice", e.port));
+            }
+            planned.push(PlannedListener {
+                bind: HostPort {
+                    host: if e.host.is_empty() {
+                        "0.0.0.0".to_string()
+                    } else {
+                        e.host.clone()
+                    },
+                    port: e.port,
+                },
+                name: e.name,
+                protocol,
+                advertised: None,
+            });
+        }
+        for a in &self.advertised_listeners {
+            let Some(p) = planned.iter_mut().find(|p| p.name == a.name) else {
+                return Err(format!(
+                    "advertised.listeners: {} is not one of the listeners",
+                    a.name
+                ));
+            };
+            if a.host.is_empty() || is_unspecified(&a.host) {
+                return Err(format!(
+                    "advertised.listeners: {a} is not an address clients can connect to"
+                ));
+            }
+            if p.advertised.replace(a.host_port()).is_some() {
+                return Err(format!("advertised.listeners: {} is given twice", a.name));
+            }
+        }
+        let tls = planned.iter().filter(|p| p.protocol.is_tls());
+        if let Some(p) = tls.clone().next() {
+            if self.tls.keystore.is_none() {
+                return Err(format!(
+                    "listener {} is {}: set ssl.keystore.location (a PEM file with the \
+                     certificate chain and the private key)",
+                    p.name,
+                    p.protocol.name()
+                ));
+            }
+        }
+        let asks_certificates = self.tls.client_auth != ClientAuth::None
+            && tls.clone().any(|p| p.protocol == SecurityProtocol::Ssl);
+        if asks_certificates && self.tls.truststore.is_none() {
+            return Err(
+                "ssl.client.auth asks for client certificates: set ssl.truststore.location \
+                 (PEM CA certificates)"
+                    .into(),
+            );
+        }
+        Ok(planned)
+    }
+}
+
+/// One listener to open, as `NetSettings::plan` checked it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedListener {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub bind: HostPort,
+    /// From `advertised.listeners`; else the listener's own address, once
+    /// bound (`advertised_address`).
+    pub advertised: Option<HostPort>,
+}
+
+impl PlannedListener {
+    /// Where clients are told to connect: the configured address, else
+    /// the bound one, with `fallback_host` for a listener on every
+    /// interface (0.0.0.0 is not an address a client can use).
+    pub fn advertised_address(&self, bound_port: u16, fallback_host: &str) -> HostPort {
+        if let Some(advertised) = &self.advertised {
+            return advertised.clone();
+        }
+        let host = if is_unspecified(&self.bind.host) {
+            fallback_host.to_string()
+        } else {
+            self.bind.host.clone()
+        };
+        HostPort {
+            host,
+            port: bound_port,
+        }
+    }
+}
+
+/// 0.0.0.0 or `::`.
+pub fn is_unspecified(host: &str) -> bool {
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+}
+
+fn non_empty_path(value: &str) -> Option<PathBuf> {
+    (!value.is_empty()).then(|| PathBuf::from(value))
+}
+
+/// Builds the settings. The error is one line, for the user.
+pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Settings, String> {
+    let mut settings = Settings::default();
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
@@ -35,6 +337,16 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<BrokerConfig, String
             .map_err(|e| format!("--set {set}: {e}"))?;
     }
     Ok(settings)
+}
+
+impl Settings {
+    /// One setting: the network layer's, or the core's.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        if self.net.set(key, value)? {
+            return Ok(());
+        }
+        self.broker.set(key, value)
+    }
 }
 
 /// Parses Java-properties text into `(line number, key, value)` triples.
@@ -175,7 +487,9 @@ cluster.id=abc\\
             std::process::id()
         ));
         std::fs::write(&path, "log.segment.bytes=1048576\nnum.partitions=3\n").unwrap();
-        let settings = load(Some(&path), &["num.partitions=5".to_string()]).unwrap();
+        let settings = load(Some(&path), &["num.partitions=5".to_string()])
+            .unwrap()
+            .broker;
         assert_eq!(settings.segment_bytes, 1_048_576);
         assert_eq!(settings.default_partitions, 5);
 
@@ -199,14 +513,16 @@ cluster.id=abc\\
             "log.roll.hours=2",
         ]
         .map(String::from);
-        let settings = load(None, &sets).unwrap();
+        let settings = load(None, &sets).unwrap().broker;
         assert_eq!(settings.cleanup_policy, "compact,delete");
         assert_eq!(settings.min_cleanable_ratio, 0.25);
         assert_eq!(settings.min_compaction_lag_ms, 1000);
         assert_eq!(settings.max_compaction_lag_ms, 60_000);
         assert_eq!(settings.delete_retention_ms, 5000);
         assert_eq!(settings.segment_ms, 2 * 3_600_000);
-        let settings = load(None, &["log.roll.ms=1500".to_string()]).unwrap();
+        let settings = load(None, &["log.roll.ms=1500".to_string()])
+            .unwrap()
+            .broker;
         assert_eq!(settings.segment_ms, 1500);
         for bad in [
             "log.cleanup.policy=none",
@@ -232,5 +548,128 @@ cluster.id=abc\\
         assert!("::1:9092"
             .parse::<HostPort>()
             .is_ok_and(|hp| hp.host == "::1"));
+    }
+
+    fn plan(sets: &[&str]) -> Result<Vec<PlannedListener>, String> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let listen: HostPort = "127.0.0.1:9092".parse().unwrap();
+        load(None, &sets)?.net.plan(&listen)
+    }
+
+    #[test]
+    fn listeners_default_to_listen() {
+        let planned = plan(&[]).unwrap();
+        assert_eq!(planned.len(), 1);
+        assert_eq!(planned[0].name, "PLAINTEXT");
+        assert_eq!(planned[0].protocol, SecurityProtocol::Plaintext);
+        assert_eq!(planned[0].bind.to_string(), "127.0.0.1:9092");
+        assert_eq!(planned[0].advertised, None);
+        let planned = plan(&["advertised.listeners=PLAINTEXT://example.com:19092"]).unwrap();
+        assert_eq!(
+            planned[0].advertised.as_ref().map(ToString::to_string),
+            Some("example.com:19092".to_string())
+        );
+    }
+
+    #[test]
+    fn listeners_names_protocols_and_advertised_addresses() {
+        let planned = plan(&[
+            "listeners=PLAINTEXT://127.0.0.1:9092, sasl_ssl://0.0.0.0:9094,INTERNAL://:9095,\
+             EXTERNAL://[::1]:9096",
+            "listener.security.protocol.map=INTERNAL:SASL_PLAINTEXT,EXTERNAL:SSL",
+            "ssl.keystore.location=/keys/broker.pem",
+            "advertised.listeners=SASL_SSL://kafka.example.com:9094",
+        ])
+        .unwrap();
+        let summary: Vec<_> = planned
+            .iter()
+            .map(|p| (p.name.as_str(), p.protocol, p.bind.to_string()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (
+                    "PLAINTEXT",
+                    SecurityProtocol::Plaintext,
+                    "127.0.0.1:9092".into()
+                ),
+                ("SASL_SSL", SecurityProtocol::SaslSsl, "0.0.0.0:9094".into()),
+                (
+                    "INTERNAL",
+                    SecurityProtocol::SaslPlaintext,
+                    "0.0.0.0:9095".into()
+                ),
+                ("EXTERNAL", SecurityProtocol::Ssl, "[::1]:9096".into()),
+            ]
+        );
+        // Configured, else the bound address, 0.0.0.0 replaced.
+        let advertised: Vec<_> = planned
+            .iter()
+            .map(|p| {
+                p.advertised_address(p.bind.port + 1, "broker.local")
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(
+            advertised,
+            vec![
+                "127.0.0.1:9093",
+                "kafka.example.com:9094",
+                "broker.local:9096",
+                "[::1]:9097"
+            ]
+        );
+    }
+
+    #[test]
+    fn listener_mistakes_are_refused() {
+        let tls = "ssl.keystore.location=/k.pem";
+        for (sets, wanted) in [
+            (vec!["listeners=CUSTOM://:9092"], "no security protocol"),
+            (vec!["listeners=PLAINTEXT"], "NAME://HOST:PORT"),
+            (vec!["listeners=PLAINTEXT://:x"], "bad port"),
+            (vec!["listeners="], "at least one"),
+            (
+                vec!["listeners=PLAINTEXT://:9092,plaintext://:9093"],
+                "given twice",
+            ),
+            (
+                vec!["listeners=PLAINTEXT://:9092,SASL_PLAINTEXT://:9092"],
+                "port 9092 is given twice",
+            ),
+            (vec!["listeners=SSL://:9093"], "ssl.keystore.location"),
+            (
+                vec!["listeners=SSL://:9093", tls, "ssl.client.auth=required"],
+                "ssl.truststore.location",
+            ),
+            (vec!["ssl.client.auth=maybe"], "none, requested or required"),
+            (vec!["ssl.keystore.type=JKS"], "only PEM"),
+            (
+                vec!["listener.security.protocol.map=A:TLS"],
+                "unknown security protocol",
+            ),
+            (
+                vec!["advertised.listeners=SSL://h:1"],
+                "not one of the listeners",
+            ),
+            (
+                vec!["advertised.listeners=PLAINTEXT://0.0.0.0:9092"],
+                "not an address clients can connect to",
+            ),
+        ] {
+            let err = plan(&sets).unwrap_err();
+            assert!(err.contains(wanted), "{sets:?}: {err}");
+        }
+        // Client certificates are asked on SSL listeners only.
+        plan(&[
+            "listeners=SASL_SSL://:9094",
+            tls,
+            "ssl.client.auth=required",
+        ])
+        .unwrap();
+        // Unknown keys still reach the core, which refuses them.
+        assert!(plan(&["ssl.no.such.key=1"])
+            .unwrap_err()
+            .contains("unknown broker property"));
     }
 }

@@ -15,6 +15,12 @@
 //! read, nothing of that frame is sent, the writer stops, and the broker task
 //! hears of it (`Event::ResponseReadFailed`) and closes the connection.
 //!
+//! The socket is a plain TCP stream or a TLS stream over one (`Socket`);
+//! the reader and writer are the same code for both, compiled for each, so
+//! the plaintext path pays nothing for TLS. Over TLS the response's file
+//! parts, already read into the frame's buffer, are encrypted like any
+//! other bytes; nothing bypasses the stream.
+//!
 //! Lifetime: the broker task holds a `ConnHandle`. Dropping it (the core said
 //! `Close`, or the client stopped reading its responses) stops the reader and
 //! lets the writer flush what is queued, then close. Whoever ends the
@@ -27,8 +33,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use doze_core::limits::{CONN_REQUESTS_IN_FLIGHT_MAX, REQUEST_BYTES_MAX};
+use doze_core::security::Listener;
 use doze_core::{ConnId, FileRange, IoError};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tracing::{debug, warn};
@@ -64,21 +71,46 @@ pub struct ConnHandle {
     pub _stop_reader: oneshot::Sender<()>,
 }
 
-/// Registers the connection with the broker task, then starts its reader and
-/// writer. `permit` counts it against the connection limit until both end.
-pub async fn start(
+/// A connection's byte stream, split in two for its reader and writer.
+pub trait Socket: Send + 'static {
+    type Read: AsyncRead + Unpin + Send + 'static;
+    type Write: AsyncWrite + Unpin + Send + 'static;
+    fn split(self) -> (Self::Read, Self::Write);
+}
+
+impl Socket for TcpStream {
+    type Read = OwnedReadHalf;
+    type Write = OwnedWriteHalf;
+
+    fn split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        split(self)
+    }
+}
+
+/// One TLS session serves both directions, so its halves share it behind
+/// tokio's lock (held for one poll at a time).
+impl Socket for tokio_rustls::server::TlsStream<TcpStream> {
+    type Read = tokio::io::ReadHalf<Self>;
+    type Write = tokio::io::WriteHalf<Self>;
+
+    fn split(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+}
+
+/// Registers the connection with the broker task (which `listener` it came
+/// in on, as the core needs to know), then starts its reader and writer.
+/// `permit` counts it against the connection limit until both end.
+pub async fn start<S: Socket>(
     conn: ConnId,
-    stream: TcpStream,
+    stream: S,
     peer: SocketAddr,
+    listener: Listener,
     events: mpsc::Sender<Event>,
     permit: OwnedSemaphorePermit,
     backlog: Arc<Backlog>,
 ) {
-    // Kafka requests are small and latency-bound; Nagle would hold them back.
-    if let Err(e) = stream.set_nodelay(true) {
-        debug!(conn, %peer, error = %e, "cannot set TCP_NODELAY");
-    }
-    let (read_half, write_half) = split(stream);
+    let (read_half, write_half) = stream.split();
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
     let (stop_reader, reader_stopped) = oneshot::channel();
     // Registered before the reader starts, so the broker task knows the
@@ -93,6 +125,7 @@ pub async fn start(
             conn,
             handle,
             client_host,
+            listener,
         })
         .await
         .is_err()
@@ -135,9 +168,9 @@ struct Reader {
     backlog: Arc<Backlog>,
 }
 
-async fn read_loop(
+async fn read_loop<R: AsyncRead + Unpin>(
     reader: Reader,
-    read_half: OwnedReadHalf,
+    read_half: R,
     mut stop: oneshot::Receiver<()>,
     _done: oneshot::Sender<()>,
     _permit: Arc<OwnedSemaphorePermit>,
@@ -201,9 +234,9 @@ struct PartFailed {
     error: IoError,
 }
 
-async fn write_loop(
+async fn write_loop<W: AsyncWrite + Unpin>(
     writer: Writer,
-    write_half: OwnedWriteHalf,
+    write_half: W,
     mut queued: mpsc::Receiver<Response>,
     reader_done: oneshot::Receiver<()>,
     _permit: Arc<OwnedSemaphorePermit>,
@@ -334,7 +367,10 @@ async fn read_frame<R: AsyncRead + Unpin>(socket: &mut R) -> Result<Option<Bytes
     Ok(Some(Bytes::from(frame)))
 }
 
-async fn write_frame(socket: &mut BufWriter<OwnedWriteHalf>, frame: &[u8]) -> io::Result<()> {
+async fn write_frame<W: AsyncWrite + Unpin>(
+    socket: &mut BufWriter<W>,
+    frame: &[u8],
+) -> io::Result<()> {
     let size = i32::try_from(frame.len())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "response larger than 2 GiB"))?;
     socket.write_all(&size.to_be_bytes()).await?;

@@ -23,3 +23,5 @@ pub mod server;
 #[cfg(madsim)]
 pub mod simstore;
 pub mod storage;
+pub mod tls;
+pub mod users;

@@ -9,25 +9,28 @@
 //! Exit codes: 0 after a clean shutdown, 2 for bad usage (flags, config file),
 //! 1 for anything else (port in use, data dir unusable, a failed final sync).
 //!
+//! `doze-kafka users add` is the one subcommand: a SCRAM user written into a
+//! stopped broker's data dir (`users.rs`).
+//!
 //! Built with `--cfg madsim` (for the simulation tests) there is no binary to
 //! speak of: signals, real files and threads do not exist inside madsim, so
 //! `main` only says so. The server itself is in the library and is the same.
 #![cfg_attr(madsim, allow(dead_code, unused_imports))]
 
 use std::io::IsTerminal;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 #[cfg(not(madsim))]
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
-use doze_net::config::HostPort;
-use doze_net::{alloc, boot, config, datadir, server, storage};
+use doze_core::security::scram::Mechanism;
+use doze_net::config::{self, HostPort, PlannedListener, Settings};
+use doze_net::{alloc, boot, datadir, server, storage, tls, users};
 
 #[global_allocator]
 static GLOBAL: alloc::GuardedAlloc = alloc::GuardedAlloc;
@@ -38,14 +41,21 @@ const RUNTIME_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// A single-node, Kafka-compatible broker.
 #[derive(Parser, Debug)]
-#[command(name = "doze-kafka", version, about)]
+#[command(
+    name = "doze-kafka",
+    version,
+    about,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
-    /// Address to accept Kafka clients on.
+    /// Address to accept Kafka clients on (one PLAINTEXT listener; the
+    /// `listeners` setting replaces it).
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9092")]
     listen: HostPort,
 
     /// Address clients are told to connect to (Metadata, FindCoordinator).
-    /// Defaults to the listen address.
+    /// Defaults to the listen address. Its host is also what a listener on
+    /// 0.0.0.0 advertises.
     #[arg(long, value_name = "HOST:PORT")]
     advertised_listener: Option<HostPort>,
 
@@ -60,6 +70,41 @@ struct Cli {
     /// One broker setting; may be repeated and wins over --config.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// SASL users of a data dir, while no broker runs on it.
+    Users {
+        #[command(subcommand)]
+        command: UsersCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum UsersCommand {
+    /// Adds (or replaces) a user's SCRAM credential; SASL/PLAIN logins
+    /// check their password against it too.
+    Add {
+        /// The user; it logs in as the principal User:NAME.
+        name: String,
+
+        /// The SCRAM mechanism the credential is for.
+        #[arg(long, value_name = "MECHANISM", value_parser = ["SCRAM-SHA-256", "SCRAM-SHA-512"])]
+        mechanism: String,
+
+        /// Read the password from the first line of stdin (the only way:
+        /// a password on the command line would show in `ps`).
+        #[arg(long)]
+        password_stdin: bool,
+
+        /// The broker's data directory.
+        #[arg(long, value_name = "DIR", default_value = "./doze-data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[cfg(madsim)]
@@ -76,18 +121,25 @@ fn main() -> ExitCode {
         Err(e) => return clap_exit(e),
     };
     init_logging();
+    if let Some(Command::Users { command }) = cli.command {
+        return users_command(command);
+    }
 
     // Settings are checked before the data dir or the port is touched, so a
     // typo never leaves a lock file or a half-started broker behind.
-    let settings = match config::load(cli.config.as_deref(), &cli.set) {
-        Ok(settings) => settings,
+    let plan = config::load(cli.config.as_deref(), &cli.set).and_then(|settings| {
+        let plan = settings.net.plan(&cli.listen)?;
+        Ok((settings, plan))
+    });
+    let (settings, plan) = match plan {
+        Ok(plan) => plan,
         Err(e) => {
             eprintln!("doze-kafka: error: {e}");
             return ExitCode::from(2);
         }
     };
 
-    match run(cli, settings) {
+    match run(cli, settings, plan) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // `{:#}` puts the whole context chain on one line.
@@ -124,31 +176,67 @@ fn init_logging() {
 }
 
 #[cfg(not(madsim))]
-fn run(cli: Cli, mut settings: doze_core::BrokerConfig) -> anyhow::Result<()> {
-    // A std listener, bound before the runtime exists, so that "port in use"
-    // fails fast and leaves no data dir behind, and so that the real port is
-    // known (for --listen HOST:0) before the broker learns its advertised
-    // address.
-    let listener = std::net::TcpListener::bind((cli.listen.host.as_str(), cli.listen.port))
-        .with_context(|| format!("cannot listen on {}", cli.listen))?;
-    listener
-        .set_nonblocking(true)
-        .context("cannot make the listener non-blocking")?;
-    let local = listener
-        .local_addr()
-        .context("cannot read the listen address")?;
+fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::Result<()> {
+    let Settings {
+        broker: mut settings,
+        net,
+    } = settings;
+    // The TLS material is read before anything is bound or locked: a bad
+    // certificate file stops the start as early as a bad setting.
+    let tls = if plan.iter().any(|p| p.protocol.is_tls()) {
+        let ssl_listener = plan
+            .iter()
+            .any(|p| p.protocol == doze_core::security::SecurityProtocol::Ssl);
+        Some(tls::Acceptors::load(&net.tls, ssl_listener)?)
+    } else {
+        None
+    };
+    // The `--listen` listener keeps its flag for the advertised address.
+    if net.listeners.is_none() {
+        if let Some(first) = plan.first_mut() {
+            first.advertised = first.advertised.take().or(cli.advertised_listener.clone());
+        }
+    }
+    // What a listener on 0.0.0.0 advertises: the host the flags give.
+    let fallback_host = cli
+        .advertised_listener
+        .as_ref()
+        .map_or(cli.listen.host.as_str(), |a| a.host.as_str())
+        .to_string();
+
+    // Std listeners, bound before the runtime exists, so that "port in use"
+    // fails fast and leaves no data dir behind, and so that the real ports
+    // are known (for HOST:0) before the broker learns its advertised
+    // addresses.
+    let mut bound = Vec::new();
+    for p in plan {
+        let listener = std::net::TcpListener::bind((p.bind.host.as_str(), p.bind.port))
+            .with_context(|| format!("cannot listen on {} ({})", p.bind, p.name))?;
+        listener
+            .set_nonblocking(true)
+            .context("cannot make the listener non-blocking")?;
+        let local = listener
+            .local_addr()
+            .context("cannot read the listen address")?;
+        let advertised = p.advertised_address(local.port(), &fallback_host);
+        warn_if_unreachable(&p.name, &advertised, local);
+        bound.push((p, listener, advertised));
+    }
 
     // Locked before anything in it is read: two brokers must never share a
     // data dir.
     let data = datadir::DataDir::open(&cli.data_dir)?;
 
-    let advertised = cli.advertised_listener.unwrap_or_else(|| HostPort {
-        host: cli.listen.host.clone(),
-        port: local.port(),
-    });
-    warn_if_unreachable(&advertised, local);
-    settings.advertised_host = advertised.host.clone();
-    settings.advertised_port = i32::from(advertised.port);
+    // The first listener's address is the default one (DescribeConfigs);
+    // each listener's own is what its clients are told.
+    if let Some((_, _, first)) = bound.first() {
+        settings.advertised_host = first.host.clone();
+        settings.advertised_port = i32::from(first.port);
+    }
+    settings.advertised_listeners = bound
+        .iter()
+        .map(|(p, _, a)| (p.name.clone(), a.host.clone(), i32::from(a.port)))
+        .collect();
 
     let boot = boot::load(&data)?;
 
@@ -162,11 +250,26 @@ fn run(cli: Cli, mut settings: doze_core::BrokerConfig) -> anyhow::Result<()> {
         // that sends SIGTERM right after reading it must get a clean shutdown,
         // not the default action of the signal.
         let signals = Signals::register()?;
-        let listener =
-            tokio::net::TcpListener::from_std(listener).context("cannot register the listener")?;
+        let mut listeners = Vec::new();
+        for (p, listener, advertised) in bound {
+            let listener = tokio::net::TcpListener::from_std(listener)
+                .context("cannot register the listener")?;
+            let acceptor = tls.as_ref().and_then(|tls| match p.protocol {
+                doze_core::security::SecurityProtocol::Ssl => Some(tls.ssl.clone()),
+                doze_core::security::SecurityProtocol::SaslSsl => Some(tls.sasl_ssl.clone()),
+                _ => None,
+            });
+            listeners.push(server::BoundListener {
+                name: p.name,
+                protocol: p.protocol,
+                listener,
+                advertised,
+                tls: acceptor,
+            });
+        }
         let setup = server::Setup {
-            listener,
-            advertised,
+            listeners,
+            print_names: net.listeners.is_some(),
             settings,
             boot: boot.state,
             storage: storage::DiskAndSled {
@@ -183,17 +286,62 @@ fn run(cli: Cli, mut settings: doze_core::BrokerConfig) -> anyhow::Result<()> {
 }
 
 /// Clients connect to the advertised address; 0.0.0.0 is not one they can use.
-fn warn_if_unreachable(advertised: &HostPort, local: SocketAddr) {
-    let unspecified = advertised
-        .host
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_unspecified());
-    if unspecified {
+fn warn_if_unreachable(listener: &str, advertised: &HostPort, local: std::net::SocketAddr) {
+    if config::is_unspecified(&advertised.host) {
         tracing::warn!(
+            listener,
             listen = %local,
             "clients will be told to connect to {advertised}, which they cannot reach; \
-             set --advertised-listener"
+             set --advertised-listener or advertised.listeners"
         );
+    }
+}
+
+/// `doze-kafka users ...`: 0 when done, 2 for bad usage, 1 for the rest.
+fn users_command(command: UsersCommand) -> ExitCode {
+    let UsersCommand::Add {
+        name,
+        mechanism,
+        password_stdin,
+        data_dir,
+    } = command;
+    let Some(mechanism) = Mechanism::from_name(&mechanism) else {
+        eprintln!("doze-kafka: error: unknown mechanism {mechanism}");
+        return ExitCode::from(2);
+    };
+    if !password_stdin {
+        eprintln!(
+            "doze-kafka: error: give the password on stdin with --password-stdin \
+             (e.g. `echo \"$PASSWORD\" | doze-kafka users add NAME --mechanism SCRAM-SHA-256 --password-stdin`)"
+        );
+        return ExitCode::from(2);
+    }
+    let password = match users::read_password(std::io::stdin().lock()) {
+        Ok(password) => password,
+        Err(e) => {
+            eprintln!("doze-kafka: error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match users::add(&data_dir, &name, mechanism, &password) {
+        Ok(added) => {
+            println!(
+                "doze-kafka: {} {} credential of user {name:?} ({} iterations) in {}",
+                if added.replaced {
+                    "replaced the"
+                } else {
+                    "added a"
+                },
+                mechanism.name(),
+                users::ITERATIONS,
+                added.meta_db.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("doze-kafka: error: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

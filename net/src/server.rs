@@ -28,6 +28,13 @@
 //! a response's file parts are pinned there too (`response_frame`), so they
 //! read the files as the ops before it left them whatever runs after.
 //!
+//! Listeners: one acceptor task per listener, all numbering connections
+//! from one counter and counting them against one limit. A TLS listener
+//! (SSL, SASL_SSL) hands each accepted socket to a task of its own for the
+//! handshake, bounded by `TLS_HANDSHAKE_TIMEOUT`, so that a slow or silent
+//! client holds neither the acceptor nor, for long, a connection slot; a
+//! client that does not speak TLS fails its handshake and is closed.
+//!
 //! Back-pressure: connection events go through a bounded channel, so a broker
 //! that falls behind stops the readers (and TCP stops the clients).
 //! Completions go through an unbounded one: there are few of them (the core
@@ -36,16 +43,20 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
+use doze_core::security::{Listener, SecurityProtocol};
 use doze_core::{BootState, Broker, BrokerConfig, ConnId, FileRange, Input, IoError, Output};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tracing::{debug, error, info, warn};
 
 use crate::config::HostPort;
@@ -58,6 +69,9 @@ const EVENTS_QUEUED_MAX: usize = 4096;
 /// Open client connections; one more is accepted and closed at once, so the
 /// broker keeps file descriptors for its segment files.
 const CONNECTIONS_MAX: usize = 10_000;
+/// How long a client on a TLS listener has to complete its handshake
+/// before its socket is closed.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause after a failed accept (typically out of file descriptors) so the
 /// acceptor does not spin while the condition lasts.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
@@ -77,6 +91,8 @@ pub enum Event {
         handle: ConnHandle,
         /// The peer as Kafka shows it (`/127.0.0.1`).
         client_host: String,
+        /// The listener it came in on, and its certificate's principal.
+        listener: Listener,
     },
     Frame {
         conn: ConnId,
@@ -94,11 +110,27 @@ pub enum Event {
     },
 }
 
-/// Everything start-up prepared, handed to `serve`.
-pub struct Setup<S> {
+/// One listener, bound.
+pub struct BoundListener {
+    /// Its name, as the core knows it (`advertised.listeners`).
+    pub name: String,
+    pub protocol: SecurityProtocol,
     /// Bound and registered with the runtime.
     pub listener: TcpListener,
+    /// What clients that come in on it are told (for the log line).
     pub advertised: HostPort,
+    /// For SSL and SASL_SSL: the TLS handshake.
+    pub tls: Option<TlsAcceptor>,
+}
+
+/// Everything start-up prepared, handed to `serve`.
+pub struct Setup<S> {
+    /// At least one.
+    pub listeners: Vec<BoundListener>,
+    /// How the listening line names the listeners: `host:port` of the
+    /// first (false: the `--listen` listener alone), or every one as
+    /// `NAME://host:port,...` (true: `listeners` was set).
+    pub print_names: bool,
     pub settings: BrokerConfig,
     /// What start-up found in storage, for `Input::Boot`.
     pub boot: BootState,
@@ -116,15 +148,32 @@ pub async fn serve<S: Storage>(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let Setup {
-        listener,
-        advertised,
+        listeners,
+        print_names,
         settings,
         boot,
         storage,
     } = setup;
-    let local = listener
-        .local_addr()
-        .context("cannot read the listen address")?;
+    let mut shown = Vec::new();
+    for l in &listeners {
+        let local = l
+            .listener
+            .local_addr()
+            .context("cannot read the listen address")?;
+        shown.push(if print_names {
+            format!("{}://{local}", l.name)
+        } else {
+            local.to_string()
+        });
+    }
+    if shown.is_empty() {
+        return Err(anyhow!("no listener to accept on"));
+    }
+    let shown = if print_names {
+        shown.join(",")
+    } else {
+        shown.swap_remove(0)
+    };
 
     let (completion_tx, completions) = mpsc::unbounded_channel();
     let Started {
@@ -148,27 +197,47 @@ pub async fn serve<S: Storage>(
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
     let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
-    let acceptor = tokio::spawn(accept_loop(listener, event_tx, backlog));
+    let accepting = Accepting {
+        events: event_tx,
+        backlog,
+        slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
+        next_conn: Arc::new(AtomicU64::new(1)),
+    };
+    let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
+    for l in listeners {
+        if let Ok(local) = l.listener.local_addr() {
+            info!(
+                listener = %l.name,
+                protocol = l.protocol.name(),
+                listen = %local,
+                advertised = %l.advertised,
+                "accepting"
+            );
+        }
+        acceptors.push(tokio::spawn(accept_loop(l, accepting.clone())));
+    }
+    drop(accepting);
+    let stop_accepting = || acceptors.iter().for_each(JoinHandle::abort);
 
     // Tests and scripts wait for this line. Written without `println!`, which
     // would panic if stdout had been closed.
     let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "doze-kafka listening on {local}").and_then(|()| stdout.flush());
+    let _ = writeln!(stdout, "doze-kafka listening on {shown}").and_then(|()| stdout.flush());
     drop(stdout);
-    info!(listen = %local, %advertised, "doze-kafka listening");
+    info!(listen = %shown, "doze-kafka listening");
 
     let joined = tokio::select! {
         () = shutdown => {
             // Stop accepting first (the listener closes with its task), then
             // the broker task, which lets the core stop and drops the
             // workers' queues as it ends.
-            acceptor.abort();
+            stop_accepting();
             let _ = stop_broker.send(());
             broker_task.await
         }
         // The broker task ended on its own: a worker died or the core panicked.
         joined = &mut broker_task => {
-            acceptor.abort();
+            stop_accepting();
             joined
         }
     };
@@ -189,37 +258,117 @@ pub async fn serve<S: Storage>(
     Ok(())
 }
 
-/// Accepts connections until aborted, numbering them from 1. Connection ids
-/// are never reused within a run (the core's contract).
-async fn accept_loop(listener: TcpListener, events: mpsc::Sender<Event>, backlog: Arc<Backlog>) {
-    let slots = Arc::new(Semaphore::new(CONNECTIONS_MAX));
-    let mut next_conn: ConnId = 1;
+/// What every acceptor shares: where connections report, the connection
+/// limit, and the connection ids.
+#[derive(Clone)]
+struct Accepting {
+    events: mpsc::Sender<Event>,
+    backlog: Arc<Backlog>,
+    slots: Arc<Semaphore>,
+    /// Connection ids are never reused within a run (the core's contract),
+    /// whichever listener a connection came in on.
+    next_conn: Arc<AtomicU64>,
+}
+
+/// Accepts connections on one listener until aborted.
+async fn accept_loop(bound: BoundListener, shared: Accepting) {
+    let BoundListener {
+        name,
+        protocol,
+        listener,
+        tls,
+        ..
+    } = bound;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                warn!(error = %e, "accept failed");
+                warn!(listener = %name, error = %e, "accept failed");
                 tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                 continue;
             }
         };
-        let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
+        // A slot for the handshake too: a crowd of silent TLS clients
+        // counts against the limit like any other.
+        let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
             warn!(%peer, limit = CONNECTIONS_MAX, "too many connections; refused");
             continue; // dropping the stream closes it
         };
-        let conn = next_conn;
-        next_conn += 1;
-        debug!(conn, %peer, "accepted");
-        conn::start(
-            conn,
-            stream,
-            peer,
-            events.clone(),
-            permit,
-            Arc::clone(&backlog),
-        )
-        .await;
+        let conn: ConnId = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        debug!(conn, %peer, listener = %name, "accepted");
+        // Kafka requests are small and latency-bound; Nagle would hold them
+        // (and a TLS handshake's flights) back.
+        if let Err(e) = stream.set_nodelay(true) {
+            debug!(conn, %peer, error = %e, "cannot set TCP_NODELAY");
+        }
+        let listener_id = Listener {
+            name: name.clone(),
+            protocol,
+            tls_principal: None,
+        };
+        match &tls {
+            None => {
+                conn::start(
+                    conn,
+                    stream,
+                    peer,
+                    listener_id,
+                    shared.events.clone(),
+                    permit,
+                    Arc::clone(&shared.backlog),
+                )
+                .await
+            }
+            Some(acceptor) => {
+                let handshake = tls_handshake(acceptor.clone(), stream);
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    let (stream, tls_principal) = match handshake.await {
+                        Ok(done) => done,
+                        Err(why) => {
+                            // Kafka logs a failed handshake at INFO too.
+                            info!(conn, %peer, listener = %listener_id.name, "TLS handshake failed: {why}; closed");
+                            return; // the socket and the permit go with it
+                        }
+                    };
+                    debug!(conn, %peer, principal = ?tls_principal, "TLS handshake done");
+                    let listener_id = Listener {
+                        tls_principal,
+                        ..listener_id
+                    };
+                    conn::start(
+                        conn,
+                        stream,
+                        peer,
+                        listener_id,
+                        shared.events,
+                        permit,
+                        shared.backlog,
+                    )
+                    .await
+                });
+            }
+        }
     }
+}
+
+/// A TLS server handshake, at most `TLS_HANDSHAKE_TIMEOUT`; with it, the
+/// principal the client's certificate names, if it gave one.
+async fn tls_handshake(
+    acceptor: TlsAcceptor,
+    stream: TcpStream,
+) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, Option<String>), String> {
+    let stream = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+        .await
+        .map_err(|_| format!("not done within {TLS_HANDSHAKE_TIMEOUT:?}"))?
+        .map_err(|e| e.to_string())?;
+    let principal = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| crate::tls::principal(leaf));
+    Ok((stream, principal))
 }
 
 /// The broker task's state: the core, and where its outputs go.
@@ -296,13 +445,14 @@ impl<Q: StorageQueue> Driver<Q> {
                 conn,
                 handle,
                 client_host,
+                listener,
             } => {
                 let previous = self.conns.insert(conn, handle);
                 assert!(previous.is_none(), "connection id {conn} reused");
                 self.handle(Input::Connected {
                     conn,
                     client_host,
-                    listener: Default::default(),
+                    listener,
                 })
             }
             Event::Frame { conn, frame } => {

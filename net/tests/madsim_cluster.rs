@@ -131,11 +131,17 @@ async fn run_broker(store: Arc<SimStore>, clean_stop: Arc<CleanStop>) {
         ..BrokerConfig::default()
     };
     let setup = Setup {
-        listener,
-        advertised: HostPort {
-            host: BROKER_IP.into(),
-            port: BROKER_PORT,
-        },
+        listeners: vec![server::BoundListener {
+            name: "PLAINTEXT".into(),
+            protocol: doze_core::security::SecurityProtocol::Plaintext,
+            listener,
+            advertised: HostPort {
+                host: BROKER_IP.into(),
+                port: BROKER_PORT,
+            },
+            tls: None,
+        }],
+        print_names: false,
         settings,
         // Lists what is there without making it durable, as boot.rs does:
         // the core must adopt what a killed process left unsynced.

@@ -39,6 +39,11 @@ impl Broker {
         Self::start_in(data_dir, args)
     }
 
+    /// On `data_dir` as it is (removed when the broker is dropped).
+    pub fn start_on(data_dir: PathBuf, args: &[&str]) -> Self {
+        Self::start_in(data_dir, args.iter().map(|a| a.to_string()).collect())
+    }
+
     fn start_in(data_dir: PathBuf, args: Vec<String>) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
@@ -113,15 +118,32 @@ impl Broker {
     }
 
     pub fn connect(&self) -> Client {
-        let stream = TcpStream::connect(&self.addr).expect("connect");
-        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        Client {
-            stream,
-            next_correlation: 1,
-        }
+        connect(&self.addr)
     }
+
+    /// The address of listener `name`, when the broker was started with
+    /// `listeners` (its listening line names each: `NAME://host:port,...`).
+    pub fn listener(&self, name: &str) -> String {
+        self.addr
+            .split(',')
+            .find_map(|l| l.strip_prefix(&format!("{name}://")))
+            .unwrap_or_else(|| panic!("no listener {name} in {}", self.addr))
+            .to_string()
+    }
+}
+
+/// A plain TCP client of `addr`, with the I/O timeouts.
+pub fn connect(addr: &str) -> Client {
+    Client::new(tcp(addr))
+}
+
+/// A TCP stream to `addr` with the I/O timeouts, for a client to wrap.
+pub fn tcp(addr: &str) -> TcpStream {
+    let stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    stream
 }
 
 impl Drop for Broker {
@@ -134,12 +156,20 @@ impl Drop for Broker {
     }
 }
 
-pub struct Client {
-    pub stream: TcpStream,
+/// A Kafka client over a byte stream: plain TCP, or TLS over it.
+pub struct Client<S = TcpStream> {
+    pub stream: S,
     next_correlation: i32,
 }
 
-impl Client {
+impl<S: Read + Write> Client<S> {
+    pub fn new(stream: S) -> Self {
+        Self {
+            stream,
+            next_correlation: 1,
+        }
+    }
+
     pub fn send_frame(&mut self, body: &[u8]) -> std::io::Result<()> {
         self.stream.write_all(&(body.len() as i32).to_be_bytes())?;
         self.stream.write_all(body)
@@ -149,7 +179,11 @@ impl Client {
     pub fn read_frame(&mut self) -> Option<Bytes> {
         let mut size = [0u8; 4];
         self.stream.read_exact(&mut size).ok()?;
-        let mut buf = vec![0u8; i32::from_be_bytes(size) as usize];
+        // Not a response (e.g. a TLS alert read as plaintext): no 300 MB buffer.
+        let size = usize::try_from(i32::from_be_bytes(size))
+            .ok()
+            .filter(|&n| n <= 64 << 20)?;
+        let mut buf = vec![0u8; size];
         self.stream.read_exact(&mut buf).ok()?;
         Some(Bytes::from(buf))
     }
@@ -168,6 +202,15 @@ impl Client {
     }
 
     pub fn request<R: Request + Encodable>(&mut self, version: i16, req: &R) -> ResponseKind {
+        self.try_request(version, req).expect("a response")
+    }
+
+    /// As `request`, but None if the connection fails or closes instead.
+    pub fn try_request<R: Request + Encodable>(
+        &mut self,
+        version: i16,
+        req: &R,
+    ) -> Option<ResponseKind> {
         let key = ApiKey::try_from(R::KEY).unwrap();
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;
@@ -181,10 +224,10 @@ impl Client {
             .encode(&mut buf, key.request_header_version(version))
             .unwrap();
         req.encode(&mut buf, version).unwrap();
-        self.send_frame(&buf).expect("send");
-        let mut frame = self.read_frame().expect("a response");
+        self.send_frame(&buf).ok()?;
+        let mut frame = self.read_frame()?;
         let h = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
         assert_eq!(h.correlation_id, correlation_id);
-        ResponseKind::decode(key, &mut frame, version).unwrap()
+        Some(ResponseKind::decode(key, &mut frame, version).unwrap())
     }
 }
