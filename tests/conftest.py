@@ -215,11 +215,12 @@ def start_broker(broker_binary, tmp_path, request):
     brokers = []
     request.node._doze_brokers = brokers
 
-    def factory(sets=(), extra_args=(), name="broker"):
+    def factory(sets=(), extra_args=(), name="broker", listen_port=None):
         b = Broker(
             broker_binary,
             data_dir=tmp_path / f"{name}-data",
             log_dir=tmp_path,
+            port=listen_port,
             sets=sets,
             extra_args=extra_args,
         )
