@@ -346,3 +346,51 @@ def test_mtls_maps_the_certificate_to_its_principal(start_broker, broker_binary,
     a = AdminClient(base)
     with pytest.raises(KafkaException):
         a.list_topics(timeout=8)
+
+
+# --- Kafka's own tools, as an operator runs them --------------------------------------
+
+KAFKA_REF = pathlib.Path(__file__).resolve().parent / "kafka_ref" / "kafka-ref.sh"
+KAFKA_REF_CP = KAFKA_REF.parent / "target" / "classpath.txt"
+
+
+@pytest.mark.timeout(180)
+def test_kafka_configs_and_kafka_acls_manage_users_and_acls(secure, tmp_path):
+    """kafka-configs --alter --add-config 'SCRAM-SHA-256=[...]' --entity-type
+    users and kafka-acls --add, run by the admin over SASL_PLAINTEXT: the new
+    user then logs in and is allowed what the ACL says, and --list shows it."""
+    if not KAFKA_REF_CP.exists():
+        pytest.skip("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
+    s = secure
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="admin" password="{ADMIN_PW}";\n')
+    bootstrap = f"127.0.0.1:{s.sasl_port}"
+
+    def tool(cls, *args):
+        out = subprocess.run([str(KAFKA_REF), "tool", cls, "--bootstrap-server", bootstrap,
+                              "--command-config", str(props), *args],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, f"{cls} {args}: {out.stdout}{out.stderr}"
+        return out.stdout
+
+    tool("kafka.admin.ConfigCommand", "--alter", "--entity-type", "users", "--entity-name",
+         "frank", "--add-config", "SCRAM-SHA-256=[iterations=8192,password=frank-pw]")
+    described = tool("kafka.admin.ConfigCommand", "--describe", "--entity-type", "users",
+                     "--entity-name", "frank")
+    assert "SCRAM-SHA-256=iterations=8192" in described, described
+    topic = unique("sec-tools")
+    s.create_topic(topic)
+    tool("org.apache.kafka.tools.AclCommand", "--add", "--allow-principal", "User:frank",
+         "--operation", "Write", "--topic", topic)
+    tool("org.apache.kafka.tools.AclCommand", "--add", "--allow-principal", "User:frank",
+         "--operation", "IdempotentWrite", "--cluster")
+    listed = tool("org.apache.kafka.tools.AclCommand", "--list", "--topic", topic)
+    assert "User:frank" in listed and "WRITE" in listed, listed
+    p = Producer(s.conf("frank", "frank-pw"))
+    errors = []
+    p.produce(topic, value=b"x", on_delivery=lambda err, m: errors.append(err))
+    p.flush(TIMEOUT_S)
+    assert errors == [None], errors
