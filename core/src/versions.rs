@@ -55,6 +55,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteAcls, 2, 3),
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // No quotas: an empty answer (kafka-configs --describe asks it).
+    (ApiKey::DescribeClientQuotas, 0, 1),
 ];
 
 /// The supported range of an API key, if it is served at all.
@@ -134,6 +136,9 @@ mod tests {
                 DescribeUserScramCredentialsRequest,
                 DescribeUserScramCredentialsResponse
             ),
+            ApiKey::DescribeClientQuotas => {
+                r!(DescribeClientQuotasRequest, DescribeClientQuotasResponse)
+            }
             ApiKey::AlterUserScramCredentials => r!(
                 AlterUserScramCredentialsRequest,
                 AlterUserScramCredentialsResponse
@@ -189,6 +194,7 @@ mod tests {
             ApiKey::AlterUserScramCredentials => {
                 ResponseKind::AlterUserScramCredentials(Default::default())
             }
+            ApiKey::DescribeClientQuotas => ResponseKind::DescribeClientQuotas(Default::default()),
             other => panic!("no default response for {other:?}; add it to this test"),
         }
     }

@@ -21,6 +21,7 @@ pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
 pub mod describe_acls;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
@@ -123,6 +124,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::SaslHandshake(r) => sasl_handshake::handle(b, ctx, r),
         RequestKind::SaslAuthenticate(r) => sasl_authenticate::handle(b, ctx, r),
         RequestKind::DescribeAcls(r) => describe_acls::handle(b, ctx, r),
+        RequestKind::DescribeClientQuotas(r) => describe_client_quotas::handle(b, ctx, r),
         RequestKind::CreateAcls(r) => create_acls::handle(b, ctx, r),
         RequestKind::DeleteAcls(r) => delete_acls::handle(b, ctx, r),
         RequestKind::DescribeUserScramCredentials(r) => {

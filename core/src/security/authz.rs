@@ -111,6 +111,7 @@ pub const TABLE: &[Row] = &[
     row(ApiKey::DeleteAcls, "ALTER on CLUSTER"),
     row(ApiKey::DescribeUserScramCredentials, "DESCRIBE on CLUSTER"),
     row(ApiKey::AlterUserScramCredentials, "ALTER on CLUSTER"),
+    row(ApiKey::DescribeClientQuotas, "DESCRIBE_CONFIGS on CLUSTER"),
 ];
 
 #[cfg(test)]
