@@ -9,8 +9,9 @@
 //! Exit codes: 0 after a clean shutdown, 2 for bad usage (flags, config file),
 //! 1 for anything else (port in use, data dir unusable, a failed final sync).
 //!
-//! `doze-kafka users add` is the one subcommand: a SCRAM user written into a
-//! stopped broker's data dir (`users.rs`).
+//! Subcommands: `doze-kafka users add`, a SCRAM user written into a stopped
+//! broker's data dir (`users.rs`), and `doze-kafka dump-log`, segment files
+//! printed as Kafka's `kafka-dump-log.sh` prints them (`dump_log.rs`).
 //!
 //! Built with `--cfg madsim` (for the simulation tests) there is no binary to
 //! speak of: signals, real files and threads do not exist inside madsim, so
@@ -23,14 +24,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 #[cfg(not(madsim))]
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tracing_subscriber::EnvFilter;
 
 use doze_core::security::scram::Mechanism;
 use doze_net::config::{self, HostPort, PlannedListener, Settings};
-use doze_net::{alloc, boot, datadir, server, storage, tls, users};
+use doze_net::{alloc, boot, datadir, dump_log, server, storage, tls, users};
 
 #[global_allocator]
 static GLOBAL: alloc::GuardedAlloc = alloc::GuardedAlloc;
@@ -82,6 +83,39 @@ enum Command {
         #[command(subcommand)]
         command: UsersCommand,
     },
+    /// Prints segment files (`<base offset>.log`) batch by batch, as Kafka's
+    /// `kafka-dump-log.sh --files` does; offline, it only reads the files.
+    DumpLog {
+        /// The segment files; a comma-separated list works too.
+        #[arg(
+            long,
+            value_name = "SEGMENT",
+            required = true,
+            num_args = 1..,
+            value_delimiter = ','
+        )]
+        files: Vec<PathBuf>,
+
+        /// Print each record's offset, timestamp, sizes, sequence and header
+        /// keys.
+        #[arg(long)]
+        deep_iteration: bool,
+
+        /// Print each record with its key and value too (implies
+        /// --deep-iteration).
+        #[arg(long)]
+        print_data_log: bool,
+
+        /// `human`: Kafka's lines; `json`: one JSON object per file, per line.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
+        output: OutputFormat,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OutputFormat {
+    Human,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -121,8 +155,25 @@ fn main() -> ExitCode {
         Err(e) => return clap_exit(e),
     };
     init_logging();
-    if let Some(Command::Users { command }) = cli.command {
-        return users_command(command);
+    match cli.command {
+        Some(Command::Users { command }) => return users_command(command),
+        Some(Command::DumpLog {
+            files,
+            deep_iteration,
+            print_data_log,
+            output,
+        }) => {
+            let options = dump_log::Options {
+                format: match output {
+                    OutputFormat::Human => dump_log::Format::Human,
+                    OutputFormat::Json => dump_log::Format::Json,
+                },
+                deep_iteration,
+                print_data_log,
+            };
+            return dump_log_command(&files, options);
+        }
+        None => {}
     }
 
     // Settings are checked before the data dir or the port is touched, so a
@@ -340,6 +391,26 @@ fn users_command(command: UsersCommand) -> ExitCode {
         }
         Err(e) => {
             eprintln!("doze-kafka: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `doze-kafka dump-log ...`: 0 when every file could be read (corrupt
+/// contents are reported, not failed), 1 when one could not.
+fn dump_log_command(files: &[PathBuf], options: dump_log::Options) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut err = std::io::stderr();
+    let done = dump_log::dump_files(files, options, &mut out, &mut err)
+        .and_then(|failed| out.flush().map(|()| failed));
+    match done {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::FAILURE,
+        // The reader went away (`| head`): nothing more to say to it.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("doze-kafka: error: cannot write the dump: {e}");
             ExitCode::FAILURE
         }
     }
