@@ -42,6 +42,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AddPartitionsToTxn, 0, 3),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
+    // From an admin ending a hanging transaction (`kafka-transactions.sh
+    // abort`); Kafka 4.x's range.
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
@@ -122,6 +125,7 @@ mod tests {
             ApiKey::AddPartitionsToTxn => r!(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
             ApiKey::AddOffsetsToTxn => r!(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
             ApiKey::EndTxn => r!(EndTxnRequest, EndTxnResponse),
+            ApiKey::WriteTxnMarkers => r!(WriteTxnMarkersRequest, WriteTxnMarkersResponse),
             ApiKey::TxnOffsetCommit => r!(TxnOffsetCommitRequest, TxnOffsetCommitResponse),
             ApiKey::DescribeTransactions => {
                 r!(DescribeTransactionsRequest, DescribeTransactionsResponse)
@@ -180,6 +184,7 @@ mod tests {
             ApiKey::AddPartitionsToTxn => ResponseKind::AddPartitionsToTxn(Default::default()),
             ApiKey::AddOffsetsToTxn => ResponseKind::AddOffsetsToTxn(Default::default()),
             ApiKey::EndTxn => ResponseKind::EndTxn(Default::default()),
+            ApiKey::WriteTxnMarkers => ResponseKind::WriteTxnMarkers(Default::default()),
             ApiKey::TxnOffsetCommit => ResponseKind::TxnOffsetCommit(Default::default()),
             ApiKey::DescribeTransactions => ResponseKind::DescribeTransactions(Default::default()),
             ApiKey::ListTransactions => ResponseKind::ListTransactions(Default::default()),

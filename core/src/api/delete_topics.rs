@@ -155,8 +155,9 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
     }
     if stored {
         b.request_sync();
-        // Produce requests waiting on a deleted partition are answered now.
-        b.complete_durable_produces();
+        // Produce and WriteTxnMarkers requests waiting on a deleted
+        // partition are answered now.
+        b.complete_durable_writes();
     }
     b.respond(&pending.ctx, ResponseKind::DeleteTopics(pending.response));
 }

@@ -50,6 +50,7 @@ pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
 pub mod txn_offset_commit;
+pub mod write_txn_markers;
 
 pub use crate::request::RequestCtx;
 
@@ -161,6 +162,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::AddOffsetsToTxn(r) => add_offsets_to_txn::handle(b, ctx, r),
         RequestKind::TxnOffsetCommit(r) => txn_offset_commit::handle(b, ctx, r),
         RequestKind::EndTxn(r) => end_txn::handle(b, ctx, r),
+        RequestKind::WriteTxnMarkers(r) => write_txn_markers::handle(b, ctx, r),
         RequestKind::DescribeTransactions(r) => describe_transactions::handle(b, ctx, r),
         RequestKind::ListTransactions(r) => list_transactions::handle(b, ctx, r),
         RequestKind::DescribeProducers(r) => describe_producers::handle(b, ctx, r),

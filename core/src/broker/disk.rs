@@ -68,13 +68,13 @@ impl Broker {
                 for key in keys {
                     self.truncate_to_durable(&key);
                 }
-                self.fail_undurable_produces();
+                self.fail_undurable_writes();
             }
         }
         if self.booting.as_ref().is_some_and(|b| b.is_boot_sync(io)) {
             recovery::sync_done(self, ok);
         }
-        self.complete_durable_produces();
+        self.complete_durable_writes();
         crate::txn::complete::on_sync(self);
         self.cleaner_sync_done(io, ok);
         api::fetch::wake(self, true);

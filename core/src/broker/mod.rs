@@ -6,8 +6,8 @@
 //! changes several of the broker's stores at once is one method here, in the
 //! child that owns the concern:
 //! - `requests`: frames in, responses out, in each connection's order;
-//! - `waiting`: requests parked until something happens (their data is
-//!   durable, data arrives, a read is in, a topic change or an id block is
+//! - `waiting`: requests parked until something happens (their data or
+//!   markers are durable, data arrives, a read is in, a topic change or an id block is
 //!   stored);
 //! - `disk`: disk and meta.db writes, syncs, reads, and their completions;
 //! - `partition`: one partition's log, producer state and transaction state
@@ -71,6 +71,8 @@ pub struct Broker {
     deferred_admin: Vec<(RequestCtx, RequestKind)>,
     /// Produce requests waiting for their data to be durable.
     pending_produces: Vec<api::produce::PendingProduce>,
+    /// WriteTxnMarkers requests waiting for their markers to be durable.
+    pending_markers: Vec<api::write_txn_markers::PendingMarkers>,
     /// Fetch requests waiting for data or their max_wait_ms.
     waiting_fetches: Vec<api::fetch::WaitingFetch>,
     /// The group coordinator (consumer groups and committed offsets).
@@ -128,6 +130,7 @@ impl Broker {
             pending_meta: BTreeMap::new(),
             deferred_admin: Vec::new(),
             pending_produces: Vec::new(),
+            pending_markers: Vec::new(),
             waiting_fetches: Vec::new(),
             next_retention_check_ms: 0,
             producer_ids: ProducerIds::default(),

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::Broker;
 use crate::batch::BatchHeader;
 use crate::io::FileRange;
-use crate::producer::{AppendCheck, ProducerError, ProducerStates};
+use crate::producer::{AppendCheck, MarkerFenced, ProducerError, ProducerStates};
 use crate::topics::PartitionKey;
 
 /// Why a marker was not appended.
@@ -69,22 +69,36 @@ impl Broker {
         topic: &str,
         partition: i32,
     ) -> Result<PartitionView<'_>, kafka_protocol::ResponseError> {
-        use kafka_protocol::ResponseError;
-        let (Some(log), Some(t)) = (
-            self.topics.partition(topic, partition),
-            self.topics.get(topic),
-        ) else {
-            return Err(ResponseError::UnknownTopicOrPartition);
-        };
-        let key = t.key(topic, partition);
-        if self.offline.contains(&key) {
-            return Err(ResponseError::KafkaStorageError);
-        }
+        let key = self.partition_key(topic, partition)?;
+        let log = self
+            .topics
+            .partition_by_key(&key)
+            .expect("checked by partition_key");
         Ok(PartitionView {
             txns: self.partition_txns.get(&key),
             producers: self.producer_states.get(&key),
             log,
         })
+    }
+
+    /// The key of a partition to read or write, or the error a client is
+    /// answered with, as `partition_view`.
+    pub(crate) fn partition_key(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionKey, kafka_protocol::ResponseError> {
+        use kafka_protocol::ResponseError;
+        let t = self
+            .topics
+            .get(topic)
+            .filter(|_| self.topics.partition(topic, partition).is_some())
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
+        let key = t.key(topic, partition);
+        if self.offline.contains(&key) {
+            return Err(ResponseError::KafkaStorageError);
+        }
+        Ok(key)
     }
 
     /// Whether the partition is offline after a failed read.
@@ -158,14 +172,32 @@ impl Broker {
         }
     }
 
+    /// Checks a marker a coordinator asks for (WriteTxnMarkers) against the
+    /// producer's state in the partition (`ProducerStates::check_marker`).
+    pub(crate) fn check_marker(
+        &self,
+        key: &PartitionKey,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), MarkerFenced> {
+        match self.producer_states.get(key) {
+            Some(states) => states.check_marker(producer_id, epoch, coordinator_epoch),
+            None => Ok(()),
+        }
+    }
+
     /// Appends a transaction marker of `producer_id` to a partition and
     /// returns its offset. An abort of a transaction that wrote here is
-    /// booked in the segment's `.txnindex`.
+    /// booked in the segment's `.txnindex`; a marker of a producer with no
+    /// transaction open here changes no transaction state (Kafka's
+    /// appendEndTxnMarker completes no transaction then).
     pub(crate) fn append_marker(
         &mut self,
         key: &PartitionKey,
         producer_id: i64,
         epoch: i16,
+        coordinator_epoch: i32,
         commit: bool,
     ) -> Result<i64, MarkerRefused> {
         if self.offline.contains(key) {
@@ -177,13 +209,7 @@ impl Broker {
             .partition_mut_by_key(key)
             .ok_or(MarkerRefused::Gone)?;
         let mut info = log.append(
-            crate::txn::marker::build(
-                producer_id,
-                epoch,
-                commit,
-                crate::txn::marker::COORDINATOR_EPOCH,
-                now_ms,
-            ),
+            crate::txn::marker::build(producer_id, epoch, commit, coordinator_epoch, now_ms),
             now_ms,
             false,
         );
@@ -200,7 +226,7 @@ impl Broker {
             info.ops.push(log.append_aborted(&aborted));
         }
         self.producer_states_mut(key)
-            .record_marker(producer_id, epoch, now_ms);
+            .record_marker(producer_id, epoch, coordinator_epoch, now_ms);
         for op in info.ops {
             self.emit_disk(key.clone(), op);
         }

@@ -274,11 +274,11 @@ pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>
             let mut ops = Vec::new();
             for batch in &scanned {
                 let h = &batch.header;
-                part.producers.replay(h);
+                part.producers.replay(h, batch.marker);
                 if !h.is_transactional() {
                     continue;
                 }
-                match batch.marker_commit {
+                match batch.marker.map(|m| m.commit) {
                     Some(commit) => {
                         if let Some(aborted) =
                             part.txns.on_marker(h.producer_id, commit, h.base_offset)

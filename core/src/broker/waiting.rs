@@ -1,8 +1,9 @@
 //! Requests parked until something happens, and what wakes them: admin
-//! requests until a topic's meta.db change is stored, produces until their
-//! data is durable, fetches until data arrives or their deadline, reads of
-//! the log, and InitProducerId until a new block of ids is stored. What a
-//! parked request is and how it is answered stays in its API's file.
+//! requests until a topic's meta.db change is stored, produces and
+//! WriteTxnMarkers until their appends are durable, fetches until data
+//! arrives or their deadline, reads of the log, and InitProducerId until a
+//! new block of ids is stored. What a parked request is and how it is
+//! answered stays in its API's file.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, RequestKind};
@@ -12,6 +13,7 @@ use crate::api;
 use crate::api::fetch::WaitingFetch;
 use crate::api::produce::PendingProduce;
 use crate::api::reads::Reading;
+use crate::api::write_txn_markers::PendingMarkers;
 use crate::io::{FileRange, IoError, IoId, MetaOp};
 use crate::meta;
 use crate::producer::ids::{ProducerIdsRecord, META_KEY};
@@ -32,16 +34,21 @@ impl Broker {
         }
     }
 
-    // ---- produces waiting for durability ------------------------------------
+    // ---- produces and markers waiting for durability ------------------------
 
     /// Parks a produce until its data is durable.
     pub(crate) fn park_produce(&mut self, pending: PendingProduce) {
         self.pending_produces.push(pending);
     }
 
-    /// Answers every pending produce whose data is now durable (or whose
-    /// partition is gone).
-    pub(crate) fn complete_durable_produces(&mut self) {
+    /// Parks a WriteTxnMarkers until its markers are durable.
+    pub(crate) fn park_markers(&mut self, pending: PendingMarkers) {
+        self.pending_markers.push(pending);
+    }
+
+    /// Answers every pending produce and WriteTxnMarkers whose appends are
+    /// now durable (or whose partition is gone).
+    pub(crate) fn complete_durable_writes(&mut self) {
         let mut i = 0;
         while i < self.pending_produces.len() {
             if self.pending_produces[i].settle(&self.topics) {
@@ -51,12 +58,24 @@ impl Broker {
                 i += 1;
             }
         }
+        let mut i = 0;
+        while i < self.pending_markers.len() {
+            if self.pending_markers[i].settle(&self.topics) {
+                let (ctx, response) = self.pending_markers.remove(i).answer();
+                self.respond(&ctx, response);
+            } else {
+                i += 1;
+            }
+        }
     }
 
-    /// After a failed sync truncated the logs: every wait whose data was cut
-    /// away fails (the client sends it again).
-    pub(super) fn fail_undurable_produces(&mut self) {
+    /// After a failed sync truncated the logs: every wait whose append was
+    /// cut away fails (the client sends it again).
+    pub(super) fn fail_undurable_writes(&mut self) {
         for pending in self.pending_produces.iter_mut() {
+            pending.fail_cut(&self.topics);
+        }
+        for pending in self.pending_markers.iter_mut() {
             pending.fail_cut(&self.topics);
         }
     }

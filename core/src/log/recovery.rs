@@ -46,8 +46,9 @@ pub struct LogCheckpoint {
 pub struct ScannedBatch {
     pub header: BatchHeader,
     pub pos: BatchPos,
-    /// For a control batch: Some(true) commit, Some(false) abort.
-    pub marker_commit: Option<bool>,
+    /// For a control batch: the marker it holds (commit or abort, and its
+    /// coordinator epoch).
+    pub marker: Option<crate::txn::marker::EndMarker>,
 }
 
 /// One segment to read: from `position` to `end` (its file length).
@@ -357,15 +358,15 @@ impl LogRecovery {
                 self.torn(&job, position, &why);
                 break;
             }
-            let marker_commit = header
+            let marker = header
                 .is_control()
-                .then(|| crate::txn::marker::is_commit(&header, rest))
+                .then(|| crate::txn::marker::read(&header, rest))
                 .flatten();
             let pos = self.book(job.segment_base, &header, position);
             scanned.push(ScannedBatch {
                 header,
                 pos,
-                marker_commit,
+                marker,
             });
             at += needed;
             if at == bytes.len() && !chunk_end_is_file_end {

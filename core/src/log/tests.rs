@@ -1871,7 +1871,10 @@ fn recovery_returns_the_scanned_batches_in_order_with_their_markers() {
     let scanned: Vec<_> = r
         .scanned
         .iter()
-        .map(|b| (b.pos.base_offset, b.header.producer_id, b.marker_commit))
+        .map(|b| {
+            let commit = b.marker.map(|m| m.commit);
+            (b.pos.base_offset, b.header.producer_id, commit)
+        })
         .collect();
     assert_eq!(
         scanned,

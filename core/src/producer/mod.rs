@@ -6,4 +6,4 @@ pub mod ids;
 pub mod state;
 
 pub use ids::ProducerIds;
-pub use state::{AppendCheck, ProducerError, ProducerStates};
+pub use state::{AppendCheck, MarkerFenced, ProducerError, ProducerStates};

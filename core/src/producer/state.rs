@@ -102,6 +102,31 @@ impl std::fmt::Display for ProducerError {
     }
 }
 
+/// Why a coordinator's marker is refused (`ProducerStates::check_marker`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkerFenced {
+    /// The marker's producer epoch is older than the producer's current one.
+    ProducerEpoch { current: i16 },
+    /// The marker's coordinator epoch is older than that of the producer's
+    /// last marker here.
+    CoordinatorEpoch { current: i32 },
+}
+
+impl std::fmt::Display for MarkerFenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ProducerEpoch { current } => write!(
+                f,
+                "producer epoch is older than the current epoch {current}"
+            ),
+            Self::CoordinatorEpoch { current } => write!(
+                f,
+                "coordinator epoch is older than the current coordinator epoch {current}"
+            ),
+        }
+    }
+}
+
 /// All producers' state for one partition.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ProducerStates {
@@ -110,13 +135,19 @@ pub struct ProducerStates {
 
 impl ProducerStates {
     /// Books a batch found by the start-up scan (its max timestamp stands for
-    /// the time of the write).
-    pub fn replay(&mut self, h: &BatchHeader) {
+    /// the time of the write); `marker` is what a control batch holds.
+    pub fn replay(&mut self, h: &BatchHeader, marker: Option<crate::txn::marker::EndMarker>) {
         if !h.has_producer_id() {
             return;
         }
         if h.is_control() {
-            self.record_marker(h.producer_id, h.producer_epoch, h.max_timestamp);
+            let coordinator_epoch = marker.map_or(-1, |m| m.coordinator_epoch);
+            self.record_marker(
+                h.producer_id,
+                h.producer_epoch,
+                coordinator_epoch,
+                h.max_timestamp,
+            );
         } else {
             self.record(h, h.base_offset, h.last_offset(), h.max_timestamp);
         }
@@ -264,10 +295,49 @@ impl ProducerStates {
         self.producers.is_empty()
     }
 
+    /// Checks a marker a coordinator asks for (WriteTxnMarkers) before it is
+    /// appended, as ProducerAppendInfo.appendEndTxnMarker does for an append
+    /// of origin COORDINATOR: an epoch older than the producer's current one
+    /// is fenced (INVALID_PRODUCER_EPOCH), then a coordinator epoch older
+    /// than the one of the producer's last marker here
+    /// (TRANSACTION_COORDINATOR_FENCED). A producer with no state here
+    /// passes both.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), MarkerFenced> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(MarkerFenced::ProducerEpoch {
+                current: entry.epoch,
+            });
+        }
+        if entry.coordinator_epoch > coordinator_epoch {
+            return Err(MarkerFenced::CoordinatorEpoch {
+                current: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
     /// A transaction marker of `producer_id` at `epoch` was appended: the
     /// epoch becomes current (a raised epoch fences older writers here, as
-    /// ProducerAppendInfo.appendEndTxnMarker does).
-    pub fn record_marker(&mut self, producer_id: i64, epoch: i16, now_ms: i64) {
+    /// ProducerAppendInfo.appendEndTxnMarker does), and so does the
+    /// coordinator epoch. The coordinator epoch never goes down: a marker
+    /// WriteTxnMarkers appends passed `check_marker`, and this broker's own
+    /// coordinator (epoch 0, unchecked) must not undo a fence an admin's
+    /// marker with a higher one set.
+    pub fn record_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) {
         let entry = self
             .producers
             .entry(producer_id)
@@ -275,14 +345,14 @@ impl ProducerStates {
                 epoch,
                 batches: VecDeque::new(),
                 last_write_ms: now_ms,
-                coordinator_epoch: -1,
+                coordinator_epoch,
             });
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
         }
         entry.last_write_ms = now_ms;
-        entry.coordinator_epoch = crate::txn::marker::COORDINATOR_EPOCH;
+        entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
     }
 
     /// Every producer's state, for DescribeProducers.

@@ -93,6 +93,10 @@ pub const TABLE: &[Row] = &[
     ),
     row(ApiKey::EndTxn, "WRITE on TRANSACTIONAL_ID"),
     row(
+        ApiKey::WriteTxnMarkers,
+        "ALTER or CLUSTER_ACTION on CLUSTER",
+    ),
+    row(
         ApiKey::TxnOffsetCommit,
         "WRITE on TRANSACTIONAL_ID; READ on GROUP; READ on TOPIC",
     ),

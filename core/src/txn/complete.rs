@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::{EndTxnResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
+use super::marker;
 use super::record::{TxnRecord, TxnState};
 use super::write::{self, Then};
 use crate::broker::{Broker, MarkerRefused};
@@ -109,7 +110,7 @@ fn write_markers(b: &mut Broker, id: &str) {
         .collect();
     let mut unavailable = false;
     for key in missing {
-        match b.append_marker(&key, pid, epoch, commit) {
+        match b.append_marker(&key, pid, epoch, marker::COORDINATOR_EPOCH, commit) {
             Ok(offset) => {
                 completion_mut(b, id).markers.insert(key, Some(offset));
             }

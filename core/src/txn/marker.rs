@@ -83,15 +83,32 @@ pub fn build(
     buf.freeze()
 }
 
+/// What a marker says: commit or abort, and the coordinator epoch it was
+/// written with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndMarker {
+    pub commit: bool,
+    /// -1 when the record's value is missing or short (Kafka's markers
+    /// always carry it).
+    pub coordinator_epoch: i32,
+}
+
 /// Whether a control batch is a commit marker (`Some(true)`), an abort marker
 /// (`Some(false)`), or not a readable marker (`None`).
 pub fn is_commit(header: &BatchHeader, bytes: &[u8]) -> Option<bool> {
+    read(header, bytes).map(|m| m.commit)
+}
+
+/// The marker a control batch holds, or `None` when it is not a readable
+/// marker.
+pub fn read(header: &BatchHeader, bytes: &[u8]) -> Option<EndMarker> {
     if !header.is_control() || header.records_count < 1 {
         return None;
     }
     // Record: length varint, attributes, timestamp delta (varlong), offset
-    // delta, key length (varints), key. Read as varints: a marker the
-    // cleaner gave a delete horizon has a negative, multi-byte timestamp delta.
+    // delta, key length (varints), key, value length, value. Read as
+    // varints: a marker the cleaner gave a delete horizon has a negative,
+    // multi-byte timestamp delta.
     let mut at = BATCH_HEADER_BYTES;
     crate::batch::read_varint(bytes, &mut at)?;
     at += 1;
@@ -102,11 +119,20 @@ pub fn is_commit(header: &BatchHeader, bytes: &[u8]) -> Option<bool> {
         return None;
     }
     let key = bytes.get(at..at + 4)?;
-    match i16::from_be_bytes([key[2], key[3]]) {
-        CONTROL_TYPE_COMMIT => Some(true),
-        CONTROL_TYPE_ABORT => Some(false),
-        _ => None,
-    }
+    let commit = match i16::from_be_bytes([key[2], key[3]]) {
+        CONTROL_TYPE_COMMIT => true,
+        CONTROL_TYPE_ABORT => false,
+        _ => return None,
+    };
+    at += key_len as usize;
+    let coordinator_epoch = crate::batch::read_varint(bytes, &mut at)
+        .filter(|len| *len >= 6)
+        .and_then(|_| bytes.get(at + 2..at + 6))
+        .map_or(-1, |e| i32::from_be_bytes([e[0], e[1], e[2], e[3]]));
+    Some(EndMarker {
+        commit,
+        coordinator_epoch,
+    })
 }
 
 #[cfg(test)]
@@ -125,6 +151,16 @@ mod tests {
                 (42, 7, 1)
             );
             assert_eq!(is_commit(&h, &b), Some(commit));
+        }
+    }
+
+    #[test]
+    fn the_coordinator_epoch_reads_back() {
+        for epoch in [-1, 0, 7, i32::MAX] {
+            let b = build(42, 7, false, epoch, 1_000);
+            let h = batch::check_batch(&b).unwrap();
+            let m = read(&h, &b).expect("a marker");
+            assert_eq!((m.commit, m.coordinator_epoch), (false, epoch));
         }
     }
 
