@@ -5,11 +5,8 @@
 
 mod support;
 
-use doze_core::io::Input;
-use doze_core::security::acl::{pattern, permission, resource, AuthorizerConfig, Op};
-use doze_core::security::{Listener, SecurityProtocol};
+use doze_core::security::acl::{pattern, permission, resource, Op};
 use doze_core::BrokerConfig;
-use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_records_request::{
@@ -24,6 +21,7 @@ use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListO
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use support::authz::*;
 use support::requests::*;
 use support::txn::{tid, txn_batch};
 use support::*;
@@ -50,56 +48,25 @@ fn s(v: &str) -> StrBytes {
 
 fn world() -> World {
     let mut w = World::new(BrokerConfig {
-        authorizer: AuthorizerConfig {
-            enabled: true,
-            super_users: vec!["User:admin".into()],
-            allow_if_no_acl: false,
-        },
+        authorizer: authorizer_on(),
         ..Default::default()
     });
-    connect(&mut w, ADMIN, "User:admin");
-    connect(&mut w, ALICE, "User:alice");
+    connect_as(&mut w, ADMIN, "User:admin");
+    connect_as(&mut w, ALICE, "User:alice");
     w
-}
-
-/// A TLS connection whose certificate names `principal`.
-fn connect(w: &mut World, conn: u64, principal: &str) {
-    w.input(Input::Connected {
-        conn,
-        client_host: "/127.0.0.1".into(),
-        listener: Listener {
-            name: "SSL".into(),
-            protocol: SecurityProtocol::Ssl,
-            tls_principal: Some(principal.into()),
-        },
-    });
 }
 
 /// The admin adds one ACL for User:alice from any host.
 fn acl(w: &mut World, pattern_type: i8, resource_type: i8, name: &str, op: Op, permission: i8) {
-    let creation = AclCreation::default()
-        .with_resource_type(resource_type)
-        .with_resource_name(s(name))
-        .with_resource_pattern_type(pattern_type)
-        .with_principal(s("User:alice"))
-        .with_host(s("*"))
-        .with_operation(op.code())
-        .with_permission_type(permission);
-    w.send(
-        ADMIN,
-        3,
-        &CreateAclsRequest::default().with_creations(vec![creation]),
-    );
-    match w.recv(ADMIN) {
-        Some((_, ResponseKind::CreateAcls(r))) => {
-            assert_eq!(
-                r.results[0].error_code, 0,
-                "{:?}",
-                r.results[0].error_message
-            )
-        }
-        other => panic!("expected a CreateAcls answer, got {other:?}"),
-    }
+    let acl = Acl {
+        principal: "User:alice",
+        resource_type,
+        name,
+        pattern_type,
+        op,
+        permission,
+    };
+    create_acl(w, ADMIN, acl);
 }
 
 /// ALLOW `op` on the resource named exactly `name`.

@@ -10,11 +10,8 @@
 
 mod support;
 
-use doze_core::io::Input;
-use doze_core::security::acl::{pattern, permission, resource, AuthorizerConfig, Op};
-use doze_core::security::{Listener, SecurityProtocol};
+use doze_core::security::acl::{pattern, permission, resource, Op};
 use doze_core::BrokerConfig;
-use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::offset_commit_request::{
@@ -29,6 +26,7 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use support::authz::*;
 use support::requests::{create_topic, name};
 use support::txn::*;
 use support::*;
@@ -56,56 +54,29 @@ fn gid(v: &str) -> GroupId {
 /// and Alice, Bob and the admin connected.
 fn world() -> World {
     let mut w = World::new(BrokerConfig {
-        authorizer: AuthorizerConfig {
-            enabled: true,
-            super_users: vec!["User:admin".into()],
-            allow_if_no_acl: false,
-        },
+        authorizer: authorizer_on(),
         group_initial_rebalance_delay_ms: 0,
         ..Default::default()
     });
-    connect(&mut w, ADMIN, "User:admin");
-    connect(&mut w, ALICE, "User:alice");
-    connect(&mut w, BOB, "User:bob");
+    connect_as(&mut w, ADMIN, "User:admin");
+    connect_as(&mut w, ALICE, "User:alice");
+    connect_as(&mut w, BOB, "User:bob");
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
     w
 }
 
-/// `conn` comes in on a TLS listener whose certificate names `principal`.
-fn connect(w: &mut World, conn: u64, principal: &str) {
-    w.input(Input::Connected {
-        conn,
-        client_host: "/127.0.0.1".into(),
-        listener: Listener {
-            name: "SSL".into(),
-            protocol: SecurityProtocol::Ssl,
-            tls_principal: Some(principal.into()),
-        },
-    });
-}
-
 /// The admin creates one ACL (any host).
 fn acl(w: &mut World, principal: &str, rt: i8, name: &str, pt: i8, op: Op, perm: i8) {
-    let creation = AclCreation::default()
-        .with_resource_type(rt)
-        .with_resource_name(s(name))
-        .with_resource_pattern_type(pt)
-        .with_principal(s(principal))
-        .with_host(s("*"))
-        .with_operation(op.code())
-        .with_permission_type(perm);
-    w.send(
-        ADMIN,
-        3,
-        &CreateAclsRequest::default().with_creations(vec![creation]),
-    );
-    match w.recv(ADMIN) {
-        Some((_, ResponseKind::CreateAcls(r))) => {
-            assert_eq!(r.results[0].error_code, NONE, "{:?}", r.results[0])
-        }
-        other => panic!("expected a CreateAcls answer, got {other:?}"),
-    }
+    let acl = Acl {
+        principal,
+        resource_type: rt,
+        name,
+        pattern_type: pt,
+        op,
+        permission: perm,
+    };
+    create_acl(w, ADMIN, acl);
 }
 
 /// Alice may do `op` on the resource named `name` exactly.

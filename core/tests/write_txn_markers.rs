@@ -6,18 +6,15 @@
 
 mod support;
 
-use doze_core::io::Input;
-use doze_core::security::acl::{pattern, permission, resource, AuthorizerConfig, Op};
-use doze_core::security::{Listener, SecurityProtocol};
+use doze_core::security::acl::{pattern, permission, resource, Op};
 use doze_core::BrokerConfig;
-use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use support::authz::*;
 use support::requests::*;
 use support::txn::*;
 use support::*;
@@ -393,54 +390,28 @@ const ADMIN: u64 = 99;
 const ALICE: u64 = 1;
 const BOB: u64 = 2;
 
-/// `conn` comes in on a TLS listener whose certificate names `principal`.
-fn connect(w: &mut World, conn: u64, principal: &str) {
-    w.input(Input::Connected {
-        conn,
-        client_host: "/127.0.0.1".into(),
-        listener: Listener {
-            name: "SSL".into(),
-            protocol: SecurityProtocol::Ssl,
-            tls_principal: Some(principal.into()),
-        },
-    });
-}
-
 /// The admin allows `principal` `op` on the cluster.
 fn allow_on_cluster(w: &mut World, principal: &str, op: Op) {
-    let s = |v: &str| StrBytes::from_string(v.to_string());
-    let creation = AclCreation::default()
-        .with_resource_type(resource::CLUSTER)
-        .with_resource_name(s("kafka-cluster"))
-        .with_resource_pattern_type(pattern::LITERAL)
-        .with_principal(s(principal))
-        .with_host(s("*"))
-        .with_operation(op.code())
-        .with_permission_type(permission::ALLOW);
-    w.send(
-        ADMIN,
-        3,
-        &CreateAclsRequest::default().with_creations(vec![creation]),
-    );
-    match w.recv(ADMIN) {
-        Some((_, ResponseKind::CreateAcls(r))) => assert_eq!(r.results[0].error_code, NONE),
-        other => panic!("expected a CreateAcls answer, got {other:?}"),
-    }
+    let acl = Acl {
+        principal,
+        resource_type: resource::CLUSTER,
+        name: "kafka-cluster",
+        pattern_type: pattern::LITERAL,
+        op,
+        permission: permission::ALLOW,
+    };
+    create_acl(w, ADMIN, acl);
 }
 
 #[test]
 fn cluster_action_or_alter_on_the_cluster_is_needed() {
     let mut w = World::new(BrokerConfig {
-        authorizer: AuthorizerConfig {
-            enabled: true,
-            super_users: vec!["User:admin".into()],
-            allow_if_no_acl: false,
-        },
+        authorizer: authorizer_on(),
         ..Default::default()
     });
-    connect(&mut w, ADMIN, "User:admin");
-    connect(&mut w, ALICE, "User:alice");
-    connect(&mut w, BOB, "User:bob");
+    connect_as(&mut w, ADMIN, "User:admin");
+    connect_as(&mut w, ALICE, "User:alice");
+    connect_as(&mut w, BOB, "User:bob");
     create_topic(&mut w, "a", 1);
     create_topic(&mut w, "b", 1);
     let (pid, epoch) = hang(&mut w, ADMIN, "t", 2);

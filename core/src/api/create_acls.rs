@@ -14,7 +14,7 @@ use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
-use crate::security::acl::{self, resource, AclBinding, Op};
+use crate::security::acl::{self, AclBinding, Op};
 use crate::security::store;
 
 pub struct PendingCreateAcls {
@@ -30,19 +30,7 @@ fn result(code: i16, message: Option<String>) -> AclCreationResult {
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateAclsRequest) {
-    let refusal = if !b.authorizer_enabled() {
-        Some((
-            ResponseError::SecurityDisabled,
-            "No Authorizer is configured.",
-        ))
-    } else if !b.authorized(&ctx, Op::Alter, resource::CLUSTER, "kafka-cluster") {
-        Some((
-            ResponseError::ClusterAuthorizationFailed,
-            "Cluster authorization failed.",
-        ))
-    } else {
-        None
-    };
+    let refusal = b.acl_admin_refusal(&ctx, Op::Alter);
     let mut response = CreateAclsResponse::default();
     let mut bindings = Vec::new();
     for c in req.creations {

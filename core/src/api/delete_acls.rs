@@ -18,7 +18,7 @@ use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
-use crate::security::acl::{resource, AclBinding, AclFilter, Op};
+use crate::security::acl::{AclBinding, AclFilter, Op};
 use crate::security::store;
 
 pub struct PendingDeleteAcls {
@@ -28,19 +28,7 @@ pub struct PendingDeleteAcls {
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteAclsRequest) {
-    let refusal = if !b.authorizer_enabled() {
-        Some((
-            ResponseError::SecurityDisabled,
-            "No Authorizer is configured.",
-        ))
-    } else if !b.authorized(&ctx, Op::Alter, resource::CLUSTER, "kafka-cluster") {
-        Some((
-            ResponseError::ClusterAuthorizationFailed,
-            "Cluster authorization failed.",
-        ))
-    } else {
-        None
-    };
+    let refusal = b.acl_admin_refusal(&ctx, Op::Alter);
     let mut response = DeleteAclsResponse::default();
     let mut taken: BTreeSet<AclBinding> = BTreeSet::new();
     for f in req.filters {

@@ -12,26 +12,13 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeAclsResource};
 use kafka_protocol::messages::{DescribeAclsRequest, DescribeAclsResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
-use crate::security::acl::{resource, AclFilter, Op};
+use crate::security::acl::{AclFilter, Op};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeAclsRequest) {
-    let refusal = if !b.authorizer_enabled() {
-        Some((
-            ResponseError::SecurityDisabled,
-            "No Authorizer is configured.",
-        ))
-    } else if !b.authorized(&ctx, Op::Describe, resource::CLUSTER, "kafka-cluster") {
-        Some((
-            ResponseError::ClusterAuthorizationFailed,
-            "Cluster authorization failed.",
-        ))
-    } else {
-        None
-    };
+    let refusal = b.acl_admin_refusal(&ctx, Op::Describe);
     if let Some((error, message)) = refusal {
         let response = DescribeAclsResponse::default()
             .with_error_code(error.code())

@@ -218,6 +218,35 @@ impl Broker {
         &mut self.security
     }
 
+    /// Why an ACL request (CreateAcls, DeleteAcls, DescribeAcls) is refused
+    /// before it is looked at: no authorizer (SECURITY_DISABLED, as Kafka
+    /// without one answers), or `op` on the cluster not allowed.
+    pub(crate) fn acl_admin_refusal(
+        &self,
+        ctx: &RequestCtx,
+        op: Op,
+    ) -> Option<(kafka_protocol::ResponseError, &'static str)> {
+        use kafka_protocol::ResponseError;
+        if !self.authorizer_enabled() {
+            Some((
+                ResponseError::SecurityDisabled,
+                "No Authorizer is configured.",
+            ))
+        } else if !self.authorized(
+            ctx,
+            op,
+            crate::security::acl::resource::CLUSTER,
+            "kafka-cluster",
+        ) {
+            Some((
+                ResponseError::ClusterAuthorizationFailed,
+                "Cluster authorization failed.",
+            ))
+        } else {
+            None
+        }
+    }
+
     pub(crate) fn authorizer_enabled(&self) -> bool {
         self.config.authorizer.enabled
     }

@@ -3,6 +3,7 @@
 //! the Kafka protocol through kafka-protocol's real codecs.
 #![allow(dead_code)]
 
+pub mod authz;
 pub mod requests;
 pub mod txn;
 
