@@ -21,7 +21,49 @@ pub struct Settings {
     pub broker: BrokerConfig,
     /// For the listeners.
     pub net: NetSettings,
+    /// One line for each property accepted but ignored (`KAFKA_ONLY`).
+    pub warnings: Vec<String>,
+    /// `controller.listener.names`: listeners not to open.
+    controller_listeners: Vec<String>,
 }
+
+/// Properties of a stock Kafka `server.properties` that mean nothing to one
+/// doze node (KRaft roles and quorum, thread pools, socket buffers, the
+/// replication of internal topics doze does not have, ZooKeeper): accepted
+/// with one warning line each, so a Kafka user's file loads. Any other
+/// unknown key is still refused with its line number.
+pub const KAFKA_ONLY: &[&str] = &[
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+    "inter.broker.listener.name",
+    "num.network.threads",
+    "num.io.threads",
+    "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir",
+    "background.threads",
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "socket.request.max.bytes",
+    "log.dirs",
+    "log.dir",
+    "metadata.log.dir",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "offsets.topic.replication.factor",
+    "offsets.topic.num.partitions",
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr",
+    "transaction.state.log.num.partitions",
+    "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+    "default.replication.factor",
+    "min.insync.replicas",
+    "delete.topic.enable",
+    "zookeeper.connect",
+    "zookeeper.connection.timeout.ms",
+];
 
 /// The settings the core never sees: where to listen, how, and the TLS
 /// material. Kept as given; `NetSettings::plan` checks them together once
@@ -323,9 +365,10 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Settings, String> {
         let pairs =
             parse_properties(&text).map_err(|e| format!("config file {}: {e}", path.display()))?;
         for (line, key, value) in pairs {
+            let at = format!("config file {} line {line}", path.display());
             settings
-                .set(&key, &value)
-                .map_err(|e| format!("config file {} line {line}: {e}", path.display()))?;
+                .set_or_warn(&key, &value, &at)
+                .map_err(|e| format!("{at}: {e}"))?;
         }
     }
     for set in sets {
@@ -333,13 +376,54 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Settings, String> {
             .split_once('=')
             .ok_or_else(|| format!("--set expects KEY=VALUE, got {set:?}"))?;
         settings
-            .set(key.trim(), value.trim())
+            .set_or_warn(key.trim(), value.trim(), &format!("--set {set}"))
             .map_err(|e| format!("--set {set}: {e}"))?;
     }
+    settings.drop_controller_listeners();
     Ok(settings)
 }
 
 impl Settings {
+    /// A setting, or for a `KAFKA_ONLY` key a warning (`at` says where).
+    fn set_or_warn(&mut self, key: &str, value: &str, at: &str) -> Result<(), String> {
+        if KAFKA_ONLY.contains(&key) {
+            if key == "controller.listener.names" {
+                self.controller_listeners = value
+                    .split(',')
+                    .map(|n| n.trim().to_ascii_uppercase())
+                    .filter(|n| !n.is_empty())
+                    .collect();
+            }
+            let hint = match key {
+                "log.dirs" | "log.dir" | "metadata.log.dir" => " (doze uses --data-dir)",
+                _ => "",
+            };
+            self.warnings.push(format!(
+                "{at}: {key} means nothing on one doze node; ignored{hint}"
+            ));
+            return Ok(());
+        }
+        self.set(key, value)
+    }
+
+    /// The listeners `controller.listener.names` names are KRaft's
+    /// controller's: doze has none, so they are not opened.
+    fn drop_controller_listeners(&mut self) {
+        if self.controller_listeners.is_empty() {
+            return;
+        }
+        let controllers = std::mem::take(&mut self.controller_listeners);
+        if let Some(list) = self.net.listeners.as_mut() {
+            list.retain(|e| !controllers.contains(&e.name));
+        }
+        self.net
+            .advertised_listeners
+            .retain(|e| !controllers.contains(&e.name));
+        if self.net.listeners.as_ref().is_some_and(|l| l.is_empty()) {
+            self.net.listeners = None;
+        }
+    }
+
     /// One setting: the network layer's, or the core's.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         if self.net.set(key, value)? {
@@ -439,6 +523,69 @@ impl fmt::Display for HostPort {
 
 #[cfg(test)]
 mod tests {
+    /// The settings of Kafka 4.x's stock KRaft `config/server.properties`,
+    /// in its order: it loads, each property that means nothing here gives
+    /// one warning, the controller's listener is not opened.
+    #[test]
+    fn a_stock_kafka_server_properties_loads_with_warnings() {
+        let stock = "\
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+";
+        let dir = std::env::temp_dir().join(format!("doze-stock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("server.properties");
+        std::fs::write(&file, stock).unwrap();
+        let settings = load(Some(&file), &[]).expect("a stock server.properties loads");
+        assert_eq!(settings.warnings.len(), 16, "{:#?}", settings.warnings);
+        assert!(settings.warnings[0]
+            .ends_with("line 1: process.roles means nothing on one doze node; ignored"));
+        assert!(settings
+            .warnings
+            .iter()
+            .any(|w| w.contains("log.dirs") && w.contains("--data-dir")));
+        let listen = HostPort::from_str("127.0.0.1:9092").unwrap();
+        let planned = settings.net.plan(&listen).unwrap();
+        let names: Vec<&str> = planned.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["PLAINTEXT"],
+            "the controller's listener is not opened"
+        );
+        assert_eq!(settings.broker.segment_bytes, 1073741824);
+
+        // A misspelt property is still refused, with its line.
+        std::fs::write(&file, format!("{stock}log.segmnet.bytes=1\n")).unwrap();
+        let err = load(Some(&file), &[]).unwrap_err();
+        assert!(
+            err.contains("line 25") && err.contains("log.segmnet.bytes"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     use super::*;
 
     #[test]

@@ -183,7 +183,12 @@ fn main() -> ExitCode {
         Ok((settings, plan))
     });
     let (settings, plan) = match plan {
-        Ok(plan) => plan,
+        Ok((settings, plan)) => {
+            for w in &settings.warnings {
+                eprintln!("doze-kafka: warning: {w}");
+            }
+            (settings, plan)
+        }
         Err(e) => {
             eprintln!("doze-kafka: error: {e}");
             return ExitCode::from(2);
@@ -231,6 +236,7 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
     let Settings {
         broker: mut settings,
         net,
+        ..
     } = settings;
     // The TLS material is read before anything is bound or locked: a bad
     // certificate file stops the start as early as a bad setting.
