@@ -49,16 +49,31 @@ const PLAIN: Producer = Producer {
 type Written = (i64, String, Option<String>);
 
 fn put(w: &mut World, key: &str, value: Option<&str>) -> i64 {
+    put_as(w, PLAIN, key, value)
+}
+
+/// One record from `producer` (plain, or a transaction's): its offset.
+fn put_as(w: &mut World, producer: Producer, key: &str, value: Option<&str>) -> i64 {
     let b = keyed_batch(
         &[(key.as_bytes(), value.map(str::as_bytes))],
         w.now_ms,
         Compression::None,
-        PLAIN,
+        producer,
     );
     w.send(1, 9, &produce_req("c", 0, b, -1));
     let (err, offset) = produce_answer(w, 1).expect("produce answered");
     assert_eq!(err, 0);
     offset
+}
+
+/// A transactional producer's identity with the sequence of its next batch.
+fn txn_producer(id: i64, epoch: i16, sequence: i32) -> Producer {
+    Producer {
+        id,
+        epoch,
+        sequence,
+        transactional: true,
+    }
 }
 
 /// A record as a read_uncommitted consumer sees it.
@@ -298,21 +313,8 @@ fn aborted_transactions_go_and_markers_follow() {
         for i in 0..3 {
             let key = format!("k{}", (round * 3 + i) % 7);
             let value = format!("t{round}-{i}-{}", "y".repeat(40));
-            let b = keyed_batch(
-                &[(key.as_bytes(), Some(value.as_bytes()))],
-                w.now_ms,
-                Compression::None,
-                Producer {
-                    id: pid,
-                    epoch,
-                    sequence: seq,
-                    transactional: true,
-                },
-            );
+            let offset = put_as(&mut w, txn_producer(pid, epoch, seq), &key, Some(&value));
             seq += 1;
-            w.send(1, 9, &produce_req("c", 0, b, -1));
-            let (e, offset) = produce_answer(&mut w, 1).unwrap();
-            assert_eq!(e, 0);
             if commit {
                 written.push((offset, key, Some(value)));
             } else {
@@ -382,19 +384,12 @@ fn an_open_transaction_bounds_the_pass() {
         add_partitions(&mut w, 5, "open", pid, epoch, &[("c", 0)]),
         vec![0]
     );
-    let b = keyed_batch(
-        &[(b"k1".as_slice(), Some(b"open-value".as_slice()))],
-        w.now_ms,
-        Compression::None,
-        Producer {
-            id: pid,
-            epoch,
-            sequence: 0,
-            transactional: true,
-        },
+    let lso = put_as(
+        &mut w,
+        txn_producer(pid, epoch, 0),
+        "k1",
+        Some("open-value"),
     );
-    w.send(1, 9, &produce_req("c", 0, b, -1));
-    let (_, lso) = produce_answer(&mut w, 1).unwrap();
     let before_lso = written.len();
     overwrite(&mut w, &mut written, 120, 1);
     let all_before = read_all(&mut w, false);
@@ -564,21 +559,8 @@ fn committed_records_outlive_an_aborted_transactions_marker() {
         for i in 0..n {
             let key = format!("{tag}-{i:03}");
             let value = format!("{tag}-value-{}", "q".repeat(30));
-            let b = keyed_batch(
-                &[(key.as_bytes(), Some(value.as_bytes()))],
-                w.now_ms,
-                Compression::None,
-                Producer {
-                    id: pid,
-                    epoch,
-                    sequence: seq,
-                    transactional: true,
-                },
-            );
+            let offset = put_as(w, txn_producer(pid, epoch, seq), &key, Some(&value));
             seq += 1;
-            w.send(1, 9, &produce_req("c", 0, b, -1));
-            let (e, offset) = produce_answer(w, 1).unwrap();
-            assert_eq!(e, 0);
             if commit {
                 written.push((offset, key, Some(value)));
             }

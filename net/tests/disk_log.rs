@@ -7,76 +7,17 @@
 mod common;
 
 use bytes::{Bytes, BytesMut};
-use common::{Broker, Client};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use common::{create_topic, topic, Broker, Client};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
 
-fn topic(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
-fn create_topic(c: &mut Client, name: &str) {
-    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-        .with_name(topic(name))
-        .with_num_partitions(1)
-        .with_replication_factor(1)]);
-    match c.request(7, &req) {
-        ResponseKind::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0),
-        other => panic!("{other:?}"),
-    }
-}
-
 /// One batch of `values`, acks=all, no producer id; returns its base offset.
 fn produce(c: &mut Client, name: &str, values: &[String]) -> i64 {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, value)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(Bytes::from(value.clone())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(topic(name))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(buf.freeze()))])]);
-    match c.request(9, &req) {
-        ResponseKind::Produce(r) => {
-            let p = &r.responses[0].partition_responses[0];
-            assert_eq!(p.error_code, 0, "{:?}", p.error_message);
-            p.base_offset
-        }
-        other => panic!("{other:?}"),
-    }
+    let values: Vec<Bytes> = values.iter().map(|v| Bytes::from(v.clone())).collect();
+    common::produce(c, name, &values)
 }
 
 /// One Fetch of partition 0 from `offset`: (error code, high watermark,

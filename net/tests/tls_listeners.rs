@@ -16,16 +16,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use common::{Broker, Client};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use bytes::Bytes;
+use common::{create_topic, produce, topic, Broker, Client};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
@@ -187,67 +182,12 @@ fn describe_acls<S: Read + std::io::Write>(c: &mut Client<S>) -> i16 {
     }
 }
 
-fn topic(s: &str) -> TopicName {
-    TopicName(StrBytes::from_string(s.to_string()))
-}
-
 /// Creates `name`, produces `values` to it (acks=all) and fetches them
 /// back, all over `c`: request and response frames far larger than one TLS
 /// record, and a Fetch whose records the broker reads from the segment file.
 fn produce_and_fetch<S: Read + std::io::Write>(c: &mut Client<S>, name: &str, values: &[Bytes]) {
-    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
-        .with_name(topic(name))
-        .with_num_partitions(1)
-        .with_replication_factor(1)]);
-    match c.request(7, &req) {
-        ResponseKind::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0),
-        other => panic!("{other:?}"),
-    }
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, value)| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32,
-            timestamp: 1_700_000_000_000,
-            key: None,
-            value: Some(value.clone()),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut batch = BytesMut::new();
-    let options = RecordEncodeOptions {
-        version: 2,
-        compression: Compression::None,
-    };
-    RecordBatchEncoder::encode(&mut batch, &records, &options).unwrap();
-    let req = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(topic(name))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(batch.freeze()))])]);
-    match c.request(9, &req) {
-        ResponseKind::Produce(r) => {
-            let p = &r.responses[0].partition_responses[0];
-            assert_eq!(
-                (p.error_code, p.base_offset),
-                (0, 0),
-                "{:?}",
-                p.error_message
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    create_topic(c, name);
+    assert_eq!(produce(c, name, values), 0);
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_wait_ms(0)

@@ -231,3 +231,73 @@ impl<S: Read + Write> Client<S> {
         Some(ResponseKind::decode(key, &mut frame, version).unwrap())
     }
 }
+
+/// A topic name for a request.
+pub fn topic(s: &str) -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// Creates `name` with one partition; it must succeed.
+pub fn create_topic<S: Read + Write>(c: &mut Client<S>, name: &str) {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    let req = kafka_protocol::messages::CreateTopicsRequest::default().with_topics(vec![
+        CreatableTopic::default()
+            .with_name(topic(name))
+            .with_num_partitions(1)
+            .with_replication_factor(1),
+    ]);
+    match c.request(7, &req) {
+        ResponseKind::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One batch of `values` to partition 0 of `name`, acks=all, no producer
+/// id; it must succeed. Returns its base offset.
+pub fn produce<S: Read + Write>(c: &mut Client<S>, name: &str, values: &[Bytes]) -> i64 {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, value)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(value.clone()),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+    let req = kafka_protocol::messages::ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(topic(name))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(buf.freeze()))])]);
+    match c.request(9, &req) {
+        ResponseKind::Produce(r) => {
+            let p = &r.responses[0].partition_responses[0];
+            assert_eq!(p.error_code, 0, "{:?}", p.error_message);
+            p.base_offset
+        }
+        other => panic!("{other:?}"),
+    }
+}
