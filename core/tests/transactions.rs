@@ -4,6 +4,7 @@
 mod support;
 
 use doze_core::BrokerConfig;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::*;
 use support::requests::*;
 use support::txn::*;
@@ -252,7 +253,7 @@ fn decision_table() {
 }
 
 #[test]
-fn end_txn_is_answered_only_after_markers_are_durable_and_the_record_complete() {
+fn end_txn_is_answered_once_the_decision_and_markers_are_durable() {
     let mut w = world();
     let (pid, epoch) = open_txn(&mut w, "t", 1);
     w.auto_io = false;
@@ -268,14 +269,79 @@ fn end_txn_is_answered_only_after_markers_are_durable_and_the_record_complete() 
         end_txn_answer(&mut w, 1).is_none(),
         "markers not yet durable"
     );
-    w.complete_io(); // markers durable → Complete record written
-    assert_eq!(w.pending_meta.len(), 1);
-    assert!(
-        end_txn_answer(&mut w, 1).is_none(),
-        "Complete not yet stored"
+    w.complete_io(); // markers durable: answered, Complete record submitted
+    assert_eq!(
+        end_txn_answer(&mut w, 1),
+        Some(NONE),
+        "two durable steps: the decision and the markers"
     );
+    assert_eq!(
+        w.pending_meta.len(),
+        1,
+        "the Complete record is being stored"
+    );
+    // The producer's next transaction starts at once: its request waits for
+    // the Complete record instead of being refused CONCURRENT_TRANSACTIONS.
+    w.send(
+        1,
+        3,
+        &AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(tid("t"))
+            .with_v3_and_below_producer_id(ProducerId(pid))
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name("a"))
+                .with_partitions(vec![0])]),
+    );
+    assert!(w.recv(1).is_none(), "waits for the Complete record");
+    w.complete_io(); // Complete stored; the waiting request runs and stores Ongoing
+    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
     w.complete_io();
+    match w.recv(1) {
+        Some((_, ResponseKind::AddPartitionsToTxn(r))) => {
+            let p = &r.results_by_topic_v3_and_below[0].results_by_partition[0];
+            assert_eq!(p.partition_error_code, NONE);
+        }
+        other => panic!("expected AddPartitionsToTxn answer, got {other:?}"),
+    }
+    assert_eq!(state_of(&mut w, "t").0, "Ongoing");
+}
+
+#[test]
+fn a_power_cut_after_end_txn_before_the_complete_record_keeps_the_commit_and_its_offsets() {
+    let mut w = world();
+    let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
+    assert_eq!(
+        add_partitions(&mut w, 1, "t", pid, epoch, &[("a", 0), ("b", 0)]),
+        vec![NONE, NONE]
+    );
+    write(&mut w, pid, epoch, 0, 2);
+    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 9),
+        NONE
+    );
+    w.auto_io = false;
+    send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
+    w.complete_io(); // decision (with the staged offset) stored
+    w.complete_io(); // markers durable
     assert_eq!(end_txn_answer(&mut w, 1), Some(NONE));
+    assert_eq!(w.pending_meta.len(), 1, "Complete record not yet stored");
+    w.auto_io = true;
+    w.restart(true); // the Complete write is lost
+    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
+    assert_eq!(
+        committed(&mut w, "g"),
+        9,
+        "the commit's offset was stored with the decision"
+    );
+    // The stored decision is carried out again at start-up, so the marker
+    // is written a second time (as Kafka's coordinator resends the markers
+    // of a PrepareCommit it loads); the second finds nothing open. The LSO
+    // (read_committed latest) is the log end: nothing is held back.
+    let log = w.broker.partition("a", 0).unwrap();
+    assert_eq!(log.log_end_offset(), 4);
+    assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 4);
 }
 
 #[test]
@@ -343,13 +409,24 @@ fn a_failed_complete_write_is_retried_and_the_commit_stands() {
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     w.complete_io(); // decision
-    w.complete_io(); // markers durable, Complete write emitted
+    w.complete_io(); // markers durable, EndTxn answered, Complete write emitted
+    assert_eq!(end_txn_answer(&mut w, 1), Some(NONE));
     w.fail_next_meta = true;
     w.complete_io(); // Complete write fails
-    assert_eq!(end_txn_answer(&mut w, 1), Some(CONCURRENT_TRANSACTIONS));
+    assert_eq!(
+        state_of(&mut w, "t").0,
+        "PrepareCommit",
+        "memory follows meta.db"
+    );
+    assert_eq!(
+        end_txn(&mut w, 2, "t", pid, epoch, true),
+        Some(CONCURRENT_TRANSACTIONS),
+        "while the coordinator retries"
+    );
     w.auto_io = true;
     w.advance(doze_core::limits::TXN_RETRY_BACKOFF_MS);
     assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
+    assert_eq!(end_txn(&mut w, 2, "t", pid, epoch, true), Some(NONE));
 }
 
 #[test]

@@ -35,7 +35,8 @@ pub enum FaultKind {
     /// (PrepareCommit / PrepareAbort) is stored, before its markers are durable.
     PowerCutAfterDecision,
     /// Armed: the power goes as the Complete record is issued, after the
-    /// markers are durable and before the transaction is recorded complete.
+    /// markers are durable and EndTxn answered, before the transaction is
+    /// recorded complete (start-up carries the stored decision out again).
     PowerCutAfterMarkers,
     /// Armed: a crash while the next fsync covering a marker is in flight.
     CrashDuringMarkerSync,

@@ -109,7 +109,34 @@ fn admin_topics(request: &RequestKind) -> Option<Vec<String>> {
     })
 }
 
+/// The transactional ids a transactional request names.
+fn txn_ids(request: &RequestKind) -> Vec<&str> {
+    match request {
+        RequestKind::InitProducerId(r) => {
+            r.transactional_id.iter().map(|id| id.0.as_str()).collect()
+        }
+        RequestKind::AddPartitionsToTxn(r) => {
+            std::iter::once(r.v3_and_below_transactional_id.0.as_str())
+                .chain(r.transactions.iter().map(|t| t.transactional_id.0.as_str()))
+                .collect()
+        }
+        RequestKind::AddOffsetsToTxn(r) => vec![r.transactional_id.0.as_str()],
+        RequestKind::TxnOffsetCommit(r) => vec![r.transactional_id.0.as_str()],
+        RequestKind::EndTxn(r) => vec![r.transactional_id.0.as_str()],
+        _ => Vec::new(),
+    }
+}
+
 pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
+    // An id whose EndTxn was answered while its Complete record is still
+    // being stored: its next request waits for that write (txn/complete.rs
+    // says why), and runs again when a meta.db write completes.
+    let settling = txn_ids(&request)
+        .into_iter()
+        .any(|id| b.txns().get(id).is_some_and(|e| e.settling()));
+    if settling {
+        return b.defer_until_stored(ctx, request);
+    }
     if let Some(names) = admin_topics(&request) {
         // A v6 DeleteTopics by id is resolved when it runs; any change in
         // flight defers it, to keep the order simple.
@@ -117,7 +144,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         let topics = b.topics();
         let busy = names.iter().any(|n| topics.is_busy(n)) || (by_id && topics.busy_count() > 0);
         if busy {
-            return b.defer_admin(ctx, request);
+            return b.defer_until_stored(ctx, request);
         }
     }
     match request {

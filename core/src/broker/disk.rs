@@ -117,8 +117,8 @@ impl Broker {
             MetaAction::Checkpoint(p) => self.checkpoint_written(p, stored),
             MetaAction::CheckpointDropped(key) => recovery::checkpoint_dropped(self, key, stored),
         }
-        // Admin requests that waited for this change run again, in arrival order.
-        self.run_deferred_admin();
+        // Requests that waited for a meta.db change run again, in arrival order.
+        self.run_deferred();
     }
 
     /// Asks the driver for a range of a segment file; `Input::ReadDone` answers.

@@ -68,7 +68,7 @@ pub struct Broker {
     /// Meta.db writes in flight and what to do when each completes.
     pending_meta: BTreeMap<IoId, MetaAction>,
     /// Admin requests waiting for a topic's meta.db change in flight.
-    deferred_admin: Vec<(RequestCtx, RequestKind)>,
+    deferred: Vec<(RequestCtx, RequestKind)>,
     /// Produce requests waiting for their data to be durable.
     pending_produces: Vec<api::produce::PendingProduce>,
     /// WriteTxnMarkers requests waiting for their markers to be durable.
@@ -128,7 +128,7 @@ impl Broker {
             dirty: BTreeSet::new(),
             sync_in_flight: None,
             pending_meta: BTreeMap::new(),
-            deferred_admin: Vec::new(),
+            deferred: Vec::new(),
             pending_produces: Vec::new(),
             pending_markers: Vec::new(),
             waiting_fetches: Vec::new(),

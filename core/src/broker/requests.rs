@@ -110,7 +110,7 @@ impl Broker {
         }
         self.reading.forget_conn(conn);
         self.waiting_fetches.retain(|f| f.ctx.conn != conn);
-        self.deferred_admin.retain(|(ctx, _)| ctx.conn != conn);
+        self.deferred.retain(|(ctx, _)| ctx.conn != conn);
     }
 
     /// Sends `response` for request `ctx`, after every earlier request of the

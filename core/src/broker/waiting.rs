@@ -20,16 +20,18 @@ use crate::producer::ids::{ProducerIdsRecord, META_KEY};
 use crate::request::RequestCtx;
 
 impl Broker {
-    // ---- admin requests waiting for a topic change --------------------------
+    // ---- requests waiting for a meta.db change --------------------------------
 
-    /// Parks an admin request until the topic change in flight is stored.
-    pub(crate) fn defer_admin(&mut self, ctx: RequestCtx, request: RequestKind) {
-        self.deferred_admin.push((ctx, request));
+    /// Parks a request until a meta.db change in flight is stored: an admin
+    /// request for a topic being changed, or a transactional request for an
+    /// id whose Complete record is being stored.
+    pub(crate) fn defer_until_stored(&mut self, ctx: RequestCtx, request: RequestKind) {
+        self.deferred.push((ctx, request));
     }
 
     /// Dispatches again, in arrival order, the admin requests that waited.
-    pub(super) fn run_deferred_admin(&mut self) {
-        for (ctx, request) in std::mem::take(&mut self.deferred_admin) {
+    pub(super) fn run_deferred(&mut self) {
+        for (ctx, request) in std::mem::take(&mut self.deferred) {
             api::dispatch(self, ctx, request);
         }
     }

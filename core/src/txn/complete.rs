@@ -4,9 +4,24 @@
 //! 1. a marker is appended to every partition the transaction added;
 //! 2. every one of those partitions is synced (whoever appended what: the
 //!    broker's one sync covers every partition dirtied before it);
-//! 3. for a commit, the staged offsets are stored, in the same meta.db batch
-//!    that records the transaction complete;
-//! 4. only then are the waiting EndTxn requests answered with success.
+//! 3. the waiting EndTxn requests are answered with success, and the
+//!    Complete record is stored, with a commit's staged offsets in the same
+//!    meta.db batch.
+//!
+//! Why the answer does not wait for step 3: everything the answer promises
+//! is already on disk. The stored decision carries the commit's staged
+//! offsets (TxnOffsetCommit stores them in the id's record, as Kafka stages
+//! them in `__consumer_offsets` before the marker), and the markers are
+//! synced; a crash before the Complete record lands finds the decision at
+//! start-up and carries it out again (`txn::boot`), offsets included. So one
+//! commit costs two durable steps (the decision, the markers), not three.
+//! Until the Complete record is stored the id stays busy: its next request
+//! (the producer's AddPartitionsToTxn, InitProducerId, ...) waits for the
+//! write instead of being refused (`TxnEntry::settling`, api::dispatch), so
+//! the id's next state change is stored after it, and the meta.db queue keeps
+//! them in that order. OffsetFetch with require_stable answers
+//! UNSTABLE_OFFSET_COMMIT for the staged offsets meanwhile, as Kafka does
+//! while a commit's markers are pending.
 //!
 //! A marker cut away by a failed sync, a partition offline after a failed
 //! read, or a failed meta.db write, leaves the decision standing: the waiting EndTxn requests are answered
@@ -34,7 +49,8 @@ use crate::topics::PartitionKey;
 enum Phase {
     /// Markers appended (or to append); waiting for them to be durable.
     Markers,
-    /// The Complete record (and a commit's offsets) is being stored.
+    /// The markers are durable and EndTxn answered; the Complete record
+    /// (and a commit's offsets) is being stored.
     Storing,
     /// Something failed; try again at this time.
     RetryAt(i64),
@@ -50,6 +66,12 @@ pub struct Completion {
 }
 
 impl Completion {
+    /// Answered, with the Complete record still being stored: the id's next
+    /// request waits for that write rather than being refused.
+    pub fn settling(&self) -> bool {
+        self.phase == Phase::Storing
+    }
+
     /// The time of the next retry, if one is scheduled.
     pub fn retry_at_ms(&self) -> Option<i64> {
         match self.phase {
@@ -222,7 +244,17 @@ fn store_complete(b: &mut Broker, id: &str) {
     for (group, tp, _) in &applied {
         b.groups_mut().offsets.begin_write(group, tp);
     }
+    let (pid, epoch) = (old.producer_id, old.producer_epoch);
     write::store(b, id, record, ops, Then::Completed { applied });
+    // Markers durable, decision (and a commit's offsets) stored: the
+    // outcome survives any crash from here on, so EndTxn is answered now.
+    let responders = std::mem::take(&mut completion_mut(b, id).responders);
+    for ctx in responders {
+        let response = EndTxnResponse::default()
+            .with_producer_id(ProducerId(pid))
+            .with_producer_epoch(epoch);
+        b.respond(&ctx, ResponseKind::EndTxn(response));
+    }
 }
 
 /// The Complete record is stored (or not): finish, or retry.
@@ -244,15 +276,11 @@ pub(crate) fn completed(
         // Markers are durable; only the record failed: retry storing it.
         return retry_later(b, id);
     }
-    let record = &b.txns().get(id).expect("exists").record;
-    let (pid, epoch) = (record.producer_id, record.producer_epoch);
     let completion = b.txns_mut().end_completion(id);
-    for ctx in completion.responders {
-        let response = EndTxnResponse::default()
-            .with_producer_id(ProducerId(pid))
-            .with_producer_epoch(epoch);
-        b.respond(&ctx, ResponseKind::EndTxn(response));
-    }
+    assert!(
+        completion.responders.is_empty(),
+        "EndTxn is answered when the Complete record is submitted"
+    );
 }
 
 fn retry_later(b: &mut Broker, id: &str) {

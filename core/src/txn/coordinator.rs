@@ -27,6 +27,13 @@ impl TxnEntry {
     pub fn busy(&self) -> bool {
         self.write_in_flight || self.completion.is_some()
     }
+
+    /// EndTxn was answered and the Complete record is being stored: a
+    /// request for this id waits for that write (one meta.db write at most)
+    /// instead of being answered CONCURRENT_TRANSACTIONS.
+    pub fn settling(&self) -> bool {
+        self.completion.as_ref().is_some_and(|c| c.settling())
+    }
 }
 
 #[derive(Default)]
