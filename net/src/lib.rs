@@ -10,6 +10,7 @@
 
 pub mod alloc;
 pub mod boot;
+pub mod client;
 pub mod config;
 pub mod conn;
 pub mod datadir;
