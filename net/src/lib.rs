@@ -26,4 +26,5 @@ pub mod server;
 pub mod simstore;
 pub mod storage;
 pub mod tls;
+pub mod tools;
 pub mod users;

@@ -3,6 +3,8 @@
 //! the admin's abort of a hanging transaction (WriteTxnMarkers), as Kafka's
 //! Admin client does them (KIP-664).
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::describe_producers_request::TopicRequest;
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
@@ -187,38 +189,70 @@ impl<C: Connector> Client<C> {
         &mut self,
         tp: &TopicPartition,
     ) -> Result<Vec<ProducerState>, Error> {
-        let leader = self.leader(tp).await?;
-        let req = DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
-            .with_name(topic_name(&tp.topic))
-            .with_partition_indexes(vec![tp.partition])]);
-        let r = self.send(Target::Node(leader), &req).await?;
-        let Some(p) = r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == tp.partition)
-        else {
-            return Err(Error::Protocol {
-                addr: format!("broker {leader}"),
-                reason: format!("DescribeProducers did not answer partition {tp}"),
+        let mut all = self.describe_producers_of(std::slice::from_ref(tp)).await?;
+        match all.remove(tp) {
+            Some(Ok(producers)) => Ok(producers),
+            Some(Err(e)) => Err(Error::Kafka(e)),
+            None => unreachable!("describe_producers_of answers every partition asked"),
+        }
+    }
+
+    /// `describe_producers` of many partitions, one request per leader; a
+    /// partition that cannot be answered has its error instead.
+    pub async fn describe_producers_of(
+        &mut self,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Result<Vec<ProducerState>, KafkaError>>, Error> {
+        let mut out = BTreeMap::new();
+        let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+        for (tp, leader) in self.leaders(partitions).await? {
+            match leader {
+                Ok(id) => by_leader
+                    .entry(id)
+                    .or_default()
+                    .entry(tp.topic)
+                    .or_default()
+                    .push(tp.partition),
+                Err(e) => {
+                    out.insert(tp, Err(e));
+                }
+            }
+        }
+        for (leader, topics) in by_leader {
+            let req = DescribeProducersRequest::default().with_topics(
+                topics
+                    .iter()
+                    .map(|(topic, parts)| {
+                        TopicRequest::default()
+                            .with_name(topic_name(topic))
+                            .with_partition_indexes(parts.clone())
+                    })
+                    .collect(),
+            );
+            let r = self.send(Target::Node(leader), &req).await?;
+            for t in &r.topics {
+                for p in &t.partitions {
+                    let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+                    let about = format!("producers of partition {tp}");
+                    let result =
+                        match KafkaError::check(p.error_code, p.error_message.as_deref(), about) {
+                            Err(Error::Kafka(e)) => Err(e),
+                            _ => Ok(p.active_producers.iter().map(producer_state).collect()),
+                        };
+                    out.insert(tp, result);
+                }
+            }
+        }
+        for tp in partitions {
+            out.entry(tp.clone()).or_insert_with(|| {
+                Err(KafkaError {
+                    code: 3,
+                    message: Some("not in the answer".into()),
+                    about: format!("producers of partition {tp}"),
+                })
             });
-        };
-        KafkaError::check(
-            p.error_code,
-            p.error_message.as_deref(),
-            format!("producers of partition {tp}"),
-        )?;
-        Ok(p.active_producers
-            .iter()
-            .map(|s| ProducerState {
-                producer_id: s.producer_id.0,
-                producer_epoch: s.producer_epoch,
-                last_sequence: s.last_sequence,
-                last_timestamp: s.last_timestamp,
-                coordinator_epoch: Some(s.coordinator_epoch).filter(|&e| e >= 0),
-                current_txn_start_offset: Some(s.current_txn_start_offset).filter(|&o| o >= 0),
-            })
-            .collect())
+        }
+        Ok(out)
     }
 
     /// Writes an abort marker for `spec`'s producer on its partition, at the
@@ -255,5 +289,18 @@ impl<C: Connector> Client<C> {
             None,
             format!("abort marker on partition {tp}"),
         )
+    }
+}
+
+fn producer_state(
+    s: &kafka_protocol::messages::describe_producers_response::ProducerState,
+) -> ProducerState {
+    ProducerState {
+        producer_id: s.producer_id.0,
+        producer_epoch: s.producer_epoch,
+        last_sequence: s.last_sequence,
+        last_timestamp: s.last_timestamp,
+        coordinator_epoch: Some(s.coordinator_epoch).filter(|&e| e >= 0),
+        current_txn_start_offset: Some(s.current_txn_start_offset).filter(|&o| o >= 0),
     }
 }
