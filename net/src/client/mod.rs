@@ -373,6 +373,8 @@ mod tests {
         }
     }
 
+    // A real socket: not inside madsim's simulated network.
+    #[cfg(not(madsim))]
     #[tokio::test]
     async fn a_closed_port_is_a_connect_error() {
         // Bound and dropped: nothing listens there now.
