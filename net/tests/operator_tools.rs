@@ -981,3 +981,113 @@ fn transactions_open_hanging_find_and_abort() {
     );
     assert_eq!(still["state"], "Ongoing");
 }
+
+// --- SASL -------------------------------------------------------------------
+
+/// `doze-kafka users add NAME` into a stopped broker's data dir.
+fn add_user(data_dir: &Path, name: &str, mechanism: &str, password: &str) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
+        .args(["users", "add", name, "--mechanism", mechanism])
+        .args(["--password-stdin", "--data-dir"])
+        .arg(data_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn sasl_logins_from_a_command_config() {
+    let data_dir =
+        std::env::temp_dir().join(format!("doze-net-test-tools-sasl-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    add_user(&data_dir, "alice", "SCRAM-SHA-256", "alice-secret");
+    add_user(&data_dir, "bob", "SCRAM-SHA-512", "bob \"quoted\" secret");
+    let broker = Broker::start_on(
+        data_dir.clone(),
+        &["--set", "listeners=SASL_PLAINTEXT://127.0.0.1:0"],
+    );
+    let addr = broker.listener("SASL_PLAINTEXT");
+    let configs = data_dir.join("client-configs");
+    std::fs::create_dir_all(&configs).unwrap();
+    let config = |name: &str, mechanism: &str, module: &str, user: &str, password: &str| {
+        let path = configs.join(name);
+        let password = password.replace('"', "\\\"");
+        std::fs::write(
+            &path,
+            format!(
+                "security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n\
+                 sasl.jaas.config=org.apache.kafka.common.security.{module} required \\\n  \
+                 username=\"{user}\" password=\"{password}\";\n"
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let plain = config(
+        "plain",
+        "PLAIN",
+        "plain.PlainLoginModule",
+        "alice",
+        "alice-secret",
+    );
+    let scram256 = config(
+        "scram256",
+        "SCRAM-SHA-256",
+        "scram.ScramLoginModule",
+        "alice",
+        "alice-secret",
+    );
+    let scram512 = config(
+        "scram512",
+        "SCRAM-SHA-512",
+        "scram.ScramLoginModule",
+        "bob",
+        "bob \"quoted\" secret",
+    );
+    let wrong = config(
+        "wrong",
+        "SCRAM-SHA-256",
+        "scram.ScramLoginModule",
+        "alice",
+        "not-it",
+    );
+    let run = |config: &str, args: &[&str]| {
+        let mut all = vec!["topics", "--bootstrap-server", addr.as_str()];
+        all.extend(["--command-config", config]);
+        all.extend(args);
+        tool(&all)
+    };
+
+    let created = run(&plain, &["create", "--topic", "secured"]);
+    assert_eq!(created.code, 0, "{}", created.stderr);
+    assert_eq!(created.stdout, "Created topic secured.\n");
+    for config in [&plain, &scram256, &scram512] {
+        let listed = run(config, &["list"]);
+        assert_eq!(listed.code, 0, "{config}: {}", listed.stderr);
+        assert_eq!(listed.stdout, "secured\n");
+    }
+    let refused = run(&wrong, &["list"]);
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.stderr.contains("SASL_AUTHENTICATION_FAILED"),
+        "{}",
+        refused.stderr
+    );
+    // No login on a SASL listener: the broker closes the connection.
+    let started = Instant::now();
+    let anonymous = tool(&["topics", "--bootstrap-server", &addr, "list"]);
+    assert_eq!(anonymous.code, 1, "{}", anonymous.stderr);
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let unsupported = config("ssl", "PLAIN", "plain.PlainLoginModule", "a", "b");
+    std::fs::write(&unsupported, "security.protocol=SSL\n").unwrap();
+    assert_eq!(run(&unsupported, &["list"]).code, 2);
+}

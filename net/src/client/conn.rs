@@ -2,7 +2,8 @@
 //! AsyncWrite + Unpin`: a TCP stream, TLS over one, an in-process pipe).
 //!
 //! - Opening it asks ApiVersions, so that each later request goes at the
-//!   highest version both sides speak (`versions::negotiate`).
+//!   highest version both sides speak (`versions::negotiate`), then logs in
+//!   if the config has SASL credentials.
 //! - One request at a time: write the frame, read the answer, check its
 //!   correlation id. Every request is bounded by the request timeout.
 //! - A connection that timed out, failed or read something it could not
@@ -81,6 +82,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             .iter()
             .map(|k| (k.api_key, (k.min_version, k.max_version)))
             .collect();
+        if let Some(sasl) = &config.sasl {
+            super::sasl::login(&mut conn, sasl).await?;
+        }
         Ok(conn)
     }
 

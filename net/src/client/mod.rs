@@ -12,6 +12,8 @@
 //!   default, any `AsyncRead + AsyncWrite + Unpin` stream otherwise
 //!   (`Client::connect_with`).
 //! - Each API goes at the highest version both sides speak (`versions`).
+//! - With `ClientConfig::sasl`, each connection logs in (PLAIN or SCRAM)
+//!   right after ApiVersions (`sasl.rs`).
 //! - Everything is bounded in time: a connect by `connect_timeout`, each
 //!   request by `request_timeout`, and the retries of a coordinator that is
 //!   loading or moving by `request_timeout` in all.
@@ -28,6 +30,7 @@ mod conn;
 mod error;
 mod fetch;
 mod groups;
+mod sasl;
 mod topics;
 mod transactions;
 pub mod versions;
@@ -48,6 +51,7 @@ pub use groups::{
     CommittedOffset, Coordinator, CoordinatorKind, GroupDescription, GroupListing, GroupMember,
     OffsetSpec,
 };
+pub use sasl::{SaslConfig, SaslMechanism};
 pub use topics::{
     Broker, ClusterInfo, ConfigEntry, CreatedTopic, NewTopic, PartitionInfo, TopicInfo,
 };
@@ -70,6 +74,8 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// The largest answer accepted (a fetch's records are most of it).
     pub response_bytes_max: usize,
+    /// A SASL login on every connection (SASL_PLAINTEXT listeners).
+    pub sasl: Option<SaslConfig>,
 }
 
 impl Default for ClientConfig {
@@ -79,6 +85,7 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(10),
             request_timeout: Duration::from_secs(30),
             response_bytes_max: 128 * 1024 * 1024,
+            sasl: None,
         }
     }
 }

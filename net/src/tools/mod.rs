@@ -23,7 +23,7 @@ use std::time::Duration;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use crate::client::{self, Client, ClientConfig, TcpConnector};
+use crate::client::{self, Client, ClientConfig, SaslConfig, SaslMechanism, TcpConnector};
 
 /// How long a tool waits for a connection or an answer, unless told.
 pub const TIMEOUT_MS_DEFAULT: u64 = 30_000;
@@ -46,6 +46,13 @@ pub struct ConnectArgs {
     /// Bound on connecting and on each request, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = TIMEOUT_MS_DEFAULT, global = true)]
     pub timeout_ms: u64,
+
+    /// Kafka client properties: `security.protocol` (PLAINTEXT or
+    /// SASL_PLAINTEXT), `sasl.mechanism` (PLAIN, SCRAM-SHA-256,
+    /// SCRAM-SHA-512) and `sasl.jaas.config` (`... required username="U"
+    /// password="P";`), as Kafka's tools take them.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub command_config: Option<std::path::PathBuf>,
 }
 
 /// How a tool prints its answer.
@@ -103,14 +110,121 @@ pub async fn connect(args: &ConnectArgs) -> Result<Client, Failure> {
     if args.timeout_ms == 0 {
         return Err(Failure::Usage("--timeout-ms must be above 0".into()));
     }
+    let sasl = match &args.command_config {
+        Some(path) => command_config(path)?,
+        None => None,
+    };
     let timeout = Duration::from_millis(args.timeout_ms);
     let config = ClientConfig {
         client_id: "doze-kafka-tools".into(),
         connect_timeout: timeout.min(CONNECT_TIMEOUT_MAX),
         request_timeout: timeout,
+        sasl,
         ..ClientConfig::default()
     };
     Ok(Client::connect_with(TcpConnector, bootstrap, config).await?)
+}
+
+/// The SASL login a `--command-config` file asks for (None: PLAINTEXT).
+/// Properties the tools do not use are named on stderr and ignored.
+fn command_config(path: &std::path::Path) -> Result<Option<SaslConfig>, Failure> {
+    let usage = |why: String| Failure::Usage(format!("{}: {why}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| usage(e.to_string()))?;
+    let mut protocol = "PLAINTEXT".to_string();
+    let mut mechanism = None;
+    let mut jaas = None;
+    for (line, key, value) in crate::config::parse_properties(&text).map_err(usage)? {
+        match key.as_str() {
+            "security.protocol" => protocol = value.to_ascii_uppercase(),
+            "sasl.mechanism" => mechanism = Some(value),
+            "sasl.jaas.config" => jaas = Some(value),
+            other => eprintln!(
+                "doze-kafka: warning: {}:{line}: {other} is not used by these tools",
+                path.display()
+            ),
+        }
+    }
+    match protocol.as_str() {
+        "PLAINTEXT" => return Ok(None),
+        "SASL_PLAINTEXT" => {}
+        other => {
+            return Err(usage(format!(
+                "security.protocol {other} is not supported (PLAINTEXT or SASL_PLAINTEXT)"
+            )))
+        }
+    }
+    let mechanism = mechanism.unwrap_or_else(|| "GSSAPI".into());
+    let Some(mechanism) = SaslMechanism::from_name(&mechanism) else {
+        return Err(usage(format!(
+            "sasl.mechanism {mechanism} is not supported (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)"
+        )));
+    };
+    let Some(jaas) = jaas else {
+        return Err(usage("SASL_PLAINTEXT needs sasl.jaas.config".into()));
+    };
+    let options = jaas_options(&jaas).map_err(|e| usage(format!("sasl.jaas.config: {e}")))?;
+    let option = |name: &str| {
+        options
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| usage(format!("sasl.jaas.config has no {name}")))
+    };
+    Ok(Some(SaslConfig {
+        mechanism,
+        username: option("username")?,
+        password: option("password")?,
+    }))
+}
+
+/// The options of a JAAS login module line, `Module flag k="v" k2=v2;`:
+/// quoted values may hold spaces and `\"`.
+fn jaas_options(text: &str) -> Result<Vec<(String, String)>, String> {
+    let text = text.trim();
+    let text = text.strip_suffix(';').unwrap_or(text);
+    let mut words = text.splitn(3, char::is_whitespace);
+    let (Some(_module), Some(_flag)) = (words.next(), words.next()) else {
+        return Err("expected `LoginModule required key=\"value\" ...;`".into());
+    };
+    let mut rest = words.next().unwrap_or("").trim_start();
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let Some(eq) = rest.find('=') else {
+            return Err(format!("expected key=value at {rest:?}"));
+        };
+        let key = rest[..eq].trim().to_string();
+        rest = &rest[eq + 1..];
+        let mut value = String::new();
+        if let Some(quoted) = rest.strip_prefix('"') {
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, next)) = chars.next() {
+                            value.push(next);
+                        }
+                    }
+                    '"' => {
+                        end = Some(i);
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            let Some(end) = end else {
+                return Err(format!("unterminated quote in {key}"));
+            };
+            rest = &quoted[end + 1..];
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            value.push_str(&rest[..end]);
+            rest = &rest[end..];
+        }
+        out.push((key, value));
+        rest = rest.trim_start();
+    }
+    Ok(out)
 }
 
 /// One JSON document on one line.
@@ -201,6 +315,50 @@ mod tests {
             "NAME N\na    1\nbbb  22\n"
         );
         assert_eq!(tab_table(&["A"], &[]), "A\t\n");
+    }
+
+    #[test]
+    fn jaas_lines() {
+        let options = jaas_options(
+            r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" password="a \"b\" c";"#,
+        )
+        .unwrap();
+        assert_eq!(
+            options,
+            vec![
+                ("username".to_string(), "alice".to_string()),
+                ("password".to_string(), r#"a "b" c"#.to_string()),
+            ]
+        );
+        let bare = jaas_options("M required username=bob password=pw").unwrap();
+        assert_eq!(bare[1], ("password".to_string(), "pw".to_string()));
+        assert!(jaas_options("M").is_err());
+        assert!(jaas_options(r#"M required username="open"#).is_err());
+    }
+
+    #[test]
+    fn command_config_files() {
+        let dir = std::env::temp_dir().join(format!("doze-tools-cc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("client.properties");
+        let write = |text: &str| std::fs::write(&file, text).unwrap();
+        write("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n  username=\"u\" password=\"p\";\n");
+        let sasl = command_config(&file).unwrap().unwrap();
+        assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+        assert_eq!((sasl.username.as_str(), sasl.password.as_str()), ("u", "p"));
+        write("# nothing\nclient.id=x\n");
+        assert!(command_config(&file).unwrap().is_none());
+        for bad in [
+            "security.protocol=SSL\n",
+            "security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=M required username=u password=p\n",
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n",
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config=M required username=u\n",
+        ] {
+            write(bad);
+            assert!(matches!(command_config(&file), Err(Failure::Usage(_))), "{bad}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(command_config(&file), Err(Failure::Usage(_))));
     }
 
     #[test]
