@@ -195,18 +195,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
             .with_client_id(Some(self.client_id.clone()));
         let mut buf = BytesMut::new();
         buf.extend_from_slice(&[0; 4]);
-        let unencodable = |e: anyhow::Error| {
-            Error::Usage(format!(
-                "cannot encode {:?} v{version}: {e}",
-                ApiKey::try_from(R::KEY)
-            ))
+        let unencodable = |e: anyhow::Error| Error::Encode {
+            api: format!("{:?} v{version}", ApiKey::try_from(R::KEY)),
+            reason: e.to_string(),
         };
         header
             .encode(&mut buf, R::header_version(version))
             .map_err(unencodable)?;
         request.encode(&mut buf, version).map_err(unencodable)?;
-        let size = i32::try_from(buf.len() - 4)
-            .map_err(|_| Error::Usage("a request larger than 2 GiB".into()))?;
+        let size = i32::try_from(buf.len() - 4).map_err(|_| Error::Encode {
+            api: format!("{:?} v{version}", ApiKey::try_from(R::KEY)),
+            reason: "larger than 2 GiB".into(),
+        })?;
         buf[..4].copy_from_slice(&size.to_be_bytes());
         Ok(buf.freeze())
     }
@@ -240,17 +240,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<S> {
         self.last_frame_whole = true;
         Ok(Bytes::from(body))
     }
-}
-
-/// The versions negotiated with `conn`, for tests and diagnostics: API key
-/// name and version, for every API this client has a range for.
-pub fn describe_versions<S: AsyncRead + AsyncWrite + Unpin>(
-    conn: &Connection<S>,
-) -> Vec<(ApiKey, Option<(i16, i16)>)> {
-    versions::CLIENT
-        .iter()
-        .map(|&(key, _, _)| (key, conn.broker_range(key)))
-        .collect()
 }
 
 #[cfg(test)]

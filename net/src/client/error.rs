@@ -29,6 +29,9 @@ pub enum Error {
     Protocol { addr: String, reason: String },
     /// `addr` offers no version of `api` that this client speaks.
     Unsupported { addr: String, api: String },
+    /// The request could not be encoded at the version negotiated (a
+    /// field that version lacks).
+    Encode { api: String, reason: String },
     /// The broker answered with a Kafka error code.
     Kafka(KafkaError),
     /// The caller asked for something impossible (an address without a
@@ -129,6 +132,7 @@ impl fmt::Display for Error {
                     "{addr} offers no version of {api} that this client speaks"
                 )
             }
+            Error::Encode { api, reason } => write!(f, "cannot encode {api}: {reason}"),
             Error::Kafka(k) => fmt::Display::fmt(k, f),
             Error::Usage(reason) => f.write_str(reason),
         }

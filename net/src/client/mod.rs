@@ -44,7 +44,7 @@ use kafka_protocol::protocol::Request;
 use serde::Serialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub use conn::{describe_versions, Connection};
+pub use conn::Connection;
 pub use error::{error_name, Error, KafkaError};
 pub use fetch::{Isolation, RawFetch};
 pub use groups::{
