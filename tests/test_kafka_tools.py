@@ -528,10 +528,8 @@ def test_topics_describe(tools):
         assert p.endswith("Leader: 1\tReplicas: 1\tIsr: 1"), p
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "doze does not serve DescribeTopicPartitions (key 75): the admin falls back to "
-    "Metadata v12, which has no ELR, so kafka-topics prints 'Elr: N/A' (Kafka: empty)"))
 def test_topics_describe_elr(tools):
+    """kafka-topics asks DescribeTopicPartitions (key 75) first: empty ELR lists, not 'N/A'."""
     doze, kafka = both(tools, "topics-describe")
     assert elr_fields(doze.out) == elr_fields(kafka.out)
 
