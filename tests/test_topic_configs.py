@@ -5,7 +5,10 @@ DescribeConfigs of the new configs and their Kafka defaults,
 IncrementalAlterConfigs (SET / DELETE / APPEND / SUBTRACT, validate_only, the
 errors). kafka-python: AlterConfigs (the whole-set form) and its incremental
 form and reset. The changes survive a SIGKILL; segment.ms and retention react
-at once to a change.
+at once to a change. Every topic config Kafka 4.3.1 has is described; those
+without effect on one node are taken, compression.type other than producer
+and remote.storage.enable=true are refused; record timestamps are held to the
+topic's bounds; a broker property given at start-up is a static synonym.
 """
 
 import pathlib
@@ -18,6 +21,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewTopic,
     ResourceType,
 )
 from kafka.admin import ConfigResource as KpConfigResource
@@ -208,3 +212,157 @@ def test_retention_waits_for_the_delete_policy(start_broker):
     while watermarks(b, topic, [0])[0][0] == 0:
         assert time.monotonic() < deadline, "compact,delete: retention.bytes never applied"
         time.sleep(0.3)
+
+
+# Every topic config Kafka 4.3.1 has and its default on a broker that sets
+# nothing; doze describes them all (topic_config::TOPIC_CONFIGS), the ones
+# with no effect on one node included.
+KAFKA_ALL_DEFAULTS = {
+    "cleanup.policy": "delete", "compression.gzip.level": "-1", "compression.lz4.level": "9",
+    "compression.type": "producer", "compression.zstd.level": "3",
+    "delete.retention.ms": "86400000", "file.delete.delay.ms": "60000",
+    "flush.messages": "9223372036854775807", "flush.ms": "9223372036854775807",
+    "follower.replication.throttled.replicas": "", "index.interval.bytes": "4096",
+    "leader.replication.throttled.replicas": "", "local.retention.bytes": "-2",
+    "local.retention.ms": "-2", "max.compaction.lag.ms": "9223372036854775807",
+    "max.message.bytes": "1048588", "message.timestamp.after.max.ms": "3600000",
+    "message.timestamp.before.max.ms": "9223372036854775807",
+    "message.timestamp.type": "CreateTime", "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0", "min.insync.replicas": "1", "preallocate": "false",
+    "remote.log.copy.disable": "false", "remote.log.delete.on.disable": "false",
+    "remote.storage.enable": "false", "retention.bytes": "-1", "retention.ms": "604800000",
+    "segment.bytes": "1073741824", "segment.index.bytes": "10485760", "segment.jitter.ms": "0",
+    "segment.ms": "604800000", "unclean.leader.election.enable": "false",
+}
+
+
+@pytest.mark.timeout(60)
+def test_every_kafka_topic_config_is_described(broker):
+    topic = create_topic(broker, unique_topic("tc-all"), 1)
+    configs = describe(broker, topic)
+    assert {n: c.value for n, c in configs.items()} == KAFKA_ALL_DEFAULTS
+    for c in configs.values():
+        assert c.source == ConfigSource.DEFAULT_CONFIG.value, c.name
+        assert not c.is_read_only and not c.is_sensitive, c.name
+
+
+@pytest.mark.timeout(60)
+def test_configs_without_effect_are_taken_and_reported(broker):
+    """Kafka takes them and so does doze: they mean nothing on one node, and
+    acks=all still succeeds with min.insync.replicas=2."""
+    given = {
+        "min.insync.replicas": "2",
+        "unclean.leader.election.enable": "TRUE",
+        "leader.replication.throttled.replicas": " 0:1 , 0:2 ",
+        "follower.replication.throttled.replicas": "*",
+        "flush.messages": "1",
+        "preallocate": "true",
+        "segment.jitter.ms": "10",
+        "local.retention.ms": "1000",
+        "remote.log.copy.disable": "true",
+        "compression.gzip.level": "9",
+    }
+    topic = create_topic(broker, unique_topic("tc-noeffect"), 1, config=given)
+    assert overrides(describe(broker, topic)) == {
+        **given, "unclean.leader.election.enable": "true",
+        "leader.replication.throttled.replicas": "0:1,0:2"}
+    assert incremental(broker, topic, [
+        ("min.insync.replicas", AlterConfigOpType.SET, "3"),
+        ("index.interval.bytes", AlterConfigOpType.SET, "100"),
+    ]) is None
+    assert overrides(describe(broker, topic))["min.insync.replicas"] == "3"
+    dr = DeliveryLog()
+    produce_all(producer(broker, acks="all"), topic, [(None, b"x")], dr, flush_timeout_s=30)
+    assert not dr.errors and len(dr.acked) == 1, dr.errors
+    err = incremental(broker, topic, [("preallocate", AlterConfigOpType.SET, "yes")])
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert "Expected value to be either true or false" in err.str()
+    err = incremental(broker, topic, [
+        ("follower.replication.throttled.replicas", AlterConfigOpType.SET, "0:1:2")])
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+
+
+def _create_error(broker, config):
+    a = admin(broker)
+    name = unique_topic("tc-refused")
+    fs = a.create_topics([NewTopic(name, num_partitions=1, replication_factor=1, config=config)],
+                         request_timeout=TIMEOUT_S)
+    try:
+        fs[name].result(TIMEOUT_S)
+    except KafkaException as e:
+        return e.args[0]
+    return None
+
+
+@pytest.mark.timeout(60)
+def test_values_doze_does_not_serve_are_refused(broker):
+    """compression.type other than producer (doze never recompresses) and
+    remote.storage.enable=true (no tiered storage, as Kafka without it) are
+    INVALID_CONFIG with a message, not stored and ignored."""
+    err = _create_error(broker, {"compression.type": "gzip"})
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert "only producer is served" in err.str(), err.str()
+    err = _create_error(broker, {"remote.storage.enable": "true"})
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert "Tiered Storage functionality is disabled in the broker" in err.str()
+    topic = create_topic(broker, unique_topic("tc-served"), 1,
+                         config={"compression.type": "producer", "remote.storage.enable": "false"})
+    err = incremental(broker, topic, [("compression.type", AlterConfigOpType.SET, "lz4")])
+    assert err is not None and err.code() == KafkaError.INVALID_CONFIG, err
+    assert overrides(describe(broker, topic)) == {
+        "compression.type": "producer", "remote.storage.enable": "false"}
+
+
+@pytest.mark.timeout(60)
+def test_record_timestamps_within_the_topics_bounds(broker):
+    """CreateTime: Kafka 4.x refuses a record more than
+    message.timestamp.after.max.ms (an hour) ahead of its clock, and one more
+    than message.timestamp.before.max.ms behind; LogAppendTime stamps anything."""
+    now = int(time.time() * 1000)
+    hour = 3600 * 1000
+
+    def send(topic, timestamps, **conf):
+        dr = DeliveryLog()
+        p = producer(broker, **conf)
+        for ts in timestamps:
+            p.produce(topic, value=str(ts).encode(), timestamp=ts, on_delivery=dr)
+        assert p.flush(30) == 0
+        return dr
+
+    topic = create_topic(broker, unique_topic("tc-ts"), 1)
+    for codec in ("none", "lz4"):
+        dr = send(topic, [now, now + 2 * hour], **{"compression.type": codec, "linger.ms": 100})
+        assert [e.code() for e, _ in dr.errors] == [KafkaError.INVALID_TIMESTAMP] * 2, dr.errors
+        dr = send(topic, [now + hour // 2, now - 365 * 24 * hour], **{"compression.type": codec})
+        assert not dr.errors, dr.errors
+    assert incremental(broker, topic, [
+        ("message.timestamp.after.max.ms", AlterConfigOpType.SET, str(3 * hour)),
+        ("message.timestamp.before.max.ms", AlterConfigOpType.SET, str(hour)),
+    ]) is None
+    assert not send(topic, [now + 2 * hour]).errors
+    dr = send(topic, [now - 2 * hour], **{"compression.type": "zstd"})
+    assert [e.code() for e, _ in dr.errors] == [KafkaError.INVALID_TIMESTAMP], dr.errors
+
+    stamped = create_topic(broker, unique_topic("tc-ts-lat"), 1,
+                           config={"message.timestamp.type": "LogAppendTime"})
+    assert not send(stamped, [now + 2 * hour, now - 2 * hour]).errors
+
+
+@pytest.mark.timeout(60)
+def test_a_broker_property_set_is_a_static_synonym(start_broker):
+    """A topic config backed by a broker property the broker was started
+    with: STATIC_BROKER_CONFIG, listed before Kafka's default."""
+    b = start_broker(sets=["message.max.bytes=2000000", "log.retention.hours=24"])
+    topic = create_topic(b, unique_topic("tc-static"), 1)
+    configs = describe(b, topic)
+    c = configs["max.message.bytes"]
+    assert (c.value, c.source) == ("2000000", ConfigSource.STATIC_BROKER_CONFIG.value)
+    # confluent-kafka keys synonyms by name: of STATIC_BROKER_CONFIG
+    # message.max.bytes=2000000 and DEFAULT_CONFIG message.max.bytes=1048588
+    # (in that order, as Kafka) it keeps the last.
+    assert [(s.name, s.value, s.source) for s in c.synonyms.values()] == [
+        ("message.max.bytes", "1048588", ConfigSource.DEFAULT_CONFIG.value)]
+    # retention.ms: Kafka lists no synonym unless log.retention.ms itself is
+    # set, and so names DEFAULT_CONFIG; the value is still the broker's.
+    c = configs["retention.ms"]
+    assert (c.value, c.source) == ("86400000", ConfigSource.DEFAULT_CONFIG.value)

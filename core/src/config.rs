@@ -1,5 +1,7 @@
 //! Broker configuration: what the binary's flags and config file set.
 
+use std::collections::BTreeMap;
+
 /// Bugs the simulator must catch (see `BrokerConfig::planted_bug`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlantedBug {
@@ -82,6 +84,9 @@ pub struct BrokerConfig {
     /// that came in on that listener; the default listener is
     /// `advertised_host`:`advertised_port`.
     pub advertised_listeners: Vec<(String, String, i32)>,
+    /// Every property `set` took, by its Kafka name, as given (trimmed):
+    /// DescribeConfigs reports them as STATIC_BROKER_CONFIG.
+    pub properties_set: BTreeMap<String, String>,
 }
 
 impl Default for BrokerConfig {
@@ -121,6 +126,7 @@ impl Default for BrokerConfig {
                 .collect(),
             authorizer: Default::default(),
             advertised_listeners: Vec::new(),
+            properties_set: BTreeMap::new(),
         }
     }
 }
@@ -252,6 +258,8 @@ impl BrokerConfig {
         if self.segment_bytes < 1024 {
             return Err("log.segment.bytes must be at least 1024".into());
         }
+        self.properties_set
+            .insert(key.to_string(), value.trim().to_string());
         Ok(())
     }
 }
@@ -291,6 +299,17 @@ impl BrokerConfig {
             })
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The properties `set` takes for a described one (`describe`): itself,
+    /// and the others that set the same value.
+    pub fn set_by(described: &str) -> Vec<&str> {
+        match described {
+            "node.id" | "broker.id" => vec!["node.id", "broker.id"],
+            "log.retention.ms" => vec!["log.retention.ms", "log.retention.hours"],
+            "log.roll.ms" => vec!["log.roll.ms", "log.roll.hours"],
+            other => vec![other],
+        }
     }
 
     /// The broker properties DescribeConfigs reports, by their Kafka names.

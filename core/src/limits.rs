@@ -28,6 +28,9 @@ pub const SASL_TOKEN_BYTES_MAX: usize = 64 * 1024;
 pub const TOPIC_PARTITIONS_MAX: i32 = 10_000;
 /// Topics the broker holds.
 pub const TOPICS_MAX: usize = 10_000;
+/// Partitions one DescribeTopicPartitions answer lists at most, whatever
+/// the client asks (Kafka's max.request.partition.size.limit default).
+pub const DESCRIBE_TOPIC_PARTITIONS_MAX: i32 = 2000;
 /// Longest topic name (Kafka: 249).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Longest time a fetch may wait (a larger max_wait_ms is clamped).

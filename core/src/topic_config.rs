@@ -1,14 +1,29 @@
-//! Topic-level configs: which ones exist, their defaults (taken from the
-//! broker's config, as Kafka does), how a value is checked and written
-//! (`normalize`), how the alter operations change a topic's overrides
-//! (`alter`), and the typed view the log cleaner reads (`CleanupConfig`).
+//! Topic-level configs: every one Kafka 4.3.1 has (`TOPIC_CONFIGS`, the one
+//! place their kinds, defaults, broker synonyms and meaning on doze live),
+//! how a value is checked and written (`normalize`, then `served`), how the
+//! alter operations change a topic's overrides (`alter`), how DescribeConfigs
+//! and CreateTopics describe one (`describe`), and the typed view the log
+//! cleaner reads (`CleanupConfig`).
 //!
 //! Names, defaults, ranges and error messages are Kafka 4.3.1's (LogConfig,
-//! TopicConfig, ConfigDef; the messages were seen on the wire from a 4.3.1
-//! broker). Kafka keeps a value as given and shows it parsed and printed
-//! again in DescribeConfigs; we store the printed form, so what is described
-//! is the same (" 5 " is "5", "1e-1" is "0.1", "compact,compact" is
-//! "compact").
+//! TopicConfig, ServerTopicConfigSynonyms, ConfigDef; the messages were seen
+//! on the wire from a 4.3.1 broker). Kafka keeps a value as given and shows
+//! it parsed and printed again in DescribeConfigs; we store the printed
+//! form, so what is described is the same (" 5 " is "5", "1e-1" is "0.1",
+//! "compact,compact" is "compact", " TRUE " is "true").
+//!
+//! Each config is one of three (`Effect`):
+//! - in force as in Kafka (retention, segments, compaction, record size and
+//!   timestamps);
+//! - accepted, stored and described as Kafka does, with no effect on one
+//!   doze node: replication (min.insync.replicas, unclean leader election,
+//!   replication throttles), tiered storage's local retention and switches,
+//!   and Kafka's storage tuning that no client can observe (flushing, index
+//!   density and size, preallocation, roll jitter, deletion delay);
+//! - served for some values only: compression.type (doze never
+//!   recompresses, so only `producer`) and remote.storage.enable (no tiered
+//!   storage, as on a Kafka broker without it). Another value is refused
+//!   with INVALID_CONFIG and a message, never stored and ignored.
 
 use std::collections::BTreeMap;
 
@@ -17,105 +32,479 @@ use crate::config::BrokerConfig;
 pub const CLEANUP_POLICY: &str = "cleanup.policy";
 pub const CLEANUP_POLICY_COMPACT: &str = "compact";
 pub const CLEANUP_POLICY_DELETE: &str = "delete";
+pub const MESSAGE_TIMESTAMP_TYPE: &str = "message.timestamp.type";
+pub const MESSAGE_TIMESTAMP_BEFORE_MAX_MS: &str = "message.timestamp.before.max.ms";
+pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS: &str = "message.timestamp.after.max.ms";
 
-/// What a topic config accepts, by Kafka's ConfigDef type.
+/// What a topic config accepts, by Kafka's ConfigDef type and validator.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind {
     /// A 64-bit whole number at least this large.
     Long { min: i64 },
-    /// A 32-bit whole number at least this large.
-    Int { min: i32 },
+    /// A 32-bit whole number within `[min, max]`.
+    Int { min: i32, max: i32 },
+    /// compression.gzip.level: a 32-bit whole number in 1..=9, or -1.
+    GzipLevel,
     /// A number within `[min, max]`.
     Double { min: f64, max: f64 },
+    /// `true` or `false`, in any case.
+    Boolean,
     /// One of these words.
     Choice(&'static [&'static str]),
     /// A comma-separated list of these words (possibly empty).
     List(&'static [&'static str]),
+    /// The replication throttles: `*`, or a list of `partition:broker`
+    /// (Kafka's ThrottledReplicaListValidator).
+    ThrottledReplicas,
 }
 
 impl Kind {
     /// Kafka's ConfigType code for DescribeConfigs (v3+).
     pub fn describe_type(&self) -> i8 {
         match self {
+            Kind::Boolean => 1,
             Kind::Choice(_) => 2,
-            Kind::Int { .. } => 3,
+            Kind::Int { .. } | Kind::GzipLevel => 3,
             Kind::Long { .. } => 5,
             Kind::Double { .. } => 6,
-            Kind::List(_) => 7,
+            Kind::List(_) | Kind::ThrottledReplicas => 7,
         }
     }
 }
 
-/// Every topic config this broker knows: (name, kind), by name.
+/// Where a topic config's default comes from.
+#[derive(Clone, Copy, Debug)]
+pub enum DefaultValue {
+    /// Kafka's default, which no doze broker property changes.
+    Fixed(&'static str),
+    /// The broker property doze takes for it (`BrokerConfig`), in its
+    /// stored form.
+    Broker(fn(&BrokerConfig) -> String),
+}
+
+/// What doze does with a topic config.
+#[derive(Clone, Copy, Debug)]
+pub enum Effect {
+    /// In force, as in Kafka.
+    Kafka,
+    /// Accepted, stored and described; changes nothing on one doze node
+    /// (the config's `doc` says why).
+    None,
+    /// Only these values (in their stored form) are served; another one is
+    /// INVALID_CONFIG with the message this makes of the value.
+    Only(&'static [&'static str], fn(&str) -> String),
+}
+
+/// One topic config.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub default: DefaultValue,
+    /// The broker properties Kafka describes as its synonyms, with Kafka's
+    /// default of each (`None`: it has none): ServerTopicConfigSynonyms, the
+    /// first being the one Kafka names it by.
+    pub synonyms: &'static [(&'static str, Option<&'static str>)],
+    pub effect: Effect,
+    /// What it does on doze: DescribeConfigs' documentation.
+    pub doc: &'static str,
+}
+
+const LONG_MAX: &str = "9223372036854775807";
+const NO_TIERED_STORAGE: &str =
+    "doze-kafka has no tiered storage (remote.storage.enable is always false): no effect.";
+const NO_REPLICAS: &str =
+    "doze-kafka is one node, the only replica of every partition: no replication to throttle, no effect.";
+
+const fn spec(
+    name: &'static str,
+    kind: Kind,
+    default: DefaultValue,
+    synonyms: &'static [(&'static str, Option<&'static str>)],
+    effect: Effect,
+    doc: &'static str,
+) -> Spec {
+    Spec {
+        name,
+        kind,
+        default,
+        synonyms,
+        effect,
+        doc,
+    }
+}
+
+/// Every topic config Kafka 4.3.1 has, by name.
 ///
 /// The words of a choice are in the order Kafka's error message lists them.
 /// segment.bytes may go as low as 1024 here (Kafka 4.x: 1 MiB), so that tests
 /// roll segments without writing megabytes.
-pub const TOPIC_CONFIGS: &[(&str, Kind)] = &[
-    (
+pub const TOPIC_CONFIGS: &[Spec] = &[
+    spec(
         CLEANUP_POLICY,
         Kind::List(&[CLEANUP_POLICY_COMPACT, CLEANUP_POLICY_DELETE]),
+        DefaultValue::Broker(|b| b.cleanup_policy.clone()),
+        &[("log.cleanup.policy", Some("delete"))],
+        Effect::Kafka,
+        "What becomes of old records: delete (retention.ms and retention.bytes remove whole \
+         segments), compact (the log cleaner keeps the last record of each key), both, or \
+         neither (an empty list keeps everything).",
     ),
-    (
+    spec(
+        "compression.gzip.level",
+        Kind::GzipLevel,
+        DefaultValue::Fixed("-1"),
+        &[("compression.gzip.level", Some("-1"))],
+        Effect::None,
+        "The level Kafka recompresses with when compression.type is gzip. doze-kafka never \
+         recompresses (compression.type is always producer): no effect.",
+    ),
+    spec(
+        "compression.lz4.level",
+        Kind::Int { min: 1, max: 17 },
+        DefaultValue::Fixed("9"),
+        &[("compression.lz4.level", Some("9"))],
+        Effect::None,
+        "The level Kafka recompresses with when compression.type is lz4. doze-kafka never \
+         recompresses (compression.type is always producer): no effect.",
+    ),
+    spec(
         "compression.type",
         Kind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        DefaultValue::Fixed("producer"),
+        &[("compression.type", Some("producer"))],
+        Effect::Only(&["producer"], |v| {
+            format!(
+                "Invalid value {v} for configuration compression.type: doze-kafka stores \
+                 batches as the producer compressed them and never recompresses; only \
+                 producer is served"
+            )
+        }),
+        "producer: record batches are stored and served as the producer compressed them. \
+         doze-kafka never recompresses, so no other value is served.",
     ),
-    ("delete.retention.ms", Kind::Long { min: 0 }),
-    ("max.compaction.lag.ms", Kind::Long { min: 1 }),
-    ("max.message.bytes", Kind::Int { min: 0 }),
-    (
-        "message.timestamp.type",
+    spec(
+        "compression.zstd.level",
+        Kind::Int {
+            min: -131_072,
+            max: 22,
+        },
+        DefaultValue::Fixed("3"),
+        &[("compression.zstd.level", Some("3"))],
+        Effect::None,
+        "The level Kafka recompresses with when compression.type is zstd. doze-kafka never \
+         recompresses (compression.type is always producer): no effect.",
+    ),
+    spec(
+        "delete.retention.ms",
+        Kind::Long { min: 0 },
+        DefaultValue::Broker(|b| b.delete_retention_ms.to_string()),
+        &[("log.cleaner.delete.retention.ms", Some("86400000"))],
+        Effect::Kafka,
+        "How long a tombstone (and the marker of an emptied transaction) of a compacted \
+         topic outlives the cleaner pass that first kept it.",
+    ),
+    spec(
+        "file.delete.delay.ms",
+        Kind::Long { min: 0 },
+        DefaultValue::Fixed("60000"),
+        &[("log.segment.delete.delay.ms", Some("60000"))],
+        Effect::None,
+        "How long Kafka keeps a deleted segment's files before removing them. doze-kafka \
+         removes them at once; nothing is served from them either way: no effect.",
+    ),
+    spec(
+        "flush.messages",
+        Kind::Long { min: 1 },
+        DefaultValue::Fixed(LONG_MAX),
+        &[("log.flush.interval.messages", Some(LONG_MAX))],
+        Effect::None,
+        "How many messages Kafka writes before it fsyncs. doze-kafka fsyncs every write \
+         before acknowledging it, at least what any value asks: no effect.",
+    ),
+    spec(
+        "flush.ms",
+        Kind::Long { min: 0 },
+        DefaultValue::Fixed(LONG_MAX),
+        &[
+            ("log.flush.interval.ms", None),
+            ("log.flush.scheduler.interval.ms", Some(LONG_MAX)),
+        ],
+        Effect::None,
+        "How long Kafka lets written messages wait for an fsync. doze-kafka fsyncs every \
+         write before acknowledging it, at least what any value asks: no effect.",
+    ),
+    spec(
+        "follower.replication.throttled.replicas",
+        Kind::ThrottledReplicas,
+        DefaultValue::Fixed(""),
+        &[],
+        Effect::None,
+        NO_REPLICAS,
+    ),
+    spec(
+        "index.interval.bytes",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX,
+        },
+        DefaultValue::Fixed("4096"),
+        &[("log.index.interval.bytes", Some("4096"))],
+        Effect::None,
+        "How many bytes of records Kafka writes between offset index entries. doze-kafka \
+         indexes every 4096 bytes whatever the value; reads find the same records: no effect.",
+    ),
+    spec(
+        "leader.replication.throttled.replicas",
+        Kind::ThrottledReplicas,
+        DefaultValue::Fixed(""),
+        &[],
+        Effect::None,
+        NO_REPLICAS,
+    ),
+    spec(
+        "local.retention.bytes",
+        Kind::Long { min: -2 },
+        DefaultValue::Fixed("-2"),
+        &[("log.local.retention.bytes", Some("-2"))],
+        Effect::None,
+        NO_TIERED_STORAGE,
+    ),
+    spec(
+        "local.retention.ms",
+        Kind::Long { min: -2 },
+        DefaultValue::Fixed("-2"),
+        &[("log.local.retention.ms", Some("-2"))],
+        Effect::None,
+        NO_TIERED_STORAGE,
+    ),
+    spec(
+        "max.compaction.lag.ms",
+        Kind::Long { min: 1 },
+        DefaultValue::Broker(|b| b.max_compaction_lag_ms.to_string()),
+        &[("log.cleaner.max.compaction.lag.ms", Some(LONG_MAX))],
+        Effect::Kafka,
+        "The longest a record of a compacted topic stays uncleaned: a segment older than \
+         this is cleaned whatever the dirty ratio.",
+    ),
+    spec(
+        "max.message.bytes",
+        Kind::Int {
+            min: 0,
+            max: i32::MAX,
+        },
+        DefaultValue::Broker(|b| b.message_max_bytes.to_string()),
+        &[("message.max.bytes", Some("1048588"))],
+        Effect::Kafka,
+        "The largest record batch a producer may write (MESSAGE_TOO_LARGE beyond it).",
+    ),
+    spec(
+        MESSAGE_TIMESTAMP_AFTER_MAX_MS,
+        Kind::Long { min: 0 },
+        DefaultValue::Fixed("3600000"),
+        &[("log.message.timestamp.after.max.ms", Some("3600000"))],
+        Effect::Kafka,
+        "With CreateTime, how far ahead of the broker's clock a record's timestamp may be \
+         (INVALID_TIMESTAMP beyond it).",
+    ),
+    spec(
+        MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
+        Kind::Long { min: 0 },
+        DefaultValue::Fixed(LONG_MAX),
+        &[("log.message.timestamp.before.max.ms", Some(LONG_MAX))],
+        Effect::Kafka,
+        "With CreateTime, how far behind the broker's clock a record's timestamp may be \
+         (INVALID_TIMESTAMP beyond it).",
+    ),
+    spec(
+        MESSAGE_TIMESTAMP_TYPE,
         Kind::Choice(&["CreateTime", "LogAppendTime"]),
+        DefaultValue::Fixed("CreateTime"),
+        &[("log.message.timestamp.type", Some("CreateTime"))],
+        Effect::Kafka,
+        "CreateTime: records keep the producer's timestamps. LogAppendTime: each batch is \
+         stamped with the broker's clock as it is appended.",
     ),
-    (
+    spec(
         "min.cleanable.dirty.ratio",
         Kind::Double { min: 0.0, max: 1.0 },
+        DefaultValue::Broker(|b| java_double(b.min_cleanable_ratio)),
+        &[("log.cleaner.min.cleanable.ratio", Some("0.5"))],
+        Effect::Kafka,
+        "How much of a compacted log may be uncleaned before the cleaner passes over it.",
     ),
-    ("min.compaction.lag.ms", Kind::Long { min: 0 }),
-    ("min.insync.replicas", Kind::Int { min: 1 }),
-    // Kafka gives retention.bytes no lower bound: every negative is "no limit".
-    ("retention.bytes", Kind::Long { min: i64::MIN }),
-    ("retention.ms", Kind::Long { min: -1 }),
-    ("segment.bytes", Kind::Int { min: 1024 }),
-    ("segment.ms", Kind::Long { min: 1 }),
+    spec(
+        "min.compaction.lag.ms",
+        Kind::Long { min: 0 },
+        DefaultValue::Broker(|b| b.min_compaction_lag_ms.to_string()),
+        &[("log.cleaner.min.compaction.lag.ms", Some("0"))],
+        Effect::Kafka,
+        "The shortest a record of a compacted topic stays uncleaned.",
+    ),
+    spec(
+        "min.insync.replicas",
+        Kind::Int {
+            min: 1,
+            max: i32::MAX,
+        },
+        DefaultValue::Fixed("1"),
+        &[("min.insync.replicas", Some("1"))],
+        Effect::None,
+        "doze-kafka is one node, the only replica of every partition: acks=all is answered \
+         once the write is on its disk, whatever the value. No effect.",
+    ),
+    spec(
+        "preallocate",
+        Kind::Boolean,
+        DefaultValue::Fixed("false"),
+        &[("log.preallocate", Some("false"))],
+        Effect::None,
+        "Whether Kafka preallocates a new segment's file. doze-kafka's segment files grow \
+         as they are written: no effect.",
+    ),
+    spec(
+        "remote.log.copy.disable",
+        Kind::Boolean,
+        DefaultValue::Fixed("false"),
+        &[],
+        Effect::None,
+        NO_TIERED_STORAGE,
+    ),
+    spec(
+        "remote.log.delete.on.disable",
+        Kind::Boolean,
+        DefaultValue::Fixed("false"),
+        &[],
+        Effect::None,
+        NO_TIERED_STORAGE,
+    ),
+    spec(
+        "remote.storage.enable",
+        Kind::Boolean,
+        DefaultValue::Fixed("false"),
+        &[],
+        Effect::Only(&["false"], |_| {
+            // What a Kafka broker without tiered storage answers.
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be \
+             configured with remote log storage."
+                .into()
+        }),
+        "Tiered storage. doze-kafka has none, so only false is served, as on a Kafka \
+         broker without it.",
+    ),
+    spec(
+        "retention.bytes",
+        // Kafka gives it no lower bound: every negative is "no limit".
+        Kind::Long { min: i64::MIN },
+        DefaultValue::Broker(|b| b.retention_bytes.to_string()),
+        &[("log.retention.bytes", Some("-1"))],
+        Effect::Kafka,
+        "With the delete policy, the most bytes a partition keeps; its oldest segments go \
+         beyond it (negative: no limit).",
+    ),
+    spec(
+        "retention.ms",
+        Kind::Long { min: -1 },
+        DefaultValue::Broker(|b| b.retention_ms.to_string()),
+        &[
+            ("log.retention.ms", None),
+            ("log.retention.minutes", None),
+            ("log.retention.hours", Some("168")),
+        ],
+        Effect::Kafka,
+        "With the delete policy, how long a segment is kept after its last record \
+         (-1: forever).",
+    ),
+    spec(
+        "segment.bytes",
+        Kind::Int {
+            min: 1024,
+            max: i32::MAX,
+        },
+        DefaultValue::Broker(|b| b.segment_bytes.to_string()),
+        &[("log.segment.bytes", Some("1073741824"))],
+        Effect::Kafka,
+        "The size at which a partition's active segment is rolled (retention and \
+         compaction work on whole segments).",
+    ),
+    spec(
+        "segment.index.bytes",
+        Kind::Int {
+            min: 4,
+            max: i32::MAX,
+        },
+        DefaultValue::Fixed("10485760"),
+        &[("log.index.size.max.bytes", Some("10485760"))],
+        Effect::None,
+        "The size Kafka preallocates for a segment's index files, rolling the segment when \
+         one fills. doze-kafka's index files grow with their segment: no effect.",
+    ),
+    spec(
+        "segment.jitter.ms",
+        Kind::Long { min: 0 },
+        DefaultValue::Fixed("0"),
+        &[
+            ("log.roll.jitter.ms", None),
+            ("log.roll.jitter.hours", Some("0")),
+        ],
+        Effect::None,
+        "How much earlier than segment.ms Kafka may roll a segment, at random. doze-kafka \
+         rolls at segment.ms: no effect.",
+    ),
+    spec(
+        "segment.ms",
+        Kind::Long { min: 1 },
+        DefaultValue::Broker(|b| b.segment_ms.to_string()),
+        &[("log.roll.ms", None), ("log.roll.hours", Some("168"))],
+        Effect::Kafka,
+        "The age at which a partition's active segment is rolled by the next append.",
+    ),
+    spec(
+        "unclean.leader.election.enable",
+        Kind::Boolean,
+        DefaultValue::Fixed("false"),
+        &[("unclean.leader.election.enable", Some("false"))],
+        Effect::None,
+        "doze-kafka is one node, the only replica and always the leader of every \
+         partition: there is never another to elect. No effect.",
+    ),
 ];
+
+/// A topic config by name, or `None` if it is unknown.
+pub fn spec_of(key: &str) -> Option<&'static Spec> {
+    TOPIC_CONFIGS.iter().find(|s| s.name == key)
+}
 
 /// The kind of a topic config, or `None` if it is unknown.
 pub fn kind(key: &str) -> Option<Kind> {
-    TOPIC_CONFIGS
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, kind)| *kind)
+    spec_of(key).map(|s| s.kind)
 }
 
 /// The default of a topic config on this broker, or `None` if it is unknown.
 pub fn default_value(broker: &BrokerConfig, key: &str) -> Option<String> {
-    Some(match key {
-        CLEANUP_POLICY => broker.cleanup_policy.clone(),
-        "compression.type" => "producer".into(),
-        "delete.retention.ms" => broker.delete_retention_ms.to_string(),
-        "max.compaction.lag.ms" => broker.max_compaction_lag_ms.to_string(),
-        "max.message.bytes" => broker.message_max_bytes.to_string(),
-        "message.timestamp.type" => "CreateTime".into(),
-        "min.cleanable.dirty.ratio" => java_double(broker.min_cleanable_ratio),
-        "min.compaction.lag.ms" => broker.min_compaction_lag_ms.to_string(),
-        "min.insync.replicas" => "1".into(),
-        "retention.bytes" => broker.retention_bytes.to_string(),
-        "retention.ms" => broker.retention_ms.to_string(),
-        "segment.bytes" => broker.segment_bytes.to_string(),
-        "segment.ms" => broker.segment_ms.to_string(),
-        _ => return None,
+    Some(match spec_of(key)?.default {
+        DefaultValue::Fixed(v) => v.to_string(),
+        DefaultValue::Broker(f) => f(broker),
     })
 }
 
 /// Checks one topic config; `Err` is the message for INVALID_CONFIG.
 pub fn validate(key: &str, value: &str) -> Result<(), String> {
-    normalize(key, value).map(|_| ())
+    normalize(key, value).and_then(|v| served(key, &v))
+}
+
+/// Whether doze serves a checked value (stored form) of a known config:
+/// `Err` is INVALID_CONFIG's message (see `Effect::Only`).
+pub fn served(key: &str, stored: &str) -> Result<(), String> {
+    match spec_of(key).map(|s| s.effect) {
+        Some(Effect::Only(values, message)) if !values.contains(&stored) => Err(message(stored)),
+        _ => Ok(()),
+    }
 }
 
 /// Checks one topic config and returns the value as it is stored and
 /// described (Kafka's parse, then print); `Err` is the message for
-/// INVALID_CONFIG, Kafka's own.
+/// INVALID_CONFIG, Kafka's own. Whether doze serves the value is `served`'s.
 pub fn normalize(key: &str, value: &str) -> Result<String, String> {
     let Some(kind) = kind(key) else {
         return Err(format!("Unknown topic config name: {key}"));
@@ -126,6 +515,11 @@ pub fn normalize(key: &str, value: &str) -> Result<String, String> {
     let invalid =
         |shown: &str, why: String| format!("Invalid value {shown} for configuration {key}: {why}");
     let trimmed = value.trim();
+    let int = || -> Result<i32, String> {
+        trimmed
+            .parse()
+            .map_err(|_| invalid(value, "Not a number of type INT".into()))
+    };
     match kind {
         Kind::Long { min } => {
             let v: i64 = trimmed
@@ -137,16 +531,33 @@ pub fn normalize(key: &str, value: &str) -> Result<String, String> {
             }
             Ok(v.to_string())
         }
-        Kind::Int { min } => {
-            let v: i32 = trimmed
-                .parse()
-                .map_err(|_| invalid(value, "Not a number of type INT".into()))?;
+        Kind::Int { min, max } => {
+            let v = int()?;
             if v < min {
                 let why = format!("Value must be at least {min}");
                 return Err(invalid(&v.to_string(), why));
             }
+            if v > max {
+                let why = format!("Value must be no more than {max}");
+                return Err(invalid(&v.to_string(), why));
+            }
             Ok(v.to_string())
         }
+        Kind::GzipLevel => {
+            let v = int()?;
+            if v != -1 && !(1..=9).contains(&v) {
+                let why = "Value must be between 1 and 9 or equal to -1".to_string();
+                return Err(invalid(&v.to_string(), why));
+            }
+            Ok(v.to_string())
+        }
+        Kind::Boolean => match trimmed.to_ascii_lowercase().as_str() {
+            v @ ("true" | "false") => Ok(v.to_string()),
+            _ => Err(invalid(
+                value,
+                "Expected value to be either true or false".into(),
+            )),
+        },
         Kind::Double { min, max } => {
             // Kafka lets NaN through (every comparison with it is false); a
             // ratio that compares false with everything would turn the
@@ -199,12 +610,36 @@ pub fn normalize(key: &str, value: &str) -> Result<String, String> {
             }
             Ok(items.join(","))
         }
+        Kind::ThrottledReplicas => {
+            let items = list_items(value);
+            // Kafka takes "*" alone, or any number of "partition:broker"
+            // (an empty item too), and keeps the list as split.
+            let pair = |item: &str| match item.split_once(':') {
+                Some((p, b)) => is_digits(p) && is_digits(b),
+                None => item.is_empty(),
+            };
+            if !(items.iter().all(|i| pair(i)) || items.concat() == "*") {
+                return Err(format!(
+                    "Invalid value [{}] for configuration {key}: {key} must be the literal '*' or a \
+                     list of replicas in the following format: \
+                     [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+                    items.join(", ")
+                ));
+            }
+            Ok(items.join(","))
+        }
     }
+}
+
+/// Whether `s` is one or more ASCII digits (Java's `[0-9]+`).
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit())
 }
 
 /// The items of a LIST value as Kafka's ConfigDef splits it: trimmed, split
 /// at commas with the blanks around them; an empty value is an empty list,
-/// and an empty item ("a,,b", "a,") is kept (for `normalize` to refuse).
+/// and an empty item ("a,,b", "a,") is kept (cleanup.policy refuses it,
+/// the replication throttles keep it).
 fn list_items(value: &str) -> Vec<&str> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
@@ -344,10 +779,115 @@ pub fn check_all(configs: &BTreeMap<String, String>) -> Result<BTreeMap<String, 
     if let Some(unknown) = configs.keys().find(|k| kind(k).is_none()) {
         return Err(format!("Unknown topic config name: {unknown}"));
     }
-    configs
+    let stored = configs
         .iter()
         .map(|(key, value)| Ok((key.clone(), normalize(key, value)?)))
-        .collect()
+        .collect::<Result<BTreeMap<String, String>, String>>()?;
+    check_served(&stored)?;
+    Ok(stored)
+}
+
+/// Every override (stored form) is a value doze serves (`served`), checked
+/// once all are valid, as Kafka checks tiered storage after the values.
+pub fn check_served(stored: &BTreeMap<String, String>) -> Result<(), String> {
+    stored
+        .iter()
+        .try_for_each(|(key, value)| served(key, value))
+}
+
+/// Where a described value comes from (Kafka's ConfigSource).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The topic's override.
+    DynamicTopic,
+    /// A broker property set in the config file or by `--set`.
+    StaticBroker,
+    /// Kafka's default of the config or of its broker property.
+    Default,
+}
+
+impl Source {
+    /// Kafka's ConfigSource code.
+    pub fn code(self) -> i8 {
+        match self {
+            Source::DynamicTopic => 1,
+            Source::StaticBroker => 4,
+            Source::Default => 5,
+        }
+    }
+}
+
+/// One synonym of a described config: a name, its value, where it is set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Synonym {
+    pub name: String,
+    pub value: String,
+    pub source: Source,
+}
+
+/// A topic config as DescribeConfigs and CreateTopics describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Described {
+    pub value: String,
+    pub source: Source,
+    /// What DescribeConfigs lists with include_synonyms, in Kafka's order.
+    pub synonyms: Vec<Synonym>,
+}
+
+/// How Kafka describes `spec` for a topic with `overrides` on `broker`
+/// (ConfigHelper.createTopicConfigEntry and configSynonyms): the override
+/// first, then the broker synonyms set statically, then those with a
+/// default, all in `spec.synonyms` order, and of the broker ones only
+/// from the first named by Kafka's own synonym on (so `log.retention.hours`
+/// set alone is not listed for retention.ms, whose synonym is
+/// `log.retention.ms`). The source is the first synonym's, else DEFAULT.
+/// doze has no dynamic broker configs, so none comes from one.
+pub fn describe(
+    broker: &BrokerConfig,
+    overrides: &BTreeMap<String, String>,
+    spec: &Spec,
+) -> Described {
+    let set = spec.synonyms.iter().filter_map(|(name, _)| {
+        let value = broker.properties_set.get(*name)?;
+        Some((*name, value.clone(), Source::StaticBroker))
+    });
+    let defaults = spec
+        .synonyms
+        .iter()
+        .filter_map(|(name, default)| Some((*name, (*default)?.to_string(), Source::Default)));
+    let mut synonyms: Vec<Synonym> = set
+        .chain(defaults)
+        .skip_while(|(name, _, _)| {
+            spec.synonyms
+                .first()
+                .is_some_and(|(first, _)| name != first)
+        })
+        .map(|(name, value, source)| Synonym {
+            name: name.to_string(),
+            value,
+            source,
+        })
+        .collect();
+    let value = match overrides.get(spec.name) {
+        Some(value) => {
+            synonyms.insert(
+                0,
+                Synonym {
+                    name: spec.name.to_string(),
+                    value: value.clone(),
+                    source: Source::DynamicTopic,
+                },
+            );
+            value.clone()
+        }
+        None => default_value(broker, spec.name).expect("a known config has a default"),
+    };
+    let source = synonyms.first().map_or(Source::Default, |s| s.source);
+    Described {
+        value,
+        source,
+        synonyms,
+    }
 }
 
 /// Whether a cleanup.policy value names `compact` and `delete`. An empty
@@ -413,16 +953,172 @@ mod tests {
     #[test]
     fn every_config_has_a_default_that_validates() {
         let broker = BrokerConfig::default();
-        for (key, _) in TOPIC_CONFIGS {
+        for spec in TOPIC_CONFIGS {
+            let key = spec.name;
             let v = default_value(&broker, key).unwrap_or_else(|| panic!("{key} has no default"));
             let stored =
                 normalize(key, &v).unwrap_or_else(|e| panic!("{key}: default {v} invalid: {e}"));
             assert_eq!(stored, v, "{key}: a default is already in its stored form");
+            served(key, &v).unwrap_or_else(|e| panic!("{key}: default {v} not served: {e}"));
         }
-        let names: Vec<&str> = TOPIC_CONFIGS.iter().map(|(k, _)| *k).collect();
+        let names: Vec<&str> = TOPIC_CONFIGS.iter().map(|s| s.name).collect();
         let mut sorted = names.clone();
         sorted.sort_unstable();
         assert_eq!(names, sorted, "TOPIC_CONFIGS is kept by name");
+    }
+
+    /// Kafka 4.3.1's topic configs (LogConfig.nonInternalConfigNames), and
+    /// the default each has on a broker that sets nothing (what
+    /// `kafka-configs --describe --all` shows there).
+    const KAFKA_4_3_1_DEFAULTS: &[(&str, &str)] = &[
+        ("cleanup.policy", "delete"),
+        ("compression.gzip.level", "-1"),
+        ("compression.lz4.level", "9"),
+        ("compression.type", "producer"),
+        ("compression.zstd.level", "3"),
+        ("delete.retention.ms", "86400000"),
+        ("file.delete.delay.ms", "60000"),
+        ("flush.messages", "9223372036854775807"),
+        ("flush.ms", "9223372036854775807"),
+        ("follower.replication.throttled.replicas", ""),
+        ("index.interval.bytes", "4096"),
+        ("leader.replication.throttled.replicas", ""),
+        ("local.retention.bytes", "-2"),
+        ("local.retention.ms", "-2"),
+        ("max.compaction.lag.ms", "9223372036854775807"),
+        ("max.message.bytes", "1048588"),
+        ("message.timestamp.after.max.ms", "3600000"),
+        ("message.timestamp.before.max.ms", "9223372036854775807"),
+        ("message.timestamp.type", "CreateTime"),
+        ("min.cleanable.dirty.ratio", "0.5"),
+        ("min.compaction.lag.ms", "0"),
+        ("min.insync.replicas", "1"),
+        ("preallocate", "false"),
+        ("remote.log.copy.disable", "false"),
+        ("remote.log.delete.on.disable", "false"),
+        ("remote.storage.enable", "false"),
+        ("retention.bytes", "-1"),
+        ("retention.ms", "604800000"),
+        ("segment.bytes", "1073741824"),
+        ("segment.index.bytes", "10485760"),
+        ("segment.jitter.ms", "0"),
+        ("segment.ms", "604800000"),
+        ("unclean.leader.election.enable", "false"),
+    ];
+
+    #[test]
+    fn every_kafka_config_with_kafkas_default() {
+        let broker = BrokerConfig::default();
+        let ours: Vec<(&str, String)> = TOPIC_CONFIGS
+            .iter()
+            .map(|s| (s.name, default_value(&broker, s.name).unwrap()))
+            .collect();
+        let kafka: Vec<(&str, String)> = KAFKA_4_3_1_DEFAULTS
+            .iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect();
+        assert_eq!(ours, kafka);
+    }
+
+    #[test]
+    fn the_broker_default_of_a_synonym_is_what_a_doze_broker_defaults_to() {
+        // A config doze takes a broker property for: Kafka's default of
+        // that property (its first with one) is the topic default here.
+        let broker = BrokerConfig::default();
+        for spec in TOPIC_CONFIGS {
+            let DefaultValue::Broker(f) = spec.default else {
+                continue;
+            };
+            let (property, kafka) = spec
+                .synonyms
+                .iter()
+                .find_map(|(n, d)| d.map(|d| (*n, d)))
+                .unwrap_or_else(|| panic!("{} has no broker default", spec.name));
+            let ours = f(&broker);
+            match property {
+                "log.retention.hours" | "log.roll.hours" => {
+                    let hours: i64 = kafka.parse().unwrap();
+                    assert_eq!(ours, (hours * 3_600_000).to_string(), "{}", spec.name);
+                }
+                _ => assert_eq!(ours, kafka, "{}", spec.name),
+            }
+        }
+    }
+
+    #[test]
+    fn synonyms_as_kafka_lists_them() {
+        let mut broker = BrokerConfig::default();
+        let spec = |k| spec_of(k).unwrap();
+        let syn = |d: &Described| -> Vec<(String, String, i8)> {
+            d.synonyms
+                .iter()
+                .map(|s| (s.name.clone(), s.value.clone(), s.source.code()))
+                .collect()
+        };
+        let s = |n: &str, v: &str, src: i8| (n.to_string(), v.to_string(), src);
+        let mut overrides = BTreeMap::new();
+        overrides.insert("max.message.bytes".to_string(), "2000000".to_string());
+        overrides.insert("retention.ms".to_string(), "86400000".to_string());
+        // What Kafka 4.3.1 answers for kt-topic (tests/test_kafka_tools.py).
+        let d = describe(&broker, &overrides, spec("max.message.bytes"));
+        assert_eq!(
+            (d.value.as_str(), d.source),
+            ("2000000", Source::DynamicTopic)
+        );
+        assert_eq!(
+            syn(&d),
+            vec![
+                s("max.message.bytes", "2000000", 1),
+                s("message.max.bytes", "1048588", 5)
+            ]
+        );
+        let d = describe(&broker, &overrides, spec("retention.ms"));
+        assert_eq!(syn(&d), vec![s("retention.ms", "86400000", 1)]);
+        let d = describe(&broker, &overrides, spec("segment.ms"));
+        assert_eq!((d.value.as_str(), d.source), ("604800000", Source::Default));
+        assert!(d.synonyms.is_empty());
+        let d = describe(
+            &broker,
+            &overrides,
+            spec("follower.replication.throttled.replicas"),
+        );
+        assert_eq!((d.value.as_str(), d.source), ("", Source::Default));
+        assert!(d.synonyms.is_empty());
+        let d = describe(&broker, &overrides, spec("cleanup.policy"));
+        assert_eq!(syn(&d), vec![s("log.cleanup.policy", "delete", 5)]);
+
+        // A broker property set: STATIC_BROKER_CONFIG, before the default.
+        broker.set("message.max.bytes", " 3000000 ").unwrap();
+        broker.set("log.retention.ms", "5000").unwrap();
+        let none = BTreeMap::new();
+        let d = describe(&broker, &none, spec("max.message.bytes"));
+        assert_eq!(
+            (d.value.as_str(), d.source),
+            ("3000000", Source::StaticBroker)
+        );
+        assert_eq!(
+            syn(&d),
+            vec![
+                s("message.max.bytes", "3000000", 4),
+                s("message.max.bytes", "1048588", 5)
+            ]
+        );
+        let d = describe(&broker, &none, spec("retention.ms"));
+        assert_eq!((d.value.as_str(), d.source), ("5000", Source::StaticBroker));
+        assert_eq!(
+            syn(&d),
+            vec![
+                s("log.retention.ms", "5000", 4),
+                s("log.retention.hours", "168", 5)
+            ]
+        );
+        // log.retention.hours alone: Kafka lists nothing, since its own
+        // synonym (log.retention.ms) is not among them, and says DEFAULT.
+        let mut hours = BrokerConfig::default();
+        hours.set("log.retention.hours", "24").unwrap();
+        let d = describe(&hours, &none, spec("retention.ms"));
+        assert_eq!((d.value.as_str(), d.source), ("86400000", Source::Default));
+        assert!(d.synonyms.is_empty());
     }
 
     #[test]
@@ -529,6 +1225,103 @@ mod tests {
     }
 
     #[test]
+    fn new_kinds_are_refused_with_kafkas_messages() {
+        let err = |k, v| normalize(k, v).unwrap_err();
+        assert_eq!(
+            err("compression.gzip.level", " 0 "),
+            "Invalid value 0 for configuration compression.gzip.level: Value must be between 1 and 9 or equal to -1"
+        );
+        assert_eq!(
+            err("compression.gzip.level", "abc"),
+            "Invalid value abc for configuration compression.gzip.level: Not a number of type INT"
+        );
+        assert_eq!(
+            err("compression.lz4.level", "18"),
+            "Invalid value 18 for configuration compression.lz4.level: Value must be no more than 17"
+        );
+        assert_eq!(
+            err("compression.zstd.level", "-131073"),
+            "Invalid value -131073 for configuration compression.zstd.level: Value must be at least -131072"
+        );
+        assert_eq!(
+            err("preallocate", " yes "),
+            "Invalid value  yes  for configuration preallocate: Expected value to be either true or false"
+        );
+        assert_eq!(
+            err("preallocate", "1"),
+            "Invalid value 1 for configuration preallocate: Expected value to be either true or false"
+        );
+        let throttle = "must be the literal '*' or a list of replicas in the following format: \
+                        [partitionId]:[brokerId],[partitionId]:[brokerId],...";
+        assert_eq!(
+            err("leader.replication.throttled.replicas", " a , b "),
+            format!(
+                "Invalid value [a, b] for configuration leader.replication.throttled.replicas: \
+                 leader.replication.throttled.replicas {throttle}"
+            )
+        );
+        for bad in ["*,0:1", "*,*", "-1:1", "0:1:2", "x"] {
+            assert!(
+                validate("follower.replication.throttled.replicas", bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            err("segment.index.bytes", "3"),
+            "Invalid value 3 for configuration segment.index.bytes: Value must be at least 4"
+        );
+        assert_eq!(
+            err("local.retention.ms", "-3"),
+            "Invalid value -3 for configuration local.retention.ms: Value must be at least -2"
+        );
+        assert_eq!(
+            err("flush.messages", "0"),
+            "Invalid value 0 for configuration flush.messages: Value must be at least 1"
+        );
+        assert_eq!(
+            err("message.timestamp.after.max.ms", "-1"),
+            "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0"
+        );
+    }
+
+    #[test]
+    fn values_doze_does_not_serve_are_refused() {
+        // Valid for Kafka, refused here: doze never recompresses and has
+        // no tiered storage.
+        assert_eq!(normalize("compression.type", " gzip ").unwrap(), "gzip");
+        let err = validate("compression.type", "gzip").unwrap_err();
+        assert!(
+            err.starts_with("Invalid value gzip for configuration compression.type: "),
+            "{err}"
+        );
+        assert!(validate("compression.type", "uncompressed").is_err());
+        validate("compression.type", " producer ").unwrap();
+        assert_eq!(
+            validate("remote.storage.enable", "TRUE").unwrap_err(),
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
+        );
+        validate("remote.storage.enable", "false").unwrap();
+        let mut m = BTreeMap::new();
+        m.insert("compression.type".to_string(), "lz4".to_string());
+        assert!(check_all(&m).is_err());
+        // Those with no effect are taken, as Kafka takes them.
+        for (k, v) in [
+            ("min.insync.replicas", "2"),
+            ("unclean.leader.election.enable", "true"),
+            ("follower.replication.throttled.replicas", "*"),
+            ("leader.replication.throttled.replicas", "0:1,1:1"),
+            ("remote.log.copy.disable", "true"),
+            ("local.retention.ms", "1000"),
+            ("flush.messages", "1"),
+            ("preallocate", "true"),
+            ("segment.jitter.ms", "100"),
+            ("compression.gzip.level", "9"),
+        ] {
+            validate(k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+    }
+
+    #[test]
     fn values_are_stored_as_kafka_describes_them() {
         let ok = |k, v| normalize(k, v).unwrap();
         assert_eq!(ok("cleanup.policy", "compact"), "compact");
@@ -550,6 +1343,25 @@ mod tests {
             "LogAppendTime"
         );
         assert_eq!(ok("retention.bytes", "-5"), "-5");
+        assert_eq!(ok("preallocate", " TRUE "), "true");
+        assert_eq!(ok("unclean.leader.election.enable", "False"), "false");
+        assert_eq!(
+            ok("follower.replication.throttled.replicas", " 0:1 , 1:2 "),
+            "0:1,1:2"
+        );
+        assert_eq!(
+            ok("follower.replication.throttled.replicas", "0:1,0:1"),
+            "0:1,0:1"
+        );
+        assert_eq!(ok("leader.replication.throttled.replicas", " * "), "*");
+        assert_eq!(ok("leader.replication.throttled.replicas", "0:1,"), "0:1,");
+        assert_eq!(
+            ok("leader.replication.throttled.replicas", "0:1,,1:2"),
+            "0:1,,1:2"
+        );
+        assert_eq!(ok("leader.replication.throttled.replicas", ""), "");
+        assert_eq!(ok("file.delete.delay.ms", " 07 "), "7");
+        assert_eq!(ok("compression.gzip.level", "-1"), "-1");
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DescribeCluster, 0, 1),
+    // What a 4.x admin's describeTopics asks first (KIP-966); Kafka 4.x's range.
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     // Without an authorizer: SECURITY_DISABLED, as Kafka without one.
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::InitProducerId, 0, 5),
@@ -109,6 +111,10 @@ mod tests {
             }
             ApiKey::CreatePartitions => r!(CreatePartitionsRequest, CreatePartitionsResponse),
             ApiKey::DescribeCluster => r!(DescribeClusterRequest, DescribeClusterResponse),
+            ApiKey::DescribeTopicPartitions => r!(
+                DescribeTopicPartitionsRequest,
+                DescribeTopicPartitionsResponse
+            ),
             ApiKey::DescribeAcls => r!(DescribeAclsRequest, DescribeAclsResponse),
             ApiKey::InitProducerId => r!(InitProducerIdRequest, InitProducerIdResponse),
             ApiKey::FindCoordinator => r!(FindCoordinatorRequest, FindCoordinatorResponse),
@@ -168,6 +174,9 @@ mod tests {
             }
             ApiKey::CreatePartitions => ResponseKind::CreatePartitions(Default::default()),
             ApiKey::DescribeCluster => ResponseKind::DescribeCluster(Default::default()),
+            ApiKey::DescribeTopicPartitions => {
+                ResponseKind::DescribeTopicPartitions(Default::default())
+            }
             ApiKey::DescribeAcls => ResponseKind::DescribeAcls(Default::default()),
             ApiKey::InitProducerId => ResponseKind::InitProducerId(Default::default()),
             ApiKey::FindCoordinator => ResponseKind::FindCoordinator(Default::default()),

@@ -705,3 +705,314 @@ fn segment_bytes_and_timestamp_type_change_live() {
     );
     assert_eq!(w.broker.partition("t", 0).unwrap().segments().count(), 3);
 }
+
+/// DescribeConfigs of a topic, with what it asks besides the values.
+fn describe_with(
+    w: &mut World,
+    version: i16,
+    resource_type: i8,
+    name: &str,
+    keys: &[&str],
+    synonyms: bool,
+    documentation: bool,
+) -> Vec<describe_configs_response::DescribeConfigsResourceResult> {
+    let req = DescribeConfigsRequest::default()
+        .with_include_synonyms(synonyms)
+        .with_include_documentation(documentation)
+        .with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(resource_type)
+            .with_resource_name(s(name))
+            .with_configuration_keys(Some(keys.iter().map(|k| s(k)).collect()))]);
+    w.send(7, version, &req);
+    let Some((_, ResponseKind::DescribeConfigs(r))) = w.recv(7) else {
+        panic!("no DescribeConfigs answer")
+    };
+    assert_eq!(r.results[0].error_code, 0);
+    r.results[0].configs.clone()
+}
+
+/// (name, value, source) of each synonym.
+fn synonyms_of(
+    c: &describe_configs_response::DescribeConfigsResourceResult,
+) -> Vec<(String, String, i8)> {
+    c.synonyms
+        .iter()
+        .map(|s| {
+            (
+                s.name.to_string(),
+                s.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                s.source,
+            )
+        })
+        .collect()
+}
+
+fn syn(name: &str, value: &str, source: i8) -> (String, String, i8) {
+    (name.to_string(), value.to_string(), source)
+}
+
+#[test]
+fn describe_configs_lists_synonyms_and_documentation_when_asked() {
+    let mut config = BrokerConfig::default();
+    config.set("log.retention.ms", "5000").unwrap();
+    let mut w = World::new(config);
+    assert_eq!(
+        create_with(&mut w, "t", &[("max.message.bytes", "2000000")]).0,
+        0
+    );
+    let keys = [
+        "max.message.bytes",
+        "retention.ms",
+        "min.insync.replicas",
+        "preallocate",
+    ];
+    let configs = describe_with(&mut w, 4, TOPIC, "t", &keys, true, true);
+    let by_name = |n: &str| configs.iter().find(|c| c.name.as_str() == n).unwrap();
+    let max = by_name("max.message.bytes");
+    assert_eq!(
+        (max.config_source, max.config_type, max.read_only),
+        (1, 3, false)
+    );
+    assert_eq!(
+        synonyms_of(max),
+        vec![
+            syn("max.message.bytes", "2000000", 1),
+            syn("message.max.bytes", "1048588", 5)
+        ]
+    );
+    let retention = by_name("retention.ms");
+    assert_eq!(retention.value.as_deref(), Some("5000"));
+    assert_eq!((retention.config_source, retention.config_type), (4, 5));
+    assert_eq!(
+        synonyms_of(retention),
+        vec![
+            syn("log.retention.ms", "5000", 4),
+            syn("log.retention.hours", "168", 5)
+        ]
+    );
+    let min_isr = by_name("min.insync.replicas");
+    assert!(
+        min_isr
+            .documentation
+            .as_deref()
+            .unwrap()
+            .contains("No effect"),
+        "{:?}",
+        min_isr.documentation
+    );
+    assert_eq!(by_name("preallocate").config_type, 1, "BOOLEAN");
+    assert!(configs.iter().all(|c| c.documentation.is_some()));
+
+    // Not asked: no synonyms, no documentation (null, as Kafka).
+    let plain = describe_with(&mut w, 4, TOPIC, "t", &keys, false, false);
+    assert!(plain
+        .iter()
+        .all(|c| c.synonyms.is_empty() && c.documentation.is_none()));
+    // v1 has synonyms but no room for documentation.
+    let v1 = describe_with(&mut w, 1, TOPIC, "t", &["max.message.bytes"], true, false);
+    assert_eq!(synonyms_of(&v1[0]).len(), 2);
+
+    // The broker: a property given is STATIC_BROKER_CONFIG, before doze's
+    // default; one not given is the default.
+    let broker = describe_with(
+        &mut w,
+        4,
+        BROKER,
+        "1",
+        &["log.retention.ms", "log.segment.bytes"],
+        true,
+        false,
+    );
+    let retention = broker
+        .iter()
+        .find(|c| c.name.as_str() == "log.retention.ms")
+        .unwrap();
+    assert_eq!((retention.config_source, retention.read_only), (4, true));
+    assert_eq!(
+        synonyms_of(retention),
+        vec![
+            syn("log.retention.ms", "5000", 4),
+            syn("log.retention.ms", "604800000", 5)
+        ]
+    );
+    let segment = broker
+        .iter()
+        .find(|c| c.name.as_str() == "log.segment.bytes")
+        .unwrap();
+    assert_eq!(segment.config_source, 5);
+    assert_eq!(
+        synonyms_of(segment),
+        vec![syn("log.segment.bytes", "1073741824", 5)]
+    );
+}
+
+#[test]
+fn every_kafka_topic_config_is_taken_or_refused_with_a_message() {
+    let mut w = World::new(BrokerConfig::default());
+    // No effect on one node: taken, stored, described, as Kafka does.
+    let taken = [
+        ("min.insync.replicas", "2"),
+        ("unclean.leader.election.enable", "TRUE"),
+        ("leader.replication.throttled.replicas", "0:1, 1:1"),
+        ("follower.replication.throttled.replicas", "*"),
+        ("flush.ms", "10"),
+        ("index.interval.bytes", "100"),
+        ("segment.index.bytes", "4096"),
+        ("local.retention.bytes", "10"),
+        ("remote.log.delete.on.disable", "true"),
+    ];
+    assert_eq!(create_with(&mut w, "t", &taken).0, 0);
+    let configs = describe(&mut w, "t");
+    assert_eq!(configs.len(), 33, "every topic config Kafka 4.3.1 has");
+    assert_eq!(
+        configs["unclean.leader.election.enable"],
+        ("true".into(), 1)
+    );
+    assert_eq!(
+        configs["leader.replication.throttled.replicas"],
+        ("0:1,1:1".into(), 1)
+    );
+    assert_eq!(configs["compression.type"], ("producer".into(), 5));
+    // Kafka takes these; doze does not do what they ask, so refuses them.
+    let (code, message) = create_with(&mut w, "u", &[("compression.type", "snappy")]);
+    assert_eq!(code, 40, "INVALID_CONFIG");
+    assert!(message.unwrap().contains("only producer is served"));
+    let (code, message) = create_with(&mut w, "u", &[("remote.storage.enable", "true")]);
+    assert_eq!(code, 40);
+    assert_eq!(
+        message.as_deref(),
+        Some("Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage.")
+    );
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(TOPIC, "t", &[("compression.type", SET, Some("zstd"))])]
+        )[0]
+        .1,
+        40
+    );
+    assert_eq!(
+        alter(&mut w, "t", &[("compression.type", Some("gzip"))]).0,
+        40
+    );
+    assert_eq!(value(&mut w, "t", "compression.type"), "producer");
+}
+
+const INVALID_TIMESTAMP: i16 = 32;
+
+/// A v9 (or `version`) produce of `records` to partition 0 of `topic`:
+/// (error, message, record errors, log start offset).
+fn produce_full(
+    w: &mut World,
+    version: i16,
+    topic: &str,
+    records: bytes::Bytes,
+) -> (i16, Option<String>, Vec<(i32, String)>, i64) {
+    w.send(1, version, &produce_req(topic, 0, records, -1));
+    match w.recv(1) {
+        Some((_, ResponseKind::Produce(r))) => {
+            let p = &r.responses[0].partition_responses[0];
+            (
+                p.error_code,
+                p.error_message.as_ref().map(|m| m.to_string()),
+                p.record_errors
+                    .iter()
+                    .map(|e| {
+                        (
+                            e.batch_index,
+                            e.batch_index_error_message
+                                .as_ref()
+                                .map(|m| m.to_string())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect(),
+                p.log_start_offset,
+            )
+        }
+        other => panic!("expected a produce answer, got {other:?}"),
+    }
+}
+
+#[test]
+fn record_timestamps_outside_the_topics_bounds_are_refused() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let now = w.now_ms;
+    let hour = 3_600_000;
+    let ahead = now + 2 * hour;
+    let (code, message, errors, log_start) =
+        produce_full(&mut w, 9, "t", batch(&[b"a", b"b"], ahead));
+    assert_eq!(code, INVALID_TIMESTAMP);
+    assert_eq!(
+        message.as_deref(),
+        Some("One or more records have been rejected due to invalid timestamp")
+    );
+    let why = |offset: i64| {
+        format!(
+            "Timestamp {ahead} of message with offset {offset} is out of range. The timestamp \
+             should be within [{}, {}]",
+            now.wrapping_sub(i64::MAX),
+            now + hour
+        )
+    };
+    assert_eq!(errors, vec![(0, why(0)), (1, why(1))]);
+    assert_eq!(log_start, 0, "reported as Kafka's log reports it");
+    // Produce v7 has no room for the records' errors.
+    let (code, _, errors, _) = produce_full(&mut w, 7, "t", batch(&[b"a"], ahead));
+    assert_eq!((code, errors.len()), (INVALID_TIMESTAMP, 0));
+    // Compressed: the header's max timestamp says so, the records tell which.
+    let lz4 = batch_with(
+        &[b"a", b"b"],
+        ahead,
+        kafka_protocol::records::Compression::Lz4,
+    );
+    let (code, _, errors, _) = produce_full(&mut w, 9, "t", lz4);
+    assert_eq!((code, errors.len()), (INVALID_TIMESTAMP, 2));
+    // At the bound, without a timestamp, or long past (before.max.ms is
+    // Long.MAX by default): taken.
+    for ts in [now + hour, -1, now - 365 * 24 * hour] {
+        assert_eq!(
+            produce_full(&mut w, 9, "t", batch(&[b"x"], ts)).0,
+            0,
+            "{ts}"
+        );
+    }
+    assert_eq!(w.broker.partition("t", 0).unwrap().high_watermark(), 3);
+
+    // Bounds set per topic.
+    assert_eq!(
+        inc(
+            &mut w,
+            &[(
+                TOPIC,
+                "t",
+                &[
+                    ("message.timestamp.before.max.ms", SET, Some("1000")),
+                    ("message.timestamp.after.max.ms", SET, Some("0")),
+                ]
+            )]
+        ),
+        vec![ok("t")]
+    );
+    let zstd = batch_with(
+        &[b"old"],
+        now - 2000,
+        kafka_protocol::records::Compression::Zstd,
+    );
+    let (code, _, errors, _) = produce_full(&mut w, 9, "t", zstd);
+    assert_eq!((code, errors.len()), (INVALID_TIMESTAMP, 1));
+    assert_eq!(
+        produce_full(&mut w, 9, "t", batch(&[b"x"], now + 1)).0,
+        INVALID_TIMESTAMP
+    );
+    assert_eq!(
+        produce_full(&mut w, 9, "t", batch(&[b"x"], now - 1000)).0,
+        0
+    );
+
+    // LogAppendTime: the broker stamps the batch, whatever it carried.
+    let lat = [("message.timestamp.type", "LogAppendTime")];
+    assert_eq!(create_with(&mut w, "lat", &lat).0, 0);
+    assert_eq!(produce_full(&mut w, 9, "lat", batch(&[b"x"], ahead)).0, 0);
+}

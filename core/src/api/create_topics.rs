@@ -239,25 +239,21 @@ fn check(
             topic_config::normalize(&key, value).map_err(|m| (ResponseError::InvalidConfig, m))?;
         configs.insert(key, value);
     }
+    topic_config::check_served(&configs).map_err(|m| (ResponseError::InvalidConfig, m))?;
     Ok((partitions, configs))
 }
 
-/// The topic's configs as CreateTopics v5+ reports them.
+/// The topic's configs as CreateTopics v5+ reports them: every one, as
+/// DescribeConfigs shows them.
 fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     topic_config::TOPIC_CONFIGS
         .iter()
-        .map(|(key, _)| {
-            let (value, source) = match overrides.get(*key) {
-                Some(v) => (v.clone(), 1), // TOPIC_CONFIG
-                None => (
-                    topic_config::default_value(b.config(), key).unwrap_or_default(),
-                    5,
-                ), // DEFAULT_CONFIG
-            };
+        .map(|spec| {
+            let d = topic_config::describe(b.config(), overrides, spec);
             CreatableTopicConfigs::default()
-                .with_name(StrBytes::from_string(key.to_string()))
-                .with_value(Some(StrBytes::from_string(value)))
-                .with_config_source(source)
+                .with_name(StrBytes::from_string(spec.name.to_string()))
+                .with_value(Some(StrBytes::from_string(d.value)))
+                .with_config_source(d.source.code())
         })
         .collect()
 }

@@ -1,17 +1,24 @@
 //! DescribeConfigs (key 32), v1–v4.
 //!
-//! Topics (resource type 2): every topic config this broker knows, with the
-//! topic's override (source DYNAMIC_TOPIC_CONFIG) or the broker's default
-//! (DEFAULT_CONFIG), and Kafka's type for it (LIST for cleanup.policy,
-//! DOUBLE, INT, LONG, STRING). The broker (type 4, named by its node id or
-//! ""): its properties, read-only (they come from the command line or config
-//! file: STATIC_BROKER_CONFIG). `configuration_keys` filters; synonyms are not
-//! reported (an empty list, which clients accept).
+//! Topics (resource type 2): every topic config Kafka 4.3.1 has
+//! (`topic_config::TOPIC_CONFIGS`, the ones with no effect on one node
+//! included), with the topic's override (source DYNAMIC_TOPIC_CONFIG), the
+//! broker property that backs it (STATIC_BROKER_CONFIG) or the default
+//! (DEFAULT_CONFIG), and Kafka's type for it (v3+). With include_synonyms
+//! (v1+) each lists its synonyms as Kafka does (`topic_config::describe`:
+//! the override, then the broker property set and Kafka's default of it);
+//! with include_documentation (v3+) its documentation says what it does on
+//! doze. None is read-only or sensitive.
+//!
+//! The broker (type 4, named by its node id or ""): its properties,
+//! read-only (doze changes none while running), from the command line or
+//! config file (STATIC_BROKER_CONFIG) or doze's default (DEFAULT_CONFIG),
+//! with those as synonyms. `configuration_keys` filters both.
 //!
 //! ACL: DESCRIBE_CONFIGS on the topic, or on the cluster for the broker.
 
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -19,23 +26,33 @@ use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
 use crate::broker::Broker;
+use crate::config::BrokerConfig;
 use crate::security::acl::{resource, Op};
-use crate::topic_config::{self, TOPIC_CONFIGS};
+use crate::topic_config::{self, Source, Synonym, TOPIC_CONFIGS};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
-const SOURCE_DYNAMIC_TOPIC: i8 = 1;
-const SOURCE_STATIC_BROKER: i8 = 4;
-const SOURCE_DEFAULT: i8 = 5;
 const TYPE_STRING: i8 = 2;
 
+/// What the request asks to be told besides each value.
+#[derive(Clone, Copy)]
+struct Asked {
+    synonyms: bool,
+    documentation: bool,
+}
+
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsRequest) {
+    let asked = Asked {
+        synonyms: req.include_synonyms,
+        // The field is not in v1-v2: the answer has no room for it.
+        documentation: req.include_documentation && ctx.version >= 3,
+    };
     let results = req
         .resources
         .iter()
         .map(|r| match refusal(b, &ctx, r) {
             Some(refused) => refused,
-            None => describe(b, r),
+            None => describe(b, r, asked),
         })
         .collect();
     b.respond(
@@ -80,27 +97,96 @@ fn refusal(
     )
 }
 
-fn entry(
-    name: &str,
+fn synonym(s: &Synonym) -> DescribeConfigsSynonym {
+    DescribeConfigsSynonym::default()
+        .with_name(StrBytes::from_string(s.name.clone()))
+        .with_value(Some(StrBytes::from_string(s.value.clone())))
+        .with_source(s.source.code())
+}
+
+/// One described config; `synonyms` and `doc` are sent only when asked.
+struct Entry<'a> {
+    name: &'a str,
     value: String,
     read_only: bool,
-    source: i8,
+    source: Source,
     config_type: i8,
-) -> DescribeConfigsResourceResult {
+    synonyms: Vec<Synonym>,
+    doc: Option<&'a str>,
+}
+
+fn entry(e: Entry<'_>, asked: Asked) -> DescribeConfigsResourceResult {
+    let synonyms = match asked.synonyms {
+        true => e.synonyms.iter().map(synonym).collect(),
+        false => Vec::new(),
+    };
     DescribeConfigsResourceResult::default()
-        .with_name(StrBytes::from_string(name.to_string()))
-        .with_value(Some(StrBytes::from_string(value)))
-        .with_read_only(read_only)
-        .with_config_source(source)
-        .with_config_type(config_type)
-        // Kafka sends null unless include_documentation asks (it never
-        // does from the tools), not an empty text.
-        .with_documentation(None)
+        .with_name(StrBytes::from_string(e.name.to_string()))
+        .with_value(Some(StrBytes::from_string(e.value)))
+        .with_read_only(e.read_only)
+        .with_config_source(e.source.code())
+        .with_config_type(e.config_type)
+        .with_synonyms(synonyms)
+        // Kafka sends null unless include_documentation asks, not an
+        // empty text.
+        .with_documentation(
+            e.doc
+                .filter(|_| asked.documentation)
+                .map(|d| StrBytes::from_string(d.to_string())),
+        )
+}
+
+/// A broker property as described: set in the config file or by a flag
+/// (STATIC_BROKER_CONFIG, with what was given), else doze's default. The
+/// advertised listeners always come from how the broker was started.
+fn broker_entry<'a>(
+    config: &BrokerConfig,
+    defaults: &[(&str, String)],
+    name: &'a str,
+    value: String,
+) -> Entry<'a> {
+    let mut synonyms: Vec<Synonym> = BrokerConfig::set_by(name)
+        .into_iter()
+        .filter_map(|key| {
+            Some(Synonym {
+                name: key.to_string(),
+                value: config.properties_set.get(key)?.clone(),
+                source: Source::StaticBroker,
+            })
+        })
+        .collect();
+    let started_with = name == "advertised.listeners";
+    if started_with && synonyms.is_empty() {
+        synonyms.push(Synonym {
+            name: name.to_string(),
+            value: value.clone(),
+            source: Source::StaticBroker,
+        });
+    }
+    if let Some((_, default)) = defaults.iter().find(|(n, _)| *n == name) {
+        if !started_with {
+            synonyms.push(Synonym {
+                name: name.to_string(),
+                value: default.clone(),
+                source: Source::Default,
+            });
+        }
+    }
+    Entry {
+        name,
+        source: synonyms.first().map_or(Source::Default, |s| s.source),
+        value,
+        read_only: true,
+        config_type: TYPE_STRING,
+        synonyms,
+        doc: None,
+    }
 }
 
 fn describe(
     b: &Broker,
     r: &kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
+    asked: Asked,
 ) -> DescribeConfigsResult {
     let wanted = |name: &str| {
         r.configuration_keys
@@ -122,17 +208,19 @@ fn describe(
             };
             let configs = TOPIC_CONFIGS
                 .iter()
-                .filter(|(name, _)| wanted(name))
-                .map(|(name, kind)| {
-                    let config_type = kind.describe_type();
-                    match topic.record.configs.get(*name) {
-                        Some(v) => entry(name, v.clone(), false, SOURCE_DYNAMIC_TOPIC, config_type),
-                        None => {
-                            let v =
-                                topic_config::default_value(b.config(), name).unwrap_or_default();
-                            entry(name, v, false, SOURCE_DEFAULT, config_type)
-                        }
-                    }
+                .filter(|spec| wanted(spec.name))
+                .map(|spec| {
+                    let d = topic_config::describe(b.config(), &topic.record.configs, spec);
+                    let e = Entry {
+                        name: spec.name,
+                        value: d.value,
+                        read_only: false,
+                        source: d.source,
+                        config_type: spec.kind.describe_type(),
+                        synonyms: d.synonyms,
+                        doc: Some(spec.doc),
+                    };
+                    entry(e, asked)
                 })
                 .collect();
             base.with_configs(configs)
@@ -146,12 +234,13 @@ fn describe(
                         "No broker {name} here"
                     ))));
             }
-            let configs = b
-                .config()
+            let config = b.config();
+            let defaults = BrokerConfig::default().describe();
+            let configs = config
                 .describe()
                 .into_iter()
                 .filter(|(n, _)| wanted(n))
-                .map(|(n, v)| entry(n, v, true, SOURCE_STATIC_BROKER, TYPE_STRING))
+                .map(|(n, v)| entry(broker_entry(config, &defaults, n, v), asked))
                 .collect();
             base.with_configs(configs)
         }

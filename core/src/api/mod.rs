@@ -26,6 +26,7 @@ pub mod describe_cluster;
 pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_producers;
+pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
 pub mod end_txn;
@@ -172,6 +173,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
         RequestKind::AlterConfigs(r) => alter_configs::handle(b, ctx, r),
         RequestKind::IncrementalAlterConfigs(r) => incremental_alter_configs::handle(b, ctx, r),
         RequestKind::DescribeCluster(r) => describe_cluster::handle(b, ctx, r),
+        RequestKind::DescribeTopicPartitions(r) => describe_topic_partitions::handle(b, ctx, r),
         RequestKind::InitProducerId(r) => init_producer_id::handle(b, ctx, r),
         RequestKind::FindCoordinator(r) => find_coordinator::handle(b, ctx, r),
         RequestKind::JoinGroup(r) => join_group::handle(b, ctx, r),

@@ -18,8 +18,16 @@
 //! INVALID_PRODUCER_EPOCH, a sequence gap OUT_OF_ORDER_SEQUENCE_NUMBER.
 //! Transactional batches must belong to an Ongoing transaction that added
 //! the partition (see `check_transaction`).
+//!
+//! On a CreateTime topic every record's timestamp must lie within
+//! message.timestamp.before.max.ms before and message.timestamp.after.max.ms
+//! after the broker's clock (Kafka 4.x: at most an hour ahead by default),
+//! else the batch is INVALID_TIMESTAMP with the records out of range listed
+//! (`check_timestamps`).
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -30,6 +38,9 @@ use crate::broker::Broker;
 use crate::limits;
 use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
+use crate::topic_config::{
+    MESSAGE_TIMESTAMP_AFTER_MAX_MS, MESSAGE_TIMESTAMP_BEFORE_MAX_MS, MESSAGE_TIMESTAMP_TYPE,
+};
 use crate::topics::{PartitionKey, Topics};
 
 /// A produce request waiting for its data to be durable.
@@ -87,6 +98,20 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                 Err(refusal) => {
                     pr.error_code = refusal.error.code();
                     pr.error_message = refusal.message.map(StrBytes::from_string);
+                    // Produce v8+ has room for them.
+                    if ctx.version >= 8 {
+                        pr.record_errors = refusal
+                            .record_errors
+                            .into_iter()
+                            .map(|(index, message)| {
+                                BatchIndexAndErrorMessage::default()
+                                    .with_batch_index(index)
+                                    .with_batch_index_error_message(Some(StrBytes::from_string(
+                                        message,
+                                    )))
+                            })
+                            .collect();
+                    }
                     if refusal.by_log {
                         pr.log_start_offset = b
                             .partition_view(&name, part.index)
@@ -165,6 +190,8 @@ struct Refusal {
     /// Kafka then reports the log start offset with the error
     /// (ReplicaManager.appendToLocalLog; seen in conformance), else -1.
     by_log: bool,
+    /// The records that made the batch refused: (index in the batch, why).
+    record_errors: Vec<(i32, String)>,
 }
 
 impl Refusal {
@@ -181,7 +208,76 @@ fn refused(error: ResponseError, message: Option<String>) -> Refusal {
         error,
         message,
         by_log: false,
+        record_errors: Vec::new(),
     }
+}
+
+/// The bounds a CreateTime topic puts on record timestamps.
+struct TimestampBounds {
+    now_ms: i64,
+    /// message.timestamp.before.max.ms
+    before_max_ms: i64,
+    /// message.timestamp.after.max.ms
+    after_max_ms: i64,
+}
+
+impl TimestampBounds {
+    /// Kafka's LogValidator.recordHasInvalidTimestamp, in Java's wrapping
+    /// arithmetic.
+    fn refuse(&self, timestamp: i64) -> bool {
+        let diff = self.now_ms.wrapping_sub(timestamp);
+        diff > self.before_max_ms || diff.wrapping_neg() > self.after_max_ms
+    }
+}
+
+/// Every record's timestamp within `bounds` (a record without one, -1,
+/// passes), as Kafka's LogValidator.validateTimestamp checks it; else
+/// INVALID_TIMESTAMP with each record out of range and Kafka's texts. An
+/// uncompressed batch is read record by record; a compressed one is
+/// decompressed only when its header's max timestamp is past the upper
+/// bound or a lower bound is set (the max bounds every record of a
+/// well-formed batch, and Long.MAX before.max.ms, the default, refuses no
+/// timestamp).
+fn check_timestamps(
+    header: &batch::BatchHeader,
+    bytes: &[u8],
+    bounds: &TimestampBounds,
+) -> Result<(), Refusal> {
+    let corrupt = |why: String| refused(ResponseError::CorruptMessage, Some(why));
+    let times: Vec<(i32, i64)> = if header.compression_code() == 0 {
+        batch::record_times(bytes)
+            .expect("an uncompressed batch")
+            .map(|r| r.map(|t| (t.offset_delta, t.timestamp)))
+            .collect::<Result<_, _>>()
+            .map_err(|e| corrupt(e.to_string()))?
+    } else if bounds.before_max_ms == i64::MAX && !bounds.refuse(header.max_timestamp) {
+        return Ok(());
+    } else {
+        crate::log::clean::records::timestamps(bytes, header).map_err(|e| corrupt(e.0))?
+    };
+    let record_errors: Vec<(i32, String)> = times
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, timestamp))| *timestamp != -1 && bounds.refuse(*timestamp))
+        .map(|(index, (offset_delta, timestamp))| {
+            let offset = header.base_offset.wrapping_add(i64::from(*offset_delta));
+            let message = format!(
+                "Timestamp {timestamp} of message with offset {offset} is out of range. \
+                 The timestamp should be within [{}, {}]",
+                bounds.now_ms.wrapping_sub(bounds.before_max_ms),
+                bounds.now_ms.wrapping_add(bounds.after_max_ms),
+            );
+            (index as i32, message)
+        })
+        .collect();
+    if record_errors.is_empty() {
+        return Ok(());
+    }
+    let message = "One or more records have been rejected due to invalid timestamp";
+    Err(Refusal {
+        record_errors,
+        ..refused(ResponseError::InvalidTimestamp, Some(message.into())).by_log()
+    })
 }
 
 /// Every record of a batch for a compacted topic has a key (Kafka's
@@ -233,7 +329,12 @@ fn append_partition(
     let message_bytes_max = topic.config_i64(config, "max.message.bytes").max(0) as usize;
     let segment_bytes = topic.config_i64(config, "segment.bytes") as usize;
     let log_append_time =
-        topic.config(config, "message.timestamp.type").as_deref() == Some("LogAppendTime");
+        topic.config(config, MESSAGE_TIMESTAMP_TYPE).as_deref() == Some("LogAppendTime");
+    let timestamp_bounds = (!log_append_time).then(|| TimestampBounds {
+        now_ms: b.now_ms(),
+        before_max_ms: topic.config_i64(config, MESSAGE_TIMESTAMP_BEFORE_MAX_MS),
+        after_max_ms: topic.config_i64(config, MESSAGE_TIMESTAMP_AFTER_MAX_MS),
+    });
     let key = topic.key(topic_name, partition);
     let compacted = topic.cleanup_config(config).compact;
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
@@ -258,6 +359,11 @@ fn append_partition(
         }
         if bytes.len() > message_bytes_max {
             return Err(refused(ResponseError::MessageTooLarge, None));
+        }
+        // Kafka checks each record's key, then its timestamp, and refuses
+        // the batch for a timestamp if any record has a bad one.
+        if let Some(bounds) = &timestamp_bounds {
+            check_timestamps(header, bytes, bounds)?;
         }
         if compacted {
             check_keys(header, bytes, topic_name, partition)?;

@@ -61,6 +61,10 @@ pub const TABLE: &[Row] = &[
     row(ApiKey::CreatePartitions, "ALTER on TOPIC"),
     // Kafka's brokers answer anyone (only a controller wants ALTER on CLUSTER).
     row(ApiKey::DescribeCluster, "none"),
+    row(
+        ApiKey::DescribeTopicPartitions,
+        "DESCRIBE on TOPIC (left out of all-topics answers)",
+    ),
     row(ApiKey::DescribeAcls, "DESCRIBE on CLUSTER"),
     row(
         ApiKey::InitProducerId,

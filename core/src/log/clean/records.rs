@@ -1,5 +1,6 @@
-//! The records inside a batch, for the cleaner alone: the rest of the broker
-//! never looks past a batch's header (`crate::batch`). Compacting needs each
+//! The records inside a batch, for the cleaner (and Produce's checks of a
+//! compacted topic's keys and of timestamps): the rest of the broker never
+//! looks past a batch's header (`crate::batch`). Compacting needs each
 //! record's key and whether it has a value, and writing back the records it
 //! keeps as a batch with the same header fields, as Kafka's
 //! `MemoryRecords.filterTo` does (clients/src/main/java/org/apache/kafka/
@@ -173,6 +174,24 @@ pub fn first_keyless(batch: &[u8], header: &BatchHeader) -> Result<Option<usize>
     let body = records_bytes(batch, header)?;
     let records = parse_records(&body, header.records_count)?;
     Ok(records.iter().position(|r| r.key.is_none()))
+}
+
+/// The offset delta and timestamp of each record of a batch, compressed or
+/// not, for Produce's timestamp check (with LogAppendTime every record has
+/// the batch's max timestamp).
+pub fn timestamps(batch: &[u8], header: &BatchHeader) -> Result<Vec<(i32, i64)>, RecordsError> {
+    let body = records_bytes(batch, header)?;
+    let records = parse_records(&body, header.records_count)?;
+    Ok(records
+        .iter()
+        .map(|r| {
+            let timestamp = match header.has_log_append_time() {
+                true => header.max_timestamp,
+                false => header.base_timestamp.wrapping_add(r.timestamp_delta),
+            };
+            (r.offset_delta, timestamp)
+        })
+        .collect())
 }
 
 /// An empty batch standing for `header`'s offsets and nothing else: no

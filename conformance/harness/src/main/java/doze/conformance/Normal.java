@@ -18,7 +18,8 @@ import java.util.Set;
  * is replaced by a placeholder, so the rest compares field by field:
  * broker, cluster and node identities, throttle times, timestamps, topic ids,
  * producer ids (named by the script's saved variables where one matches),
- * member ids, error messages (Kafka's texts are its own), and the order of
+ * member ids, error messages (Kafka's texts are its own, a record's error in
+ * a Produce answer too), and the order of
  * arrays whose order carries no meaning (sorted after normalising).
  */
 final class Normal {
@@ -30,7 +31,7 @@ final class Normal {
             "leaderId", "coordinatorId", "throttleTimeMs", "errorMessage", "coordinatorEpoch",
             "clusterAuthorizedOperations", "topicAuthorizedOperations", "authorizedOperations",
             "finalizedFeaturesEpoch", "supportedFeatures", "finalizedFeatures", "zkMigrationReady",
-            "clientHost", "clientId", "sessionId");
+            "clientHost", "clientId", "sessionId", "batchIndexErrorMessage");
     /** Fields holding a wall-clock time. */
     private static final Set<String> TIMES = Set.of(
             "logAppendTimeMs", "timestamp", "transactionStartTimeMs", "lastTimestamp",
