@@ -1700,6 +1700,7 @@ class PeerResults:
         self.fig = {}   # metric -> broker -> {"v", "cpu", "span", "note"} or {"na"}
         self.raw = {}   # raw key -> (value, what)
         self.max_rate = {}  # broker -> records/s of its confluent-kafka produce
+        self.caveat = {}  # (broker, workload) -> what its figures do not cover
 
     def put(self, metric, broker, value, cpu, span, note=""):
         self.fig.setdefault(metric, {})[broker] = {"v": value, "cpu": cpu, "span": span, "note": note}
@@ -1923,35 +1924,73 @@ def peer_consume(args, work, b, res, can_drop, why_not):
 
 
 def txn_probe(bootstrap, topic, timeout_s):
-    """One transactional producer: init, 10 records, commit. (seconds, None) or
-    (seconds, what went wrong)."""
+    """One transactional producer: init, 10 records aborted, 10 committed; then
+    partition 0 read with read_committed. (seconds, None or what went wrong,
+    what read_committed saw)."""
     from confluent_kafka import Producer, KafkaException
     t0 = time.monotonic()
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"peer-probe-{os.getpid()}",
                   "acks": "all", "linger.ms": 0, "transaction.timeout.ms": 60000})
     try:
         p.init_transactions(timeout_s)
-        p.begin_transaction()
-        for _ in range(10):
-            p.produce(topic, value=b"p" * 1024, partition=0)
-        if p.flush(timeout_s):
-            return time.monotonic() - t0, "records not delivered"
-        p.commit_transaction(timeout_s)
+        for what in (b"aborted", b"committed"):
+            p.begin_transaction()
+            for _ in range(10):
+                p.produce(topic, value=what, partition=0)
+            if p.flush(timeout_s):
+                return time.monotonic() - t0, "records not delivered", ""
+            if what == b"aborted":
+                p.abort_transaction(timeout_s)
+            else:
+                p.commit_transaction(timeout_s)
     except KafkaException as e:
-        return time.monotonic() - t0, str(e.args[0] if e.args else e)
-    return time.monotonic() - t0, None
+        return time.monotonic() - t0, str(e.args[0] if e.args else e), ""
+    took = time.monotonic() - t0
+    seen = read_partition_values(bootstrap, topic, 0, "read_committed", 20)
+    ok = seen == [b"committed"] * 10
+    return took, None, ("read_committed then saw the 10 committed records and none of the "
+                        "10 aborted" if ok else
+                        f"read_committed then saw {seen.count(b'committed')} committed and "
+                        f"{seen.count(b'aborted')} ABORTED records (wanted 10 and 0)")
+
+
+def read_partition_values(bootstrap, topic, partition, isolation, timeout_s):
+    """The values of one partition from offset 0 to its end."""
+    from confluent_kafka import Consumer, TopicPartition, KafkaError
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"peer-probe-{time.time()}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "isolation.level": isolation})
+    c.assign([TopicPartition(topic, partition, 0)])
+    out = []
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout_s:
+            m = c.poll(1)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            out.append(m.value())
+    finally:
+        c.close()
+    return out
 
 
 def peer_txn(args, work, b, res, fsync):
     topic = "peer-txn"
     create_topic(b.bootstrap, topic, args.txn_partitions)
-    took, why = txn_probe(b.bootstrap, topic, args.peer_txn_probe_s)
-    say(f"e. transactions: a probe (one transactional producer, init + 10 records + commit) "
-        f"{'worked' if why is None else 'FAILED: ' + why} in {took:.1f} s")
+    took, why, seen = txn_probe(b.bootstrap, topic, args.peer_txn_probe_s)
+    say(f"e. transactions: a probe (one transactional producer: init, 10 records aborted, 10 "
+        f"committed) {'worked' if why is None else 'FAILED: ' + why} in {took:.1f} s"
+        + (f"; {seen}" if seen else ""))
     if why is not None:
         for m in PEER_WORKLOAD_METRICS["txn"]:
             res.na(m, b.name, f"a transactional producer failed: {why}")
         return
+    if "ABORTED" in seen:
+        res.caveat[(b.name, "txn")] = "its read_committed showed aborted records: commits, not isolation"
     if b.name == "doze":
         r = raw_fsync_bandwidth(work, 128, 0, 2, 10)
         fsync[:] = [pct(r[4], 50), pct(r[4], 99)]
@@ -2090,9 +2129,12 @@ def summary_peer_table(res):
                 say(f"   {n:14s} n/a: {f['na'][:300]}")
                 continue
             v = f["v"]
+            caveat = [c for (cn, w), c in res.caveat.items()
+                      if cn == n and key in PEER_WORKLOAD_METRICS[w]]
             say(f"   {n:14s} {fmt_value(unit, v):>14s}  CPU {f['cpu']:6.1f} s"
                 + (f"  x best peer ({best[1]}) {v / best[0]:5.2f}" if best else "  x best peer: n/a")
-                + (f"  x raw {v / raw[0]:5.2f}" if raw else "  x raw: n/a"))
+                + (f"  x raw {v / raw[0]:5.2f}" if raw else "  x raw: n/a")
+                + "".join(f"  (!) {c}" for c in caveat))
         if raw:
             say(f"   {'raw disk':14s} {fmt_value(unit, raw[0]):>14s}  ({raw[1]})")
         for metric, verdict, text in targets:
