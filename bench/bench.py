@@ -105,8 +105,14 @@ KiB = 1024
 GiB = 1024 * MiB
 
 
+BENCH_T0 = time.monotonic()
+
+
 def section(title):
-    print(f"\n== {title} ==", flush=True)
+    """A section's heading, with the time since the bench began (the sections'
+    lengths, for keeping `make bench` within its time limit)."""
+    el = time.monotonic() - BENCH_T0
+    print(f"\n== {title} ==  [{el // 60:.0f}m{el % 60:02.0f}s]", flush=True)
 
 
 def say(text):
@@ -2476,6 +2482,8 @@ def main():
                 f"{callgrind['per_mib']:,.0f} per fetched MiB")
         elif "callgrind" in sections:
             say("instructions (callgrind): n/a (see section 8)")
+        el = time.monotonic() - BENCH_T0
+        say(f"bench took {el // 60:.0f}m{el % 60:02.0f}s")
     finally:
         for p in list(LIVE_PEERS):
             p.stop()
