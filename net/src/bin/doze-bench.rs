@@ -11,7 +11,10 @@
 //! - `produce`: N connections, each writing its own partition with acks=all,
 //!   `inflight` requests pipelined, each one pre-encoded batch of 1 KiB
 //!   records; reports acknowledged bytes in the window (the broker's side of
-//!   the produce path without a client's per-record CPU).
+//!   the produce path without a client's per-record CPU). With `--count N`
+//!   a fixed load instead of a window: N records in all (whole batches,
+//!   split over the connections), every one acknowledged, then it stops
+//!   (`make bench`'s callgrind figure needs the same work on every run).
 //! - `fetch`: reads every partition of a topic from offset 0 to its end
 //!   (`--isolation 0` read_uncommitted, `1` read_committed) with Fetch v12,
 //!   one connection, without decoding records; reports log bytes per second.
@@ -55,6 +58,10 @@ mod real {
     const CONCURRENT_TRANSACTIONS: i16 = 51;
     const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     const NOT_ENOUGH_REPLICAS: i16 = 19;
+    /// A partition not served yet (Kafka, just after CreateTopics): retried.
+    const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    const LEADER_NOT_AVAILABLE: i16 = 5;
+    const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     const RETRY_BACKOFF: Duration = Duration::from_millis(5);
     /// A fetch asks for 64 MiB of records; the frame adds headers around them.
     const RESPONSE_BYTES_MAX: usize = 65 * 1024 * 1024;
@@ -95,6 +102,15 @@ mod real {
         /// fetch: read the whole topic this many times (the figure covers all).
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// produce: a fixed load of this many records in all (rounded up to
+        /// whole batches per connection) instead of the timed window; 0: timed.
+        #[arg(long, default_value_t = 0)]
+        count: usize,
+        /// fetch: the requests' max_wait_ms (with min_bytes 1 a broker that
+        /// has records answers at once; Tansu answers max_wait_ms 0 with an
+        /// empty response, so `make bench`'s peers use more).
+        #[arg(long, default_value_t = 0)]
+        max_wait_ms: i32,
     }
 
     pub fn main() -> anyhow::Result<()> {
@@ -406,17 +422,31 @@ mod real {
     async fn produce(args: Args) -> anyhow::Result<()> {
         let args = Arc::new(args);
         let acked = Arc::new(AtomicU64::new(0));
+        let retries = Arc::new(AtomicU64::new(0));
         let records = batch(&args, args.batch_records, -1, -1, -1, false);
         let value_bytes = (args.batch_records * args.record_bytes) as u64;
+        // --count: requests per connection, every one counted; else unbounded
+        // within the timed window.
+        let quota = if args.count > 0 {
+            let per_conn = args.count.div_ceil(args.producers.max(1));
+            per_conn.div_ceil(args.batch_records.max(1))
+        } else {
+            usize::MAX
+        };
         let start = Instant::now();
-        let window = (
-            start + Duration::from_secs_f64(args.warmup_s),
-            start + Duration::from_secs_f64(args.warmup_s + args.seconds),
-        );
+        let window = if args.count > 0 {
+            (start, start + Duration::from_secs(24 * 3600))
+        } else {
+            (
+                start + Duration::from_secs_f64(args.warmup_s),
+                start + Duration::from_secs_f64(args.warmup_s + args.seconds),
+            )
+        };
         let mut tasks = Vec::new();
         for k in 0..args.producers {
             let args = Arc::clone(&args);
             let acked = Arc::clone(&acked);
+            let retries = Arc::clone(&retries);
             let req = produce_request(
                 &args.topic,
                 k as i32 % args.partitions,
@@ -432,10 +462,16 @@ mod real {
                 // One frame, encoded once: the client spends next to no CPU.
                 let frame = encode_request(1, 9, &req)?;
                 // Pipelined: `inflight` requests outstanding, answers in order.
+                // A request refused with a retriable error is sent again (it
+                // counts toward --count only once acknowledged).
                 let mut sent = 0usize;
                 let mut answered = 0usize;
-                while Instant::now() < window.1 || answered < sent {
-                    while sent - answered < args.inflight && Instant::now() < window.1 {
+                let mut done = 0usize;
+                while (Instant::now() < window.1 && done < quota) || answered < sent {
+                    while sent - answered < args.inflight
+                        && done + (sent - answered) < quota
+                        && Instant::now() < window.1
+                    {
                         writer.write_all(&frame).await?;
                         sent += 1;
                     }
@@ -446,10 +482,19 @@ mod real {
                     ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9))?;
                     let r = ResponseKind::decode(ApiKey::Produce, &mut frame, 9)?;
                     let code = produce_error(&r);
-                    if code != 0 {
-                        bail!("Produce error {code}: {r:?}");
-                    }
                     answered += 1;
+                    match code {
+                        0 => done += 1,
+                        UNKNOWN_TOPIC_OR_PARTITION
+                        | LEADER_NOT_AVAILABLE
+                        | NOT_LEADER_OR_FOLLOWER
+                        | NOT_ENOUGH_REPLICAS => {
+                            retries.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(RETRY_BACKOFF).await;
+                            continue;
+                        }
+                        c => bail!("Produce error {c}: {r:?}"),
+                    }
                     let now = Instant::now();
                     if now >= window.0 && now <= window.1 {
                         acked.fetch_add(value_bytes, Ordering::Relaxed);
@@ -462,11 +507,17 @@ mod real {
             t.await??;
         }
         let bytes = acked.load(Ordering::Relaxed);
+        let seconds = if args.count > 0 {
+            start.elapsed().as_secs_f64()
+        } else {
+            args.seconds
+        };
         println!(
-            "{{\"producers\": {}, \"acked_bytes\": {bytes}, \"seconds\": {}, \"mbps\": {:.1}}}",
+            "{{\"producers\": {}, \"acked_bytes\": {bytes}, \"records\": {}, \"seconds\": {seconds:.3}, \"mbps\": {:.1}, \"retries\": {}}}",
             args.producers,
-            args.seconds,
-            bytes as f64 / args.seconds / 1e6
+            bytes / args.record_bytes.max(1) as u64,
+            bytes as f64 / seconds / 1e6,
+            retries.load(Ordering::Relaxed)
         );
         Ok(())
     }
@@ -494,6 +545,9 @@ mod real {
         let topic = TopicName(StrBytes::from_string(args.topic.clone()));
         let mut bytes = 0u64;
         let mut fetches = 0u64;
+        // Answers in a row that moved no partition forward: a broker that
+        // answers without records below the end would loop to the deadline.
+        let mut stalled = 0u32;
         let start = Instant::now();
         let deadline = start + Duration::from_secs_f64(args.seconds);
         for _ in 0..args.repeat {
@@ -516,7 +570,7 @@ mod real {
                     .collect();
                 let req = FetchRequest::default()
                     .with_replica_id(BrokerId(-1))
-                    .with_max_wait_ms(0)
+                    .with_max_wait_ms(args.max_wait_ms)
                     .with_min_bytes(1)
                     .with_max_bytes(64 * 1024 * 1024)
                     .with_isolation_level(args.isolation)
@@ -529,6 +583,7 @@ mod real {
                     bail!("not a Fetch answer");
                 };
                 fetches += 1;
+                let before = (offsets.clone(), done.clone());
                 for t in &r.responses {
                     for p in &t.partitions {
                         if p.error_code != 0 {
@@ -554,6 +609,20 @@ mod real {
                             done[i] = true;
                         }
                     }
+                }
+                if (offsets.clone(), done.clone()) == before {
+                    stalled += 1;
+                    if stalled >= 100 {
+                        bail!(
+                            "{stalled} Fetch answers in a row moved no partition forward \
+                             (offsets {offsets:?}; the last answered {} topic(s); \
+                             max_wait_ms {})",
+                            r.responses.len(),
+                            args.max_wait_ms
+                        );
+                    }
+                } else {
+                    stalled = 0;
                 }
             }
         }
