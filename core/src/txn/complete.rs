@@ -247,6 +247,7 @@ pub(crate) fn completed(
     let record = &b.txns().get(id).expect("exists").record;
     let (pid, epoch) = (record.producer_id, record.producer_epoch);
     let completion = b.txns_mut().end_completion(id);
+    b.metrics_mut().txn_completed(completion.commit);
     for ctx in completion.responders {
         let response = EndTxnResponse::default()
             .with_producer_id(ProducerId(pid))
