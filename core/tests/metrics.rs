@@ -116,7 +116,10 @@ fn transactions_are_counted_and_open_ones_show_as_lso_lag() {
     let (pid, epoch) = run(&mut w, "committed", 60_000);
     assert_eq!(w.broker.metrics_snapshot().txns_open, 1);
     assert_eq!(lso_lag(&w, "a", 0), 2, "the open transaction holds 0 and 1");
-    assert_eq!(end_txn(&mut w, 1, "committed", pid, epoch, true), Some(NONE));
+    assert_eq!(
+        end_txn(&mut w, 1, "committed", pid, epoch, true),
+        Some(NONE)
+    );
     let (pid, epoch) = run(&mut w, "aborted", 60_000);
     assert_eq!(end_txn(&mut w, 1, "aborted", pid, epoch, false), Some(NONE));
     run(&mut w, "hanging", 5_000);
@@ -133,7 +136,11 @@ fn transactions_are_counted_and_open_ones_show_as_lso_lag() {
     assert_eq!(snapshot.txns_open, 1);
     // 0-1 committed, 2 marker, 3-4 aborted, 5 marker, 6-7 open.
     assert_eq!(lso_lag(&w, "a", 0), 2);
-    assert_eq!(topic_counters(&w, "a").produced_records, 6, "markers are not produced");
+    assert_eq!(
+        topic_counters(&w, "a").produced_records,
+        6,
+        "markers are not produced"
+    );
 
     for _ in 0..7 {
         w.advance(1_000);
