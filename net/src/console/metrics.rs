@@ -237,7 +237,7 @@ impl NetMetrics {
     }
 
     /// Group commits measured, and the appends and bytes they covered.
-    #[cfg(test)]
+    #[cfg(all(test, not(madsim)))]
     pub(crate) fn group_commit_totals(&self) -> (u64, u64, u64) {
         let appends = self.group_commit_appends.read().1;
         let bytes = self.group_commit_bytes.read().1;
