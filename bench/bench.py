@@ -211,7 +211,9 @@ class BrokerProc:
         os.makedirs(data_dir, exist_ok=True)
         self.log_path = data_dir.rstrip("/") + ".log"
         # `wrapper`: a command the broker runs under (valgrind for callgrind).
-        args = list(wrapper) + [binary, "--listen", self.bootstrap, "--data-dir", data_dir]
+        # No console: the bench may run beside another broker that has port 8092.
+        args = list(wrapper) + [binary, "--listen", self.bootstrap, "--data-dir", data_dir,
+                                "--set", "doze.console.listen=none"]
         for s in sets:
             args += ["--set", s]
         env = dict(os.environ, NO_COLOR="1",

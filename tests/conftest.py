@@ -2,6 +2,9 @@
 
 `start_broker(sets=[...])` starts a broker on a free 127.0.0.1 port with a fresh
 data directory and waits (bounded) for its `doze-kafka listening on` line.
+Its HTTP console is off (`doze.console.listen=none`: brokers run side by side,
+and all would want the default port 8092) unless `console=True` gives it a free
+port of its own (`Broker.console_url`, kept across restarts).
 The returned `Broker` can be SIGKILLed (`kill9`), stopped cleanly (`stop`,
 SIGTERM) and restarted on the same port and data directory (`restart`).
 
@@ -25,6 +28,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BIN_DEFAULT = ROOT / "target" / "release" / "doze-kafka"
 READY_LINE = "doze-kafka listening on"
+CONSOLE_LINE = "doze-kafka console: "
+CONSOLE_KEY = "doze.console.listen="
 READY_TIMEOUT_S = 30
 STOP_TIMEOUT_S = 30
 BUILD_TIMEOUT_S = 1500
@@ -54,13 +59,18 @@ class BrokerStartError(RuntimeError):
 class Broker:
     """One doze-kafka process (and its successors after restarts)."""
 
-    def __init__(self, binary, data_dir, log_dir, port=None, sets=(), extra_args=()):
+    def __init__(self, binary, data_dir, log_dir, port=None, sets=(), extra_args=(),
+                 console=False):
         self.binary = str(binary)
         self.data_dir = pathlib.Path(data_dir)
         self.log_dir = pathlib.Path(log_dir)
         self.port = port or free_port()
         self.sets = list(sets)
         self.extra_args = list(extra_args)
+        # A console setting in `sets` wins (later --set flags override).
+        self.console_port = free_port() if console else None
+        # The URL of the console's own line, once printed.
+        self.console_url = None
         self.proc = None
         self.generation = 0
         self.log_paths = []
@@ -76,12 +86,14 @@ class Broker:
 
     def args(self):
         a = [self.binary, "--listen", self.bootstrap, "--data-dir", str(self.data_dir)]
-        for s in self.sets:
+        console = f"127.0.0.1:{self.console_port}" if self.console_port else "none"
+        for s in [CONSOLE_KEY + console] + self.sets:
             a += ["--set", s]
         return a + self.extra_args
 
     def _spawn(self, timeout_s):
         self.generation += 1
+        self.console_url = None
         log_path = self.log_dir / f"broker-{self.port}-{self.generation}.log"
         self.log_paths.append(log_path)
         log = open(log_path, "ab", buffering=0)
@@ -100,9 +112,16 @@ class Broker:
         def pump():
             # Copy stdout into the log and watch for the ready line; keep
             # draining afterwards so the pipe never fills.
+            # With a console, ready once its line (printed right after the
+            # listening line) is in too, so `console_url` is set on return.
+            listening = False
             for raw in proc.stdout:
                 log.write(raw)
                 if READY_LINE.encode() in raw:
+                    listening = True
+                if raw.startswith(CONSOLE_LINE.encode()):
+                    self.console_url = raw.decode().strip()[len(CONSOLE_LINE):]
+                if listening and (self.console_port is None or self.console_url):
                     ready.set()
             log.close()
 
@@ -215,7 +234,7 @@ def start_broker(broker_binary, tmp_path, request):
     brokers = []
     request.node._doze_brokers = brokers
 
-    def factory(sets=(), extra_args=(), name="broker", listen_port=None):
+    def factory(sets=(), extra_args=(), name="broker", listen_port=None, console=False):
         b = Broker(
             broker_binary,
             data_dir=tmp_path / f"{name}-data",
@@ -223,6 +242,7 @@ def start_broker(broker_binary, tmp_path, request):
             port=listen_port,
             sets=sets,
             extra_args=extra_args,
+            console=console,
         )
         brokers.append(b)
         return b.start()

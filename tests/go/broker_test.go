@@ -111,7 +111,8 @@ func StartBroker(t *testing.T, sets ...string) *Broker {
 func (b *Broker) Addr() string { return fmt.Sprintf("127.0.0.1:%d", b.port) }
 
 func (b *Broker) args() []string {
-	a := []string{"--listen", b.Addr(), "--data-dir", b.dataDir}
+	// No console: brokers run side by side, and all would want port 8092.
+	a := []string{"--listen", b.Addr(), "--data-dir", b.dataDir, "--set", "doze.console.listen=none"}
 	for _, s := range b.sets {
 		a = append(a, "--set", s)
 	}

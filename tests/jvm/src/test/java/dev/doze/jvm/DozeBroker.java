@@ -107,6 +107,8 @@ public final class DozeBroker implements AutoCloseable {
             cmd.addAll(List.of(SETPRIV.toString(), "--pdeathsig", "KILL", "--"));
         }
         cmd.addAll(List.of(binary.toString(), "--listen", bootstrap(), "--data-dir", dataDir.toString()));
+        // No console: brokers run side by side, and all would want port 8092.
+        cmd.addAll(List.of("--set", "doze.console.listen=none"));
         for (String s : sets) {
             cmd.add("--set");
             cmd.add(s);
