@@ -10,6 +10,7 @@
 
 pub mod alloc;
 pub mod boot;
+pub mod client;
 pub mod config;
 pub mod conn;
 pub mod datadir;
@@ -25,4 +26,5 @@ pub mod server;
 pub mod simstore;
 pub mod storage;
 pub mod tls;
+pub mod tools;
 pub mod users;

@@ -10,8 +10,10 @@
 //! 1 for anything else (port in use, data dir unusable, a failed final sync).
 //!
 //! Subcommands: `doze-kafka users add`, a SCRAM user written into a stopped
-//! broker's data dir (`users.rs`), and `doze-kafka dump-log`, segment files
-//! printed as Kafka's `kafka-dump-log.sh` prints them (`dump_log.rs`).
+//! broker's data dir (`users.rs`), `doze-kafka dump-log`, segment files
+//! printed as Kafka's `kafka-dump-log.sh` prints them (`dump_log.rs`), and
+//! the operator tools that ask a running broker (any Kafka broker) over the
+//! protocol: `topics`, `groups` and `transactions` (`tools/`).
 //!
 //! Built with `--cfg madsim` (for the simulation tests) there is no binary to
 //! speak of: signals, real files and threads do not exist inside madsim, so
@@ -31,7 +33,7 @@ use tracing_subscriber::EnvFilter;
 
 use doze_core::security::scram::Mechanism;
 use doze_net::config::{self, HostPort, PlannedListener, Settings};
-use doze_net::{alloc, boot, datadir, dump_log, server, storage, tls, users};
+use doze_net::{alloc, boot, datadir, dump_log, server, storage, tls, tools, users};
 
 #[global_allocator]
 static GLOBAL: alloc::GuardedAlloc = alloc::GuardedAlloc;
@@ -110,6 +112,15 @@ enum Command {
         #[arg(long, value_enum, default_value_t = OutputFormat::Human)]
         output: OutputFormat,
     },
+    /// Topics of a running cluster: list, describe, create, delete (as
+    /// Kafka's `kafka-topics.sh`).
+    Topics(tools::topics::Args),
+    /// Consumer groups of a running cluster: list, and describe with
+    /// offsets and lag, members or state (as `kafka-consumer-groups.sh`).
+    Groups(tools::groups::Args),
+    /// Transactions of a running cluster: list, describe,
+    /// describe-producers, find-hanging, abort (as `kafka-transactions.sh`).
+    Transactions(tools::transactions::Args),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -173,6 +184,9 @@ fn main() -> ExitCode {
             };
             return dump_log_command(&files, options);
         }
+        Some(Command::Topics(args)) => return tool_command(tools::topics::run(args)),
+        Some(Command::Groups(args)) => return tool_command(tools::groups::run(args)),
+        Some(Command::Transactions(args)) => return tool_command(tools::transactions::run(args)),
         None => {}
     }
 
@@ -418,6 +432,43 @@ fn dump_log_command(files: &[PathBuf], options: dump_log::Options) -> ExitCode {
         Err(e) => {
             eprintln!("doze-kafka: error: cannot write the dump: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// An operator tool, on a runtime of its own: its output printed once it
+/// is whole; 0 when done, 1 when the cluster refused or could not be asked
+/// (the error names Kafka's code), 2 for bad usage.
+#[cfg(not(madsim))]
+fn tool_command(
+    run: impl std::future::Future<Output = Result<tools::Output, tools::Failure>>,
+) -> ExitCode {
+    use std::io::Write;
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("doze-kafka: error: cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run) {
+        Ok(output) => {
+            let mut out = std::io::stdout().lock();
+            match out.write_all(output.as_bytes()).and_then(|()| out.flush()) {
+                // The reader went away (`| head`): nothing more to say to it.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("doze-kafka: error: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            }
+        }
+        Err(failure) => {
+            eprintln!("doze-kafka: error: {failure}");
+            ExitCode::from(failure.exit_code())
         }
     }
 }

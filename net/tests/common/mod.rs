@@ -255,6 +255,16 @@ pub fn create_topic<S: Read + Write>(c: &mut Client<S>, name: &str) {
 /// One batch of `values` to partition 0 of `name`, acks=all, no producer
 /// id; it must succeed. Returns its base offset.
 pub fn produce<S: Read + Write>(c: &mut Client<S>, name: &str, values: &[Bytes]) -> i64 {
+    produce_to(c, name, 0, values)
+}
+
+/// As `produce`, to partition `partition`.
+pub fn produce_to<S: Read + Write>(
+    c: &mut Client<S>,
+    name: &str,
+    partition: i32,
+    values: &[Bytes],
+) -> i64 {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -290,7 +300,7 @@ pub fn produce<S: Read + Write>(c: &mut Client<S>, name: &str, values: &[Bytes])
         .with_topic_data(vec![TopicProduceData::default()
             .with_name(topic(name))
             .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
+                .with_index(partition)
                 .with_records(Some(buf.freeze()))])]);
     match c.request(9, &req) {
         ResponseKind::Produce(r) => {
