@@ -17,6 +17,7 @@ pub mod io;
 pub mod limits;
 pub mod log;
 pub mod meta;
+pub mod metrics;
 pub mod producer;
 pub mod request;
 pub mod security;

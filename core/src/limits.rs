@@ -103,3 +103,15 @@ pub const CLEANER_READ_BYTES: usize = 1024 * 1024;
 /// log.cleaner.dedupe.buffer.size of 128 MiB bounds its map). A pass whose
 /// dirty range holds more keys cleans what it mapped and leaves the rest dirty.
 pub const CLEANER_MAP_ENTRIES_MAX: usize = 1_000_000;
+
+/// The driver's operator console (net's `console/`): HTTP connections open
+/// at once (one more is closed as it comes; a scraper needs one).
+pub const CONSOLE_CONNECTIONS_MAX: usize = 64;
+/// How long a console client has to send its request header.
+pub const CONSOLE_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
+/// How long one console connection may last, request and response, before
+/// it is closed (a client that stops reading holds nothing for long).
+pub const CONSOLE_CONNECTION_MS_MAX: u64 = 30_000;
+/// How long a console page waits for the broker task's snapshot before it
+/// answers 503 (the broker is stopping, or far behind).
+pub const CONSOLE_SNAPSHOT_WAIT_MS: u64 = 5_000;

@@ -9,6 +9,7 @@ use crate::config::BrokerConfig;
 use crate::io::{DiskOp, PartitionDir};
 use crate::log::PartitionLog;
 use crate::meta::{self, MetaEntry, TopicRecord};
+use crate::metrics::TopicCounters;
 use crate::topic_config;
 
 /// Names one partition of one incarnation of a topic: a topic deleted and
@@ -25,6 +26,8 @@ pub(crate) struct Topic {
     pub id: Uuid,
     pub record: TopicRecord,
     pub partitions: Vec<PartitionLog>,
+    /// Bytes and records in and out, for operators (`crate::metrics`).
+    pub counters: TopicCounters,
 }
 
 impl Topic {
@@ -143,6 +146,24 @@ impl Topics {
             .get_mut(usize::try_from(key.partition).ok()?)
     }
 
+    /// A partition's log with its topic's counters, in one lookup (the
+    /// produce path bumps them with every append).
+    pub fn partition_and_counters_mut(
+        &mut self,
+        key: &PartitionKey,
+    ) -> Option<(&mut PartitionLog, &mut TopicCounters)> {
+        let topic = self.map.get_mut(&key.topic).filter(|t| t.id == key.id)?;
+        let log = topic
+            .partitions
+            .get_mut(usize::try_from(key.partition).ok()?)?;
+        Some((log, &mut topic.counters))
+    }
+
+    /// A topic's counters, by name; `None` once it is gone.
+    pub fn counters_mut(&mut self, name: &str) -> Option<&mut TopicCounters> {
+        self.map.get_mut(name).map(|t| &mut t.counters)
+    }
+
     /// Adds a topic whose record meta.db has stored.
     pub fn insert(&mut self, config: &BrokerConfig, name: &str, record: TopicRecord) {
         let id = parse_id(&record.id);
@@ -150,6 +171,7 @@ impl Topics {
             id,
             record: record.clone(),
             partitions: Vec::new(),
+            counters: TopicCounters::default(),
         };
         for p in 0..record.partitions {
             let log = topic.new_log(config, name, p);

@@ -1,8 +1,9 @@
 //! Broker settings from `--config FILE` and `--set KEY=VALUE`, and the
 //! `HOST:PORT` flag type.
 //!
-//! The keys of the network layer (listeners and TLS, `NetSettings`) are
-//! taken here; every other key goes to `BrokerConfig::set`, which knows the
+//! The keys of the network layer (listeners and TLS, `NetSettings`, and
+//! doze's own `doze.*` keys for the driver, such as the console's address)
+//! are taken here; every other key goes to `BrokerConfig::set`, which knows the
 //! Kafka names and rejects unknown keys: a typo in a durability setting
 //! should stop the broker, not be ignored. The file is read first and
 //! `--set` flags after it, in order, so a flag overrides the file.
@@ -78,6 +79,34 @@ pub struct NetSettings {
     /// `advertised.listeners`: the address to tell clients, per listener.
     pub advertised_listeners: Vec<Endpoint>,
     pub tls: TlsSettings,
+    /// `doze.console.listen`: where the HTTP console (`/metrics`) listens.
+    pub console: ConsoleListen,
+}
+
+/// `doze.console.listen`: `HOST:PORT` (port 0: any free one), or `none`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsoleListen(pub Option<HostPort>);
+
+impl ConsoleListen {
+    /// On loopback, as a local operator's page: exposing it elsewhere is a
+    /// choice to make (`doze.console.listen=0.0.0.0:8092`).
+    pub const DEFAULT: &'static str = "127.0.0.1:8092";
+
+    fn parse(value: &str) -> Result<Self, String> {
+        if value.eq_ignore_ascii_case("none") {
+            return Ok(Self(None));
+        }
+        value
+            .parse()
+            .map(|hp| Self(Some(hp)))
+            .map_err(|e| format!("doze.console.listen: {e} (or none to open no console)"))
+    }
+}
+
+impl Default for ConsoleListen {
+    fn default() -> Self {
+        Self::parse(Self::DEFAULT).expect("the default parses")
+    }
 }
 
 /// TLS for the SSL and SASL_SSL listeners, with Kafka's names.
@@ -205,6 +234,7 @@ impl NetSettings {
                     return Err(format!("{key}: only PEM is supported, got {value:?}"));
                 }
             }
+            "doze.console.listen" => self.console = ConsoleListen::parse(value)?,
             "ssl.keystore.location" => self.tls.keystore = non_empty_path(value),
             "ssl.truststore.location" => self.tls.truststore = non_empty_path(value),
             "ssl.client.auth" => {
@@ -299,6 +329,15 @@ impl NetSettings {
                      certificate chain and the private key)",
                     p.name,
                     p.protocol.name()
+                ));
+            }
+        }
+        if let Some(console) = &self.console.0 {
+            let taken = planned.iter().find(|p| p.bind.port == console.port);
+            if let Some(p) = taken.filter(|_| console.port != 0) {
+                return Err(format!(
+                    "doze.console.listen: port {} is listener {}'s",
+                    console.port, p.name
                 ));
             }
         }
@@ -766,6 +805,36 @@ cluster.id=abc\\
                 "[::1]:9097"
             ]
         );
+    }
+
+    #[test]
+    fn console_listen() {
+        let console = |sets: &[&str]| {
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            load(None, &sets).map(|s| s.net.console.0)
+        };
+        let default = console(&[]).unwrap().unwrap();
+        assert_eq!(default.to_string(), "127.0.0.1:8092");
+        assert_eq!(console(&["doze.console.listen=none"]).unwrap(), None);
+        assert_eq!(console(&["doze.console.listen=NONE"]).unwrap(), None);
+        let any = console(&["doze.console.listen=[::1]:0"]).unwrap().unwrap();
+        assert_eq!((any.host.as_str(), any.port), ("::1", 0));
+        for bad in [
+            "doze.console.listen=",
+            "doze.console.listen=8092",
+            "doze.console.listen=off",
+        ] {
+            let err = console(&[bad]).unwrap_err();
+            assert!(err.contains("doze.console.listen"), "{bad}: {err}");
+        }
+        // Not on a Kafka listener's port (0 is any free port, so two may ask).
+        let err = plan(&["doze.console.listen=127.0.0.1:9092"]).unwrap_err();
+        assert!(err.contains("listener PLAINTEXT's"), "{err}");
+        plan(&[
+            "doze.console.listen=127.0.0.1:0",
+            "listeners=PLAINTEXT://:0",
+        ])
+        .unwrap();
     }
 
     #[test]

@@ -21,11 +21,19 @@
 //! parts, already read into the frame's buffer, are encrypted like any
 //! other bytes; nothing bypasses the stream.
 //!
+//! Latency: the reader stamps each frame with the instant it was read; the
+//! broker task, which sees both the requests and the responses of a
+//! connection, keeps those stamps in order (`RequestTimes`) and hands each
+//! response its request's stamp; the writer records the time from one to
+//! the response written (flushed to the socket) in the request latency
+//! histogram of the request's API (`console::metrics`).
+//!
 //! Lifetime: the broker task holds a `ConnHandle`. Dropping it (the core said
 //! `Close`, or the client stopped reading its responses) stops the reader and
 //! lets the writer flush what is queued, then close. Whoever ends the
 //! connection, the reader sends exactly one `Disconnected` for it.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,8 +46,10 @@ use doze_core::{ConnId, FileRange, IoError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::console::metrics::{NetMetrics, OpenConnection};
 use crate::server::Event;
 use crate::storage::{Backlog, FrameFuture, FrameReadError};
 
@@ -64,11 +74,87 @@ pub enum Response {
     Parts(FrameFuture),
 }
 
+/// A response on its way to the writer, with when its request was read.
+pub struct Reply {
+    pub response: Response,
+    /// `None` when the request's stamp was not found (see `RequestTimes`).
+    pub timing: Option<RequestTiming>,
+}
+
+/// When a request was read, and which API it called.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestTiming {
+    pub api_key: i16,
+    pub read_at: Instant,
+}
+
 /// The broker task's side of a connection.
 pub struct ConnHandle {
-    pub responses: mpsc::Sender<Response>,
+    pub responses: mpsc::Sender<Reply>,
     /// Never sent on: dropping it tells the reader to stop.
     pub _stop_reader: oneshot::Sender<()>,
+    /// The requests given to the core and not yet answered, oldest first.
+    pub requests: RequestTimes,
+}
+
+/// A connection's requests in the order they were read, each with its
+/// correlation id, to match the responses, which leave in the same order.
+/// A request that gets no response (an acks=0 produce) is passed over by
+/// the next response whose correlation id is found behind it; one that is
+/// never matched (a SASL token sent bare, without a header) falls out when
+/// the queue is full. Owned by the broker task: no lock.
+#[derive(Default)]
+pub struct RequestTimes {
+    queue: VecDeque<(i32, RequestTiming)>,
+}
+
+impl RequestTimes {
+    /// A frame was read at `read_at` and given to the core. Its first 8
+    /// bytes are the API key, the version and the correlation id in every
+    /// request header version.
+    pub fn read(&mut self, frame: &[u8], read_at: Instant) {
+        let Some(header) = frame.get(..8) else {
+            return; // the core closes the connection
+        };
+        let api_key = i16::from_be_bytes([header[0], header[1]]);
+        let correlation_id = i32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+        if self.queue.len() >= CONN_REQUESTS_IN_FLIGHT_MAX {
+            self.queue.pop_front();
+        }
+        self.queue
+            .push_back((correlation_id, RequestTiming { api_key, read_at }));
+    }
+
+    /// The stamp of the request a response answers (its frame starts with
+    /// the correlation id), dropping those before it, which had no
+    /// response. `None`, and nothing dropped, if no request waiting has it.
+    pub fn answered(&mut self, response_head: &[u8]) -> Option<RequestTiming> {
+        let head = response_head.get(..4)?;
+        let correlation_id = i32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        let at = self
+            .queue
+            .iter()
+            .position(|(id, _)| *id == correlation_id)?;
+        self.queue.drain(..at);
+        self.queue.pop_front().map(|(_, timing)| timing)
+    }
+}
+
+/// What holds a connection's place: its permit under the connection limit
+/// and its count in the open-connections gauge. Shared by the reader and
+/// the writer; the place is freed when both have ended.
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    _open: OpenConnection,
+}
+
+impl Slot {
+    pub fn new(permit: OwnedSemaphorePermit, open: OpenConnection) -> Self {
+        Self {
+            _permit: permit,
+            _open: open,
+        }
+    }
 }
 
 /// A connection's byte stream, split in two for its reader and writer.
@@ -98,18 +184,32 @@ impl Socket for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
+/// What every connection shares with the rest of the server.
+#[derive(Clone)]
+pub struct Shared {
+    pub events: mpsc::Sender<Event>,
+    /// Request bytes queued: the readers' back-pressure.
+    pub backlog: Arc<Backlog>,
+    /// Where the writers record request latency.
+    pub metrics: Arc<NetMetrics>,
+}
+
 /// Registers the connection with the broker task (which `listener` it came
 /// in on, as the core needs to know), then starts its reader and writer.
-/// `permit` counts it against the connection limit until both end.
+/// `slot` holds its place (the connection limit, the gauge) until both end.
 pub async fn start<S: Socket>(
     conn: ConnId,
     stream: S,
     peer: SocketAddr,
     listener: Listener,
-    events: mpsc::Sender<Event>,
-    permit: OwnedSemaphorePermit,
-    backlog: Arc<Backlog>,
+    shared: Shared,
+    slot: Slot,
 ) {
+    let Shared {
+        events,
+        backlog,
+        metrics,
+    } = shared;
     let (read_half, write_half) = stream.split();
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
     let (stop_reader, reader_stopped) = oneshot::channel();
@@ -118,6 +218,7 @@ pub async fn start<S: Socket>(
     let handle = ConnHandle {
         responses,
         _stop_reader: stop_reader,
+        requests: RequestTimes::default(),
     };
     let client_host = format!("/{}", peer.ip());
     if events
@@ -133,17 +234,18 @@ pub async fn start<S: Socket>(
         return; // shutting down
     }
     debug!(conn, %peer, "connected");
-    let permit = Arc::new(permit);
+    let slot = Arc::new(slot);
     let (reader_done, writer_linger) = oneshot::channel();
     tokio::spawn(write_loop(
         Writer {
             conn,
             events: events.clone(),
+            metrics,
         },
         write_half,
         queued,
         writer_linger,
-        Arc::clone(&permit),
+        Arc::clone(&slot),
     ));
     tokio::spawn(read_loop(
         Reader {
@@ -155,7 +257,7 @@ pub async fn start<S: Socket>(
         read_half,
         reader_stopped,
         reader_done,
-        permit,
+        slot,
     ));
 }
 
@@ -173,7 +275,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     read_half: R,
     mut stop: oneshot::Receiver<()>,
     _done: oneshot::Sender<()>,
-    _permit: Arc<OwnedSemaphorePermit>,
+    _slot: Arc<Slot>,
 ) {
     let Reader {
         conn,
@@ -198,8 +300,14 @@ async fn read_loop<R: AsyncRead + Unpin>(
         };
         match frame {
             Ok(Some(frame)) => {
+                let read_at = Instant::now();
                 backlog.add(frame.len());
-                if events.send(Event::Frame { conn, frame }).await.is_err() {
+                let frame = Event::Frame {
+                    conn,
+                    frame,
+                    read_at,
+                };
+                if events.send(frame).await.is_err() {
                     return; // shutting down
                 }
             }
@@ -226,6 +334,8 @@ struct Writer {
     conn: ConnId,
     /// To report a file part it could not read.
     events: mpsc::Sender<Event>,
+    /// Where the latency of each response written goes.
+    metrics: Arc<NetMetrics>,
 }
 
 /// A file part of a response could not be read: the frame was not sent.
@@ -237,14 +347,18 @@ struct PartFailed {
 async fn write_loop<W: AsyncWrite + Unpin>(
     writer: Writer,
     write_half: W,
-    mut queued: mpsc::Receiver<Response>,
+    mut queued: mpsc::Receiver<Reply>,
     reader_done: oneshot::Receiver<()>,
-    _permit: Arc<OwnedSemaphorePermit>,
+    _slot: Arc<Slot>,
 ) {
     let conn = writer.conn;
+    let metrics = &writer.metrics;
     let mut socket = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
     let write_all = async {
-        while let Some(response) = queued.recv().await {
+        // Written into the buffer, not yet flushed: their latency ends
+        // when the flush does.
+        let mut unflushed: Vec<RequestTiming> = Vec::new();
+        while let Some(Reply { response, timing }) = queued.recv().await {
             match response {
                 Response::Frame(frame) => write_frame(&mut socket, &frame).await?,
                 Response::Parts(frame) => match frame.await {
@@ -261,10 +375,14 @@ async fn write_loop<W: AsyncWrite + Unpin>(
                     }
                 },
             }
+            unflushed.extend(timing);
             // Flush when nothing else is waiting: a burst of responses leaves
             // in one system call, a lone one leaves at once.
             if queued.is_empty() {
                 socket.flush().await?;
+                for t in unflushed.drain(..) {
+                    metrics.request_done(t.api_key, t.read_at.elapsed());
+                }
             }
         }
         // The broker dropped the connection: deliver what it had answered

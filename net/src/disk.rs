@@ -49,6 +49,9 @@
 //! synced and reported in order; an fdatasync of a file written meanwhile is
 //! still a correct sync of what was written before it.
 //!
+//! Metrics: each round's fsync time, and the log appends and bytes it made
+//! durable (the group commit's size), go to `NetMetrics` from the syncer.
+//!
 //! Errors: appends, cuts and removals have no completion of their own. The
 //! first failure since the last `Sync` is kept and reported by the next `Sync`
 //! (the core then treats everything since its previous sync as unsafe), and the
@@ -79,6 +82,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
+use crate::console::metrics::NetMetrics;
 use crate::datadir::{partition_path, staged_path, sync_dir};
 use crate::filereader::{part_keys, read_pinned, FileReader, PinJob, PinSource};
 use crate::storage::{Backlog, FrameFuture};
@@ -104,14 +108,22 @@ enum Job {
 impl DiskWorker {
     /// Starts the worker over `logs_dir`. `SyncDone`s and `ReadDone`s go to
     /// `completions`; `reader`'s cached descriptors are forgotten as files
-    /// are deleted.
+    /// are deleted; each group commit is measured into `metrics`.
     pub fn spawn(
         logs_dir: PathBuf,
         completions: UnboundedSender<Input>,
         reader: FileReader,
         backlog: Arc<Backlog>,
+        metrics: Arc<NetMetrics>,
     ) -> io::Result<Self> {
-        Self::spawn_with(logs_dir, completions, reader, OPEN_FILES_MAX, backlog)
+        Self::spawn_with(
+            logs_dir,
+            completions,
+            reader,
+            OPEN_FILES_MAX,
+            backlog,
+            metrics,
+        )
     }
 
     fn spawn_with(
@@ -120,6 +132,7 @@ impl DiskWorker {
         reader: FileReader,
         open_files_max: usize,
         backlog: Arc<Backlog>,
+        metrics: Arc<NetMetrics>,
     ) -> io::Result<Self> {
         let (ops, queue) = mpsc::channel();
         let disk = Disk::new(
@@ -130,7 +143,7 @@ impl DiskWorker {
         );
         let thread = thread::Builder::new()
             .name("doze-disk".into())
-            .spawn(move || disk.run(queue, completions))?;
+            .spawn(move || disk.run(queue, completions, metrics))?;
         Ok(Self {
             ops,
             thread,
@@ -232,6 +245,10 @@ struct SyncRound {
     /// The `Sync`s the round answers, each with an error it must report
     /// whatever the fsyncs do.
     syncs: Vec<(IoId, Option<IoError>)>,
+    /// Appends to `.log` files since the previous round, and their bytes:
+    /// what this round makes durable (the group commit's size).
+    log_appends: u64,
+    log_append_bytes: u64,
 }
 
 struct Disk {
@@ -251,6 +268,10 @@ struct Disk {
     error: Option<IoError>,
     /// Append bytes queued and not yet written (the readers' back-pressure).
     backlog: Arc<Backlog>,
+    /// Appends to `.log` files since the last round was taken, and their
+    /// bytes (`SyncRound::log_appends`).
+    log_appends: u64,
+    log_append_bytes: u64,
 }
 
 impl Disk {
@@ -275,6 +296,8 @@ impl Disk {
             dirs_to_retry: Arc::default(),
             error: None,
             backlog,
+            log_appends: 0,
+            log_append_bytes: 0,
         }
     }
 
@@ -282,13 +305,14 @@ impl Disk {
         mut self,
         queue: mpsc::Receiver<Job>,
         completions: UnboundedSender<Input>,
+        metrics: Arc<NetMetrics>,
     ) -> Result<(), IoError> {
         let (rounds, syncer_queue) = mpsc::channel::<SyncRound>();
         let syncer_completions = completions.clone();
         let retry = Arc::clone(&self.dirs_to_retry);
         let syncer = thread::Builder::new()
             .name("doze-sync".into())
-            .spawn(move || run_syncer(syncer_queue, syncer_completions, retry))
+            .spawn(move || run_syncer(syncer_queue, syncer_completions, retry, &metrics))
             .expect("spawn the syncer thread");
         while let Ok(job) = queue.recv() {
             // Syncs reached this round, each with the error it must report
@@ -369,6 +393,10 @@ impl Disk {
                 file,
                 bytes,
             } => {
+                if file == SegmentFile::Log {
+                    self.log_appends += 1;
+                    self.log_append_bytes += bytes.len() as u64;
+                }
                 let result = self.append(&(dir, segment_base, file, FileStage::Live), &bytes);
                 self.backlog.done(bytes.len());
                 result
@@ -672,7 +700,13 @@ impl Disk {
         let retry = mem::take(&mut *self.dirs_to_retry.lock().unwrap_or_else(|e| e.into_inner()));
         self.dirty_dirs.extend(retry);
         let dirs = mem::take(&mut self.dirty_dirs).into_iter().collect();
-        SyncRound { files, dirs, syncs }
+        SyncRound {
+            files,
+            dirs,
+            syncs,
+            log_appends: mem::take(&mut self.log_appends),
+            log_append_bytes: mem::take(&mut self.log_append_bytes),
+        }
     }
 
     /// The final round, on this thread: every dirty file, then every dirty
@@ -697,9 +731,12 @@ fn run_syncer(
     rounds: mpsc::Receiver<SyncRound>,
     completions: UnboundedSender<Input>,
     dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
+    metrics: &NetMetrics,
 ) {
     while let Ok(round) = rounds.recv() {
+        let started = Instant::now();
         let synced = sync_round(&round, &dirs_to_retry);
+        metrics.group_commit(started.elapsed(), round.log_appends, round.log_append_bytes);
         for (io, earlier) in round.syncs {
             let result = match (earlier, &synced) {
                 (Some(e), _) => Err(e),
@@ -793,6 +830,7 @@ mod tests {
             reader,
             open_files_max,
             Arc::clone(&backlog),
+            Arc::default(),
         )
         .unwrap()
         .into_parts();
@@ -858,6 +896,43 @@ mod tests {
             }
             _ => panic!("expected ReadDone {want_io}"),
         }
+    }
+
+    #[test]
+    fn each_group_commit_is_measured_with_the_log_appends_it_covered() {
+        let logs = temp_logs("group-commit-metrics");
+        let metrics = Arc::new(NetMetrics::default());
+        let (tx, mut done) = unbounded_channel();
+        let (queue, thread) = DiskWorker::spawn_with(
+            logs.clone(),
+            tx,
+            FileReader::new(logs.clone()),
+            OPEN_FILES_MAX,
+            Arc::default(),
+            Arc::clone(&metrics),
+        )
+        .unwrap()
+        .into_parts();
+        let p = PartitionDir::new("m", 0);
+        queue.submit(log(&p, 0, b"first")).unwrap();
+        queue.submit(log(&p, 0, b"second")).unwrap();
+        // Index entries are bookkeeping, not appends a client made.
+        queue
+            .submit(append(&p, 0, SegmentFile::OffsetIndex, b"12345678"))
+            .unwrap();
+        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        assert_eq!(sync_result(&mut done, 1), Ok(()));
+        assert_eq!(metrics.group_commit_totals(), (1, 2, 11));
+        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        assert_eq!(sync_result(&mut done, 2), Ok(()));
+        assert_eq!(
+            metrics.group_commit_totals(),
+            (2, 2, 11),
+            "a round with nothing appended covers nothing"
+        );
+        drop(queue);
+        thread.join().unwrap().unwrap();
+        fs::remove_dir_all(&logs).unwrap();
     }
 
     #[test]
@@ -1625,6 +1700,7 @@ mod tests {
             tx,
             FileReader::new(logs.clone()),
             OPEN_FILES_MAX,
+            Arc::default(),
             Arc::default(),
         )
         .unwrap()

@@ -13,6 +13,7 @@ pub mod boot;
 pub mod client;
 pub mod config;
 pub mod conn;
+pub mod console;
 pub mod datadir;
 pub mod dump_log;
 // Threads and real files: not in a madsim build (see `storage.rs`).

@@ -23,6 +23,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -33,6 +34,7 @@ use tracing_subscriber::EnvFilter;
 
 use doze_core::security::scram::Mechanism;
 use doze_net::config::{self, HostPort, PlannedListener, Settings};
+use doze_net::console::metrics::NetMetrics;
 use doze_net::{alloc, boot, datadir, dump_log, server, storage, tls, tools, users};
 
 #[global_allocator]
@@ -235,7 +237,7 @@ fn clap_exit(e: clap::Error) -> ExitCode {
 }
 
 /// Logs go to stderr so that stdout carries only the listening line, which
-/// tests and scripts read.
+/// tests and scripts read, and the console's address after it.
 fn init_logging() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -294,6 +296,19 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
         bound.push((p, listener, advertised));
     }
 
+    // The console's listener too, for the same reasons.
+    let console = match &net.console.0 {
+        Some(at) => {
+            let listener = std::net::TcpListener::bind((at.host.as_str(), at.port))
+                .with_context(|| format!("cannot listen on {at} (doze.console.listen)"))?;
+            listener
+                .set_nonblocking(true)
+                .context("cannot make the console's listener non-blocking")?;
+            Some(listener)
+        }
+        None => None,
+    };
+
     // Locked before anything in it is read: two brokers must never share a
     // data dir.
     let data = datadir::DataDir::open(&cli.data_dir)?;
@@ -338,6 +353,11 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
                 tls: acceptor,
             });
         }
+        let console = console
+            .map(tokio::net::TcpListener::from_std)
+            .transpose()
+            .context("cannot register the console's listener")?;
+        let metrics = Arc::new(NetMetrics::default());
         let setup = server::Setup {
             listeners,
             print_names: net.listeners.is_some(),
@@ -346,7 +366,10 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
             storage: storage::DiskAndSled {
                 logs_dir: data.logs_dir(),
                 db: boot.db,
+                metrics: Arc::clone(&metrics),
             },
+            console,
+            metrics,
         };
         server::serve(setup, signals.first_then_force()).await
     });

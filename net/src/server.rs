@@ -35,6 +35,12 @@
 //! client holds neither the acceptor nor, for long, a connection slot; a
 //! client that does not speak TLS fails its handshake and is closed.
 //!
+//! The console (`console/`, when `doze.console.listen` gives it an
+//! address) is one more task. It asks the broker task for the core's
+//! numbers with `Event::MetricsSnapshot` on the same channel as the
+//! connections, and reads the driver's own from `NetMetrics`, which the
+//! connections, the acceptors and the disk worker keep in atomics.
+//!
 //! Back-pressure: connection events go through a bounded channel, so a broker
 //! that falls behind stops the readers (and TCP stops the clients).
 //! Completions go through an unbounded one: there are few of them (the core
@@ -50,7 +56,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use doze_core::security::{Listener, SecurityProtocol};
-use doze_core::{BootState, Broker, BrokerConfig, ConnId, FileRange, Input, IoError, Output};
+use doze_core::{
+    BootState, Broker, BrokerConfig, ConnId, FileRange, FramePart, Input, IoError, Output,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -60,7 +68,8 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, error, info, warn};
 
 use crate::config::HostPort;
-use crate::conn::{self, ConnHandle, Response};
+use crate::conn::{self, ConnHandle, Reply, RequestTiming, Response};
+use crate::console::metrics::NetMetrics;
 use crate::metadb::MetaWrite;
 use crate::storage::{Backlog, Started, Storage, StorageQueue};
 
@@ -97,6 +106,8 @@ pub enum Event {
     Frame {
         conn: ConnId,
         frame: Bytes,
+        /// When the reader had it whole: where its latency starts.
+        read_at: Instant,
     },
     Disconnected {
         conn: ConnId,
@@ -107,6 +118,10 @@ pub enum Event {
         conn: ConnId,
         range: FileRange,
         error: IoError,
+    },
+    /// The console wants the core's numbers (`Broker::metrics_snapshot`).
+    MetricsSnapshot {
+        reply: oneshot::Sender<doze_core::metrics::Snapshot>,
     },
 }
 
@@ -136,6 +151,12 @@ pub struct Setup<S> {
     pub boot: BootState,
     /// Where disk ops and meta batches go; started here, before the boot.
     pub storage: S,
+    /// The console's listener (`doze.console.listen`), bound; `None`: off.
+    /// Not served in a madsim build.
+    pub console: Option<TcpListener>,
+    /// The driver's own numbers: the connections, the acceptors and the
+    /// storage (given the same) keep them, the console reads them.
+    pub metrics: Arc<NetMetrics>,
 }
 
 /// Runs the broker until `shutdown` resolves (or the broker task dies), then
@@ -153,6 +174,8 @@ pub async fn serve<S: Storage>(
         settings,
         boot,
         storage,
+        console,
+        metrics,
     } = setup;
     let mut shown = Vec::new();
     for l in &listeners {
@@ -197,13 +220,25 @@ pub async fn serve<S: Storage>(
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
     let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
+    let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
+    let console_url = match console {
+        Some(listener) => {
+            let url = crate::console::url(&listener)?;
+            let task = crate::console::start(listener, event_tx.clone(), Arc::clone(&metrics));
+            acceptors.extend(task);
+            Some(url)
+        }
+        None => None,
+    };
     let accepting = Accepting {
-        events: event_tx,
-        backlog,
+        shared: conn::Shared {
+            events: event_tx,
+            backlog,
+            metrics,
+        },
         slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
         next_conn: Arc::new(AtomicU64::new(1)),
     };
-    let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
     for l in listeners {
         if let Ok(local) = l.listener.local_addr() {
             info!(
@@ -223,6 +258,10 @@ pub async fn serve<S: Storage>(
     // would panic if stdout had been closed.
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "doze-kafka listening on {shown}").and_then(|()| stdout.flush());
+    // Its own line, after the one tests wait for.
+    if let Some(url) = &console_url {
+        let _ = writeln!(stdout, "doze-kafka console: {url}").and_then(|()| stdout.flush());
+    }
     drop(stdout);
     info!(listen = %shown, "doze-kafka listening");
 
@@ -258,12 +297,11 @@ pub async fn serve<S: Storage>(
     Ok(())
 }
 
-/// What every acceptor shares: where connections report, the connection
+/// What every acceptor shares: what the connections share, the connection
 /// limit, and the connection ids.
 #[derive(Clone)]
 struct Accepting {
-    events: mpsc::Sender<Event>,
-    backlog: Arc<Backlog>,
+    shared: conn::Shared,
     slots: Arc<Semaphore>,
     /// Connection ids are never reused within a run (the core's contract),
     /// whichever listener a connection came in on.
@@ -294,6 +332,7 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
             warn!(%peer, limit = CONNECTIONS_MAX, "too many connections; refused");
             continue; // dropping the stream closes it
         };
+        let slot = conn::Slot::new(permit, shared.shared.metrics.connection_accepted());
         let conn: ConnId = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         debug!(conn, %peer, listener = %name, "accepted");
         // Kafka requests are small and latency-bound; Nagle would hold them
@@ -307,18 +346,7 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
             tls_principal: None,
         };
         match &tls {
-            None => {
-                conn::start(
-                    conn,
-                    stream,
-                    peer,
-                    listener_id,
-                    shared.events.clone(),
-                    permit,
-                    Arc::clone(&shared.backlog),
-                )
-                .await
-            }
+            None => conn::start(conn, stream, peer, listener_id, shared.shared.clone(), slot).await,
             Some(acceptor) => {
                 let handshake = tls_handshake(acceptor.clone(), stream);
                 let shared = shared.clone();
@@ -336,16 +364,7 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
                         tls_principal,
                         ..listener_id
                     };
-                    conn::start(
-                        conn,
-                        stream,
-                        peer,
-                        listener_id,
-                        shared.events,
-                        permit,
-                        shared.backlog,
-                    )
-                    .await
+                    conn::start(conn, stream, peer, listener_id, shared.shared, slot).await
                 });
             }
         }
@@ -455,17 +474,22 @@ impl<Q: StorageQueue> Driver<Q> {
                     listener,
                 })
             }
-            Event::Frame { conn, frame } => {
+            Event::Frame {
+                conn,
+                frame,
+                read_at,
+            } => {
                 // Taken off the queue: what the core keeps of it (appends)
                 // is counted again by the storage until written.
                 self.backlog.done(frame.len());
-                if !self.conns.contains_key(&conn) {
+                let Some(handle) = self.conns.get_mut(&conn) else {
                     return Ok(()); // closed by us; the core is done with it
-                }
+                };
                 if self.stopping {
                     debug!(conn, "stopping; request dropped");
                     return Ok(());
                 }
+                handle.requests.read(&frame, read_at);
                 self.handle(Input::Frame { conn, frame })
             }
             Event::Disconnected { conn } => {
@@ -478,6 +502,11 @@ impl<Q: StorageQueue> Driver<Q> {
                 self.conns.remove(&conn);
                 self.handle(Input::ResponseReadFailed { conn, range, error })
             }
+            Event::MetricsSnapshot { reply } => {
+                // The console may have given up waiting; nothing to do then.
+                let _ = reply.send(self.broker.metrics_snapshot());
+                Ok(())
+            }
         }
     }
 
@@ -486,13 +515,21 @@ impl<Q: StorageQueue> Driver<Q> {
         self.broker.handle(now_ms(), input);
         while let Some(output) = self.broker.poll_output() {
             match output {
-                Output::Response { conn, frame } => self.respond(conn, Response::Frame(frame)),
+                Output::Response { conn, frame } => {
+                    let timing = self.answered(conn, &frame);
+                    self.respond(conn, Response::Frame(frame), timing)
+                }
                 Output::ResponseParts { conn, parts } => {
                     // Pinned here, in output order with the disk ops (the
                     // contract in storage.rs); not for a connection gone.
                     if self.conns.contains_key(&conn) {
+                        // The first part is bytes: the header the core wrote.
+                        let timing = match parts.first() {
+                            Some(FramePart::Bytes(head)) => self.answered(conn, head),
+                            _ => None,
+                        };
                         let frame = self.storage.response_frame(parts);
-                        self.respond(conn, Response::Parts(frame));
+                        self.respond(conn, Response::Parts(frame), timing);
                     }
                 }
                 Output::Close { conn } => {
@@ -512,11 +549,16 @@ impl<Q: StorageQueue> Driver<Q> {
         Ok(())
     }
 
-    fn respond(&mut self, conn: ConnId, response: Response) {
+    /// The stamp of the request a response of `conn` answers.
+    fn answered(&mut self, conn: ConnId, response_head: &[u8]) -> Option<RequestTiming> {
+        self.conns.get_mut(&conn)?.requests.answered(response_head)
+    }
+
+    fn respond(&mut self, conn: ConnId, response: Response, timing: Option<RequestTiming>) {
         let Some(handle) = self.conns.get(&conn) else {
             return; // gone; its reader has sent or will send Disconnected
         };
-        match handle.responses.try_send(response) {
+        match handle.responses.try_send(Reply { response, timing }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 warn!(

@@ -190,6 +190,7 @@ mod production {
     use tokio::sync::mpsc::UnboundedSender;
 
     use super::{Finished, FrameFuture, Started, Storage, StorageQueue};
+    use crate::console::metrics::NetMetrics;
     use crate::disk::{DiskQueue, DiskWorker};
     use crate::filereader::FileReader;
     use crate::metadb::{MetaQueue, MetaWorker, MetaWrite};
@@ -201,6 +202,8 @@ mod production {
     pub struct DiskAndSled {
         pub logs_dir: PathBuf,
         pub db: sled::Db,
+        /// Where the disk worker measures its group commits.
+        pub metrics: Arc<NetMetrics>,
     }
 
     pub struct Workers {
@@ -233,6 +236,7 @@ mod production {
                 completions.clone(),
                 reader,
                 Arc::clone(&backlog),
+                self.metrics,
             )
             .context("cannot start the disk worker")?
             .into_parts();

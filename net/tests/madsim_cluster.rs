@@ -147,6 +147,8 @@ async fn run_broker(store: Arc<SimStore>, clean_stop: Arc<CleanStop>) {
         // the core must adopt what a killed process left unsynced.
         boot: store.boot_state(),
         storage: SimStorage(store),
+        console: None,
+        metrics: Default::default(),
     };
     // Runs until the node is killed, or stopped cleanly when asked.
     server::serve(setup, clean_stop.asked.notified())

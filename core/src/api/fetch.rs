@@ -93,7 +93,9 @@ pub(crate) fn resume(
 ) {
     match build(b, &req, &gathered) {
         Err(needs) => reads::park(b, ctx, Parked::Fetch { req, deadline_ms }, gathered, needs),
-        Ok(built) if built.satisfies(&req) || b.now_ms() >= deadline_ms => respond(b, &ctx, built),
+        Ok(built) if built.satisfies(&req) || b.now_ms() >= deadline_ms => {
+            respond(b, &ctx, &req, built)
+        }
         Ok(_) => b.park_fetch(WaitingFetch {
             ctx,
             deadline_ms,
@@ -103,7 +105,7 @@ pub(crate) fn resume(
     }
 }
 
-fn respond(b: &mut Broker, ctx: &RequestCtx, built: Built) {
+fn respond(b: &mut Broker, ctx: &RequestCtx, req: &FetchRequest, built: Built) {
     if built.files.is_empty() {
         return b.respond(ctx, ResponseKind::Fetch(built.response));
     }
@@ -113,7 +115,12 @@ fn respond(b: &mut Broker, ctx: &RequestCtx, built: Built) {
         &built.response,
         &built.files,
     ) {
-        Ok(parts) => b.respond_parts(ctx, parts),
+        Ok(parts) => {
+            for (ti, bytes, records) in built.sent {
+                b.count_fetched(&req.topics[ti].topic.0, bytes, records);
+            }
+            b.respond_parts(ctx, parts)
+        }
         Err(e) => {
             // Our bug, but the client must not hang: close and say why.
             tracing::error!(version = ctx.version, "cannot encode fetch response: {e:#}");
@@ -135,7 +142,7 @@ pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
         match build(b, &waiting.req, &waiting.gathered) {
             Ok(built) if expired || built.satisfies(&waiting.req) => {
                 let waiting = b.unpark_fetch(i);
-                respond(b, &waiting.ctx, built);
+                respond(b, &waiting.ctx, &waiting.req, built);
             }
             Ok(_) => i += 1,
             Err(needs) => {
@@ -155,6 +162,9 @@ struct Built {
     response: FetchResponse,
     /// The record sets sent as file ranges, by (topic, partition) index.
     files: BTreeMap<(usize, usize), Vec<FileRange>>,
+    /// What each partition with file ranges sends, for the topic's
+    /// counters: (topic index, bytes, offsets sent whole).
+    sent: Vec<(usize, u64, u64)>,
     bytes: usize,
     /// A partition error ends the wait at once, as in Kafka.
     has_error: bool,
@@ -169,8 +179,9 @@ impl Built {
 /// What one partition sends.
 enum Records {
     Empty,
-    /// Ranges of consecutive segments, whole batches but for the last.
-    File(Vec<FileRange>),
+    /// Ranges of consecutive segments, whole batches but for the last,
+    /// and how many offsets they send whole (`PartitionLog::offsets_sent`).
+    File(Vec<FileRange>, u64),
     Error(ResponseError),
 }
 
@@ -182,6 +193,7 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
     let mut has_error = false;
     let mut needs = Vec::new();
     let mut files = BTreeMap::new();
+    let mut sent = Vec::new();
     let mut responses = Vec::with_capacity(req.topics.len());
     for (ti, topic) in req.topics.iter().enumerate() {
         let name = topic.topic.0.as_str();
@@ -277,7 +289,9 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                                 left = left.saturating_sub(next.len as usize);
                                 ranges.push(next);
                             }
-                            Records::File(ranges)
+                            let offsets =
+                                log.offsets_sent(p.fetch_offset, &first_batch, &ranges, upper, end);
+                            Records::File(ranges, offsets)
                         }
                     }
                     Locate::Need(range) if gathered.has_failed(&range) => {
@@ -297,8 +311,10 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
             };
             match records {
                 Records::Empty => pd.records = Some(bytes::Bytes::new()),
-                Records::File(ranges) => {
-                    total += ranges.iter().map(|r| r.len as usize).sum::<usize>();
+                Records::File(ranges, offsets) => {
+                    let bytes = ranges.iter().map(|r| r.len).sum::<u64>();
+                    total += bytes as usize;
+                    sent.push((ti, bytes, offsets));
                     pd.records = None;
                     files.insert((ti, pi), ranges);
                 }
@@ -333,6 +349,7 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
     Ok(Built {
         response,
         files,
+        sent,
         bytes: total,
         has_error,
     })

@@ -112,6 +112,9 @@ pub struct Broker {
     /// Connections on SASL listeners not yet authenticated, by the time
     /// they are closed if they still are not.
     sasl_deadlines: BTreeSet<(i64, ConnId)>,
+    /// Broker-wide counters for operators (`crate::metrics`); never read
+    /// by anything the broker decides.
+    metrics: crate::metrics::Counters,
 }
 
 impl Broker {
@@ -150,6 +153,7 @@ impl Broker {
             entropy: [0; 32],
             nonces_made: 0,
             sasl_deadlines: BTreeSet::new(),
+            metrics: Default::default(),
         }
     }
 
@@ -166,6 +170,17 @@ impl Broker {
 
     pub fn topic_names(&self) -> Vec<String> {
         self.topics.names()
+    }
+
+    /// Counters and gauges for operators (a driver's `/metrics`). Reads
+    /// only: taking a snapshot changes nothing.
+    pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
+        crate::metrics::snapshot(self, self.metrics)
+    }
+
+    /// The broker-wide counters, for the paths that bump them.
+    pub(crate) fn metrics_mut(&mut self) -> &mut crate::metrics::Counters {
+        &mut self.metrics
     }
 
     /// Where a connection comes from, as Kafka shows it (`/127.0.0.1`); ""

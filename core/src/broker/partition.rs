@@ -132,10 +132,11 @@ impl Broker {
         log_append_time: bool,
     ) -> BatchAppended {
         let now_ms = self.now_ms;
-        let log = self
+        let (log, counters) = self
             .topics
-            .partition_mut_by_key(key)
+            .partition_and_counters_mut(key)
             .expect("checked by the caller");
+        counters.produced(bytes.len(), header.records_count);
         let info = log.append(bytes, now_ms, log_append_time);
         let log_start_offset = log.log_start_offset();
         if header.has_producer_id() {
@@ -231,6 +232,14 @@ impl Broker {
             self.emit_disk(key.clone(), op);
         }
         Ok(info.base_offset)
+    }
+
+    /// A Fetch response sent `bytes` bytes and `records` offsets of `topic`
+    /// (`crate::metrics::TopicCounters::fetched_records`).
+    pub(crate) fn count_fetched(&mut self, topic: &str, bytes: u64, records: u64) {
+        if let Some(counters) = self.topics.counters_mut(topic) {
+            counters.fetched(bytes, records);
+        }
     }
 
     /// Moves a partition's log start to `offset` (DeleteRecords, once meta.db

@@ -232,6 +232,50 @@ impl PartitionLog {
         self.range(first.segment_base, first.position, len)
     }
 
+    /// How many offsets a fetch answer sends whole, for operators
+    /// (`crate::metrics`): from `fetch_offset` to the end of the last batch
+    /// that `ranges` (`fetch_range`, then `next_fetch_range`s, from `first`)
+    /// hold entirely. Reaching `upper`, the position of `upper_offset` (the
+    /// high watermark or the LSO), that is `upper_offset`. Cut short by a
+    /// size limit, the last whole batch is looked for among the batches the
+    /// log remembers (a consumer at the tail reads those); failing that,
+    /// only the first batch counts, if it was sent whole. Never reads the
+    /// disk: it costs at most `KNOWN_BATCHES_MAX` steps.
+    pub fn offsets_sent(
+        &self,
+        fetch_offset: i64,
+        first: &BatchPos,
+        ranges: &[FileRange],
+        upper_offset: i64,
+        upper: LogPosition,
+    ) -> u64 {
+        let (Some(head), Some(last)) = (ranges.first(), ranges.last()) else {
+            return 0;
+        };
+        let end = LogPosition {
+            segment_base: last.segment_base,
+            position: last.position + last.len,
+        };
+        let end_offset = if end == upper {
+            upper_offset
+        } else {
+            let remembered = self
+                .known
+                .values()
+                .rev()
+                .take_while(|pos| pos.last_offset >= first.last_offset)
+                .find(|pos| {
+                    (pos.segment_base, pos.end_position()) <= (end.segment_base, end.position)
+                });
+            match remembered {
+                Some(pos) => pos.last_offset + 1,
+                None if head.len >= first.size_bytes => first.last_offset + 1,
+                None => fetch_offset,
+            }
+        };
+        u64::try_from(end_offset - fetch_offset).unwrap_or(0)
+    }
+
     /// The range that carries a fetch on into the next segment, when `prev`
     /// (whole batches) reached the end of its own and `max_bytes` is left:
     /// from that segment's start up to `upper`, at most `max_bytes`.

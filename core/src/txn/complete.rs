@@ -277,6 +277,7 @@ pub(crate) fn completed(
         return retry_later(b, id);
     }
     let completion = b.txns_mut().end_completion(id);
+    b.metrics_mut().txn_completed(completion.commit);
     assert!(
         completion.responders.is_empty(),
         "EndTxn is answered when the Complete record is submitted"

@@ -111,6 +111,18 @@ impl Txns {
         self.map.len()
     }
 
+    /// Transactions begun and not yet completed: Ongoing, or decided and
+    /// being carried out. Walks every id: for a scrape, not a request.
+    pub fn open_count(&self) -> u64 {
+        let open = |e: &&TxnEntry| {
+            matches!(
+                e.record.state,
+                TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+            )
+        };
+        self.map.values().filter(open).count() as u64
+    }
+
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
     }

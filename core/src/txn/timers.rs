@@ -29,6 +29,7 @@ pub(crate) fn tick(b: &mut Broker) {
                 id,
                 "transaction timed out: aborting and fencing its producer"
             );
+            b.metrics_mut().txn_timed_out();
             let record = current.fenced_abort(now_ms);
             write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: None });
         }

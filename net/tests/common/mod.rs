@@ -20,6 +20,10 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 pub struct Broker {
     child: Child,
     pub addr: String,
+    /// The console's URL (`http://host:port/`), when the arguments open one
+    /// (`--set doze.console.listen=127.0.0.1:0`); by default none is opened,
+    /// so that brokers started side by side do not all want port 8092.
+    pub console: Option<String>,
     /// Removed when the broker is dropped (empty: handed on by `restart`).
     pub data_dir: PathBuf,
     args: Vec<String>,
@@ -48,6 +52,7 @@ impl Broker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
             .args(["--listen", "127.0.0.1:0", "--data-dir"])
             .arg(&data_dir)
+            .args(["--set", "doze.console.listen=none"])
             .args(&args)
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("DOZE_TEST_STDERR").is_some() {
@@ -58,9 +63,8 @@ impl Broker {
             .spawn()
             .expect("spawn doze-kafka");
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("listening line");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut line).expect("listening line");
         let addr = line
             .trim()
             .rsplit(' ')
@@ -71,9 +75,22 @@ impl Broker {
             line.contains("listening on"),
             "unexpected first line: {line:?}"
         );
+        let console_asked = args
+            .iter()
+            .rev()
+            .find_map(|a| a.strip_prefix("doze.console.listen="))
+            .is_some_and(|at| !at.eq_ignore_ascii_case("none"));
+        let console = console_asked.then(|| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).expect("console line");
+            let url = line.trim().strip_prefix("doze-kafka console: ");
+            url.unwrap_or_else(|| panic!("unexpected second line: {line:?}"))
+                .to_string()
+        });
         Self {
             child,
             addr,
+            console,
             data_dir,
             args,
         }
