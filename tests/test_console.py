@@ -23,15 +23,17 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import free_port
-from txnutil import TXN_BROKER_SETS, end_offsets, txn_producer_conf
-from wireutil import create_topic, unique_topic
+from txnutil import TXN_BROKER_SETS, end_offsets, txn_producer_conf, wait_until
+from wireutil import consumer, create_topic, unique_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
 OUTPUT = HERE / "output"
@@ -242,6 +244,19 @@ def test_console_shows_markers_readers_and_the_lso(console_broker, tmp_path):
     assert open_row.attrs["data-start-offset"] == "6" and open_row.attrs["data-status"] == "open"
     screenshot(url, tmp_path, "console-partition.png")
 
+    # A read_committed consumer group that has read all it may: stuck at the LSO.
+    group = unique_topic("console-group")
+    c = consumer(b, **{"group.id": group, "isolation.level": "read_committed",
+                       "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        wait_until(lambda: (c.consume(num_messages=100, timeout=0.2) is not None
+                            and c.position([TopicPartition(topic, 0)])[0].offset == 6),
+                   30, what="the read_committed consumer reaches the LSO")
+        c.commit(offsets=[TopicPartition(topic, 0, 6)], asynchronous=False)
+    finally:
+        c.close()
+
     # The cluster page lists the open transaction, on its partition.
     cluster = dom(f"{b.console}/", tmp_path)
     [txn] = cluster.find_all("tr", cls="txn", data_transactional_id=open_id)
@@ -252,6 +267,11 @@ def test_console_shows_markers_readers_and_the_lso(console_broker, tmp_path):
     assert on_partition.attrs["data-start-offset"] == "6"
     [row] = cluster.find_all("tr", cls="partition", data_topic=topic)
     assert "1 open" in row.text()
+    # The group: 3 behind the high watermark, none of it readable yet.
+    [lag] = cluster.find_all("tr", cls="group-offset", data_group_id=group)
+    assert lag.attrs["data-lag"] == "3" and lag.attrs["data-readable"] == "0"
+    [waiting] = lag.find_all("span", data_waiting_for=producer_id)
+    assert f"open transaction of producer {producer_id} ({open_id}) since offset 6" in waiting.text()
     screenshot(f"{b.console}/", tmp_path, "console-cluster.png")
 
     # A page of the log from offset 3: the batch of 0-1 is not on it.
@@ -293,4 +313,83 @@ def test_console_escapes_hostile_ids_and_records(console_broker, tmp_path):
     # The raw HTML: escaped, never a tag.
     body = http_get(f"{b.console}/topics/{topic}/0")[2]
     assert "<script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    del holder
+
+
+def users_add(binary, data_dir, name, password):
+    data_dir.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run(
+        [str(binary), "users", "add", name, "--mechanism", "SCRAM-SHA-256", "--password-stdin",
+         "--data-dir", str(data_dir)],
+        input=password + "\n", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"users add failed: {out.stdout}{out.stderr}"
+
+
+@pytest.mark.timeout(240)
+def test_console_sees_everything_behind_sasl_and_acls(start_broker, broker_binary, tmp_path):
+    """Only a SASL listener, the authorizer on and no ACL (nobody but the
+    super user may do anything): the console, which has no credentials,
+    still shows the topic, its records and its open transaction."""
+    sasl_port, console_port = free_port(), free_port()
+    users_add(broker_binary, tmp_path / "secure-data", "admin", "admin-secret")
+    b = start_broker(name="secure", listen_port=sasl_port, sets=[
+        *TXN_BROKER_SETS,
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users=User:admin",
+        "allow.everyone.if.no.acl.found=false",
+        f"listeners=SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        f"doze.console.listen=127.0.0.1:{console_port}",
+    ])
+    sasl = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.username": "admin", "sasl.password": "admin-secret"}
+    topic = unique_topic("console-sasl")
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, **sasl})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)],
+                        request_timeout=30)[topic].result(timeout=30)
+    holder = transaction(b, unique_topic("console-sasl-open"), topic, [b"secret-0"], None,
+                         **sasl, **OPEN_TIMEOUT)
+    console = f"http://127.0.0.1:{console_port}"
+    cluster = dom(f"{console}/", tmp_path)
+    [row] = cluster.find_all("tr", cls="partition", data_topic=topic)
+    assert "1 open" in row.text()
+    [open_row] = cluster.find_all("tr", cls="open-txn", data_topic=topic)
+    assert open_row.attrs["data-status"] == "open"
+    listeners = cluster.find_all("table", cls="listeners")[0].text()
+    assert "SASL_PLAINTEXT" in listeners and f"127.0.0.1:{sasl_port}" in listeners
+    part = dom(f"{console}/topics/{topic}/0", tmp_path)
+    [rec] = part.find_all("li", cls="rec", data_offset="0")
+    assert "secret-0" in rec.text()
+    [line] = part.find_all("tr", cls="lso")
+    assert line.attrs["data-lso"] == "0" and line.attrs["data-held-by"]
+    del holder
+
+
+@pytest.mark.timeout(240)
+def test_an_overdue_transaction_comes_with_a_command_that_aborts_it(start_broker, broker_binary,
+                                                                    tmp_path):
+    """A transaction open longer than its timeout (2 s) that its coordinator
+    has not aborted yet (it looks every 10 min here): the cluster page marks
+    it overdue with the abort command, and that command, run as shown, ends
+    it: the LSO reaches the high watermark."""
+    port = free_port()
+    b = start_broker(sets=[
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=600000",
+        f"doze.console.listen=127.0.0.1:{port}",
+    ])
+    topic = create_topic(b, unique_topic("console-late"), 1)
+    # librdkafka wants socket.timeout.ms <= transaction.timeout.ms + 100.
+    holder = transaction(b, unique_topic("console-late"), topic, [b"late-0"], None,
+                         **{"transaction.timeout.ms": 2000, "socket.timeout.ms": 2000})
+    time.sleep(2.5)
+    cluster = dom(f"http://127.0.0.1:{port}/", tmp_path)
+    [row] = cluster.find_all("tr", cls="open-txn", data_topic=topic)
+    assert row.attrs["data-status"] == "overdue", row.text()
+    [shown] = row.find_all("pre", data_abort_command=None)
+    command = shown.text().split()
+    assert command[:2] == ["doze-kafka", "transactions"], command
+    assert command[-6:] == ["--topic", topic, "--partition", "0", "--start-offset", "0"]
+    out = subprocess.run([str(broker_binary), *command[1:]], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, f"{command}: {out.stdout}{out.stderr}"
+    assert end_offsets(b, topic, [0], "read_committed") == {0: 2}
     del holder

@@ -339,9 +339,10 @@ pub fn abort_block(b: &mut String, o: &OpenTxn, facts: &BrokerFacts) {
     let Some(bootstrap) = &facts.tools_bootstrap else {
         let _ = write!(
             b,
-            "<p class=\"muted\">No PLAINTEXT listener for `doze-kafka transactions abort` to \
-             reach; abort it on partition {} from offset {} with Kafka's kafka-transactions.sh \
-             over your listener's security settings.</p>",
+            "<p class=\"muted\" data-abort-command-missing>No PLAINTEXT listener for \
+             <code>doze-kafka transactions abort</code> to reach; abort it on partition {} from \
+             offset {} with Kafka's <code>kafka-transactions.sh</code> and your listener's \
+             security settings.</p>",
             esc(&o.tp.to_string()),
             o.start_offset
         );
@@ -361,7 +362,8 @@ fn topics_section(b: &mut String, view: &ClusterView) {
         "<section id=\"topics\"><h2>Topics and partitions</h2>\
          <table><thead><tr><th>topic</th><th class=\"num\">partition</th>\
          <th class=\"num\">log start</th><th class=\"num\">LSO</th>\
-         <th class=\"num\">high watermark</th><th class=\"num\">unstable</th>\
+         <th class=\"num\">high watermark</th>\
+         <th class=\"num\" title=\"high watermark − LSO: what read_committed readers wait for\">LSO lag</th>\
          <th class=\"num\">size on disk</th><th class=\"num\">segments</th>\
          <th>open transactions</th></tr></thead><tbody>"
     );
@@ -446,7 +448,11 @@ fn transactions_section(b: &mut String, view: &ClusterView, facts: &BrokerFacts)
                 )
             })
             .collect();
-        let age = match t.start_time_ms {
+        let open = matches!(
+            t.state.as_str(),
+            "Ongoing" | "PrepareCommit" | "PrepareAbort"
+        );
+        let age = match t.start_time_ms.filter(|_| open) {
             Some(start) => format!(
                 "{} of {}{}",
                 duration(view.now_ms - start),
@@ -529,6 +535,36 @@ fn transactions_section(b: &mut String, view: &ClusterView, facts: &BrokerFacts)
     let _ = write!(b, "</tbody></table></section>");
 }
 
+/// For a group that has read up to the LSO with more beyond it: the open
+/// transaction it waits for (the answer to "why is my read_committed
+/// consumer stuck?").
+fn waiting_for(view: &ClusterView, o: &GroupOffset) -> String {
+    let (Some(lso), Some(hw)) = (o.lso, o.high_watermark) else {
+        return String::new();
+    };
+    if o.committed < lso || lso >= hw {
+        return String::new();
+    }
+    let holder = view
+        .open
+        .iter()
+        .find(|t| t.tp == o.tp && t.start_offset == lso);
+    let Some(t) = holder else {
+        return format!("a transaction open from offset {lso}");
+    };
+    let id = t
+        .transactional_id
+        .as_deref()
+        .map_or_else(String::new, |id| format!(" ({})", esc(id)));
+    format!(
+        "<span data-waiting-for=\"{pid}\">{badge} <a href=\"{href}?from={lso}\">open \
+         transaction of producer {pid}{id} since offset {lso}</a></span>",
+        pid = t.producer.producer_id,
+        badge = status_badge(t.status),
+        href = esc(&partition_href(&t.tp)),
+    )
+}
+
 fn groups_section(b: &mut String, view: &ClusterView) {
     let _ = write!(
         b,
@@ -538,12 +574,12 @@ fn groups_section(b: &mut String, view: &ClusterView) {
          <table><thead><tr><th>group</th><th>state</th><th class=\"num\">members</th>\
          <th>partition</th><th class=\"num\">committed</th><th class=\"num\">high watermark</th>\
          <th class=\"num\">LSO</th><th class=\"num\">lag</th><th class=\"num\">readable now</th>\
-         </tr></thead><tbody>"
+         <th>waiting for</th></tr></thead><tbody>"
     );
     if view.groups.is_empty() {
         let _ = write!(
             b,
-            "<tr><td colspan=\"9\" class=\"muted\">no groups</td></tr>"
+            "<tr><td colspan=\"10\" class=\"muted\">no groups</td></tr>"
         );
     }
     for g in &view.groups {
@@ -562,7 +598,7 @@ fn groups_section(b: &mut String, view: &ClusterView) {
         if g.offsets.is_empty() {
             let _ = write!(
                 b,
-                "<tr class=\"group\" data-group-id=\"{}\">{head}<td colspan=\"6\" class=\"muted\">\
+                "<tr class=\"group\" data-group-id=\"{}\">{head}<td colspan=\"7\" class=\"muted\">\
                  no committed offsets</td></tr>",
                 esc(&g.group_id)
             );
@@ -572,14 +608,15 @@ fn groups_section(b: &mut String, view: &ClusterView) {
             let _ = write!(
                 b,
                 "<tr class=\"group-offset\" data-group-id=\"{gid}\" data-topic=\"{topic}\" \
-                 data-partition=\"{part}\" data-lag=\"{lag_attr}\">{head}\
+                 data-partition=\"{part}\" data-lag=\"{lag_attr}\" data-readable=\"{readable_attr}\">{head}\
                  <td><a href=\"{href}?from={committed}\">{tp}</a></td><td class=\"num\">{committed}</td>\
                  <td class=\"num\">{hw}</td><td class=\"num\">{lso}</td><td class=\"num\">{lag}</td>\
-                 <td class=\"num\">{now}</td></tr>",
+                 <td class=\"num\">{now}</td><td>{waiting}</td></tr>",
                 gid = esc(&g.group_id),
                 topic = esc(&o.tp.topic),
                 part = o.tp.partition,
                 lag_attr = o.lag().map_or_else(String::new, |l| l.to_string()),
+                readable_attr = o.lag_to_lso().map_or_else(String::new, |l| l.to_string()),
                 head = if i == 0 { head.as_str() } else { "" },
                 href = esc(&partition_href(&o.tp)),
                 tp = esc(&o.tp.to_string()),
@@ -588,6 +625,7 @@ fn groups_section(b: &mut String, view: &ClusterView) {
                 lso = opt(o.lso),
                 lag = opt(o.lag()),
                 now = opt(o.lag_to_lso()),
+                waiting = waiting_for(view, o),
             );
         }
     }
@@ -654,6 +692,23 @@ mod tests {
         // Once at the top, once in its row; none for the open one.
         assert_eq!(html.matches("data-abort-command").count(), 2, "{html}");
         assert!(html.contains("1 transaction holds read_committed readers back"));
+    }
+
+    #[test]
+    fn without_a_plaintext_listener_the_page_says_how_to_abort() {
+        let view = ClusterView {
+            now_ms: 2_000_000,
+            open: vec![open(Status::Overdue, Some("late"))],
+            ..ClusterView::default()
+        };
+        let facts = BrokerFacts {
+            tools_bootstrap: None,
+            ..facts()
+        };
+        let html = render(&view, &facts);
+        assert!(!html.contains("data-abort-command>"), "{html}");
+        assert!(html.contains("data-abort-command-missing"), "{html}");
+        assert!(html.contains("kafka-transactions.sh"), "{html}");
     }
 
     #[test]

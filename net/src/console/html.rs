@@ -189,11 +189,16 @@ pub fn duration(ms: i64) -> String {
         return format!("{ms} ms");
     }
     let s = ms / 1_000;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3_600 => format!("{} min {} s", s / 60, s % 60),
-        3_600..86_400 => format!("{} h {} min", s / 3_600, s % 3_600 / 60),
-        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3_600),
+    let (big, big_unit, small, small_unit) = match s {
+        0..60 => return format!("{s} s"),
+        60..3_600 => (s / 60, "min", s % 60, "s"),
+        3_600..86_400 => (s / 3_600, "h", s % 3_600 / 60, "min"),
+        _ => (s / 86_400, "d", s % 86_400 / 3_600, "h"),
+    };
+    if small == 0 {
+        format!("{big} {big_unit}")
+    } else {
+        format!("{big} {big_unit} {small} {small_unit}")
     }
 }
 
@@ -340,6 +345,9 @@ mod tests {
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(duration(850), "850 ms");
         assert_eq!(duration(192_000), "3 min 12 s");
+        assert_eq!(duration(600_000), "10 min");
+        assert_eq!(duration(900_000), "15 min");
+        assert_eq!(duration(90_000_000), "1 d 1 h");
         assert_eq!(utc(0), "1970-01-01 00:00:00Z");
         assert_eq!(utc(1_738_326_896_000), "2025-01-31 12:34:56Z");
     }

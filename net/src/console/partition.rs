@@ -544,9 +544,14 @@ fn data_row(b: &mut String, batch: &ShownBatch, open: bool, aborted_producer: bo
         b,
         "<tr class=\"batch{txn}\" data-base-offset=\"{base}\" data-last-offset=\"{last}\" \
          data-producer-id=\"{pid}\" data-transactional=\"{transactional}\" data-rc=\"{fate}\"{ab}>\
-         <td class=\"num mono\">{base}–{last}</td><td class=\"batch\">{info}</td>\
+         <td class=\"num mono\">{offsets}</td><td class=\"batch\">{info}</td>\
          <td class=\"reader ru\">{records}</td><td class=\"{committed_class}\">{committed}</td></tr>",
         txn = if batch.transactional { " txn" } else { "" },
+        offsets = if batch.base_offset == batch.last_offset {
+            batch.base_offset.to_string()
+        } else {
+            format!("{}–{}", batch.base_offset, batch.last_offset)
+        },
         base = batch.base_offset,
         last = batch.last_offset,
         pid = batch.producer_id,
