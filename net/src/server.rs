@@ -327,7 +327,8 @@ struct Accepting {
 /// (`client::Client`) connects through this. Each `connect` is an
 /// in-memory pipe whose far end is served as any accepted socket is
 /// (`conn::start`: the same framing, the same broker task, the same
-/// connection limit and gauge), on a listener that no network peer can
+/// connection limit, and `doze_connections_*` in /metrics: a page view
+/// opens one), on a listener that no network peer can
 /// reach, marked `internal` so that the core lets it DESCRIBE and READ
 /// whatever the ACLs say (`Listener::internal`).
 ///
@@ -339,6 +340,8 @@ struct Accepting {
 /// Not a `Connector` in a madsim build (no console there).
 #[derive(Clone)]
 pub struct InternalConnector {
+    // Read only by the `Connector` impl, which a madsim build has not.
+    #[cfg_attr(madsim, allow(dead_code))]
     accepting: Accepting,
     /// The address the broker tells a connection that is on none of its
     /// listeners (its default advertised address). Used as the client's

@@ -128,7 +128,7 @@ code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font
 .badge{display:inline-block;padding:0 .45em;border-radius:.6em;font-size:.85em;font-weight:600}\
 .badge.open{background:#efe8fb;color:var(--open)}\
 .badge.hanging,.badge.overdue{background:#fbe9e7;color:var(--abort)}\
-.badge.ok{background:#e6f4ea;color:var(--commit)}\
+.badge.ok{background:#e6f4ea;color:var(--commit)}.badge.holds{background:#fff3e0;color:var(--lso)}\
 .note{background:#fff8e6;border-left:4px solid var(--lso);padding:.5em .8em;margin:.6em 0}\
 .error{background:#fbe9e7;border-left:4px solid var(--abort);padding:.5em .8em;margin:.6em 0}\
 pre.cmd{background:#1d2330;color:#e8ebf2;padding:.5em .8em;border-radius:4px;white-space:pre-wrap;word-break:break-all;margin:.3em 0}\

@@ -279,7 +279,7 @@ fn open_section(b: &mut String, view: &PartitionView, facts: &BrokerFacts) {
             o.status.name()
         );
         if o.start_offset == view.lso {
-            status.push_str(" <span class=\"badge hanging\">holds the LSO</span>");
+            status.push_str(" <span class=\"badge holds\">holds the LSO</span>");
         }
         abort_block(&mut status, o, facts);
         let _ = write!(
