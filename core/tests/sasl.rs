@@ -44,6 +44,7 @@ fn connect(w: &mut World, conn: u64, protocol: SecurityProtocol) {
             name: protocol.name().into(),
             protocol,
             tls_principal: None,
+            internal: false,
         },
     });
 }

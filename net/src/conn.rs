@@ -184,6 +184,18 @@ impl Socket for tokio_rustls::server::TlsStream<TcpStream> {
     }
 }
 
+/// The broker's own in-process connections (the console's Kafka client,
+/// `server::InternalConnector`): one end of an in-memory pipe.
+#[cfg(not(madsim))]
+impl Socket for tokio::io::DuplexStream {
+    type Read = tokio::io::ReadHalf<Self>;
+    type Write = tokio::io::WriteHalf<Self>;
+
+    fn split(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+}
+
 /// What every connection shares with the rest of the server.
 #[derive(Clone)]
 pub struct Shared {

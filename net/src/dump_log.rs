@@ -23,21 +23,14 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use doze_core::batch::{self, BatchError, BatchHeader, BATCH_HEADER_BYTES, NO_SEQUENCE};
-use doze_core::log::clean::records::{delete_horizon_ms, records_bytes};
+use doze_core::batch::{BatchHeader, NO_SEQUENCE};
+use doze_core::log::clean::records::delete_horizon_ms;
 
-/// Bytes up to and including the magic byte: fewer than that at the end of a
-/// file cannot be told from garbage (Kafka's `HEADER_SIZE_UP_TO_MAGIC`).
-const HEADER_BYTES_UP_TO_MAGIC: usize = 17;
-const BATCH_LENGTH_AT: usize = 8;
-const MAGIC_AT: usize = 16;
-/// The smallest batchLength: a header without records.
-const BATCH_LENGTH_MIN: i32 = (BATCH_HEADER_BYTES - batch::BATCH_LOG_OVERHEAD_BYTES) as i32;
+use crate::batches::{self, next_batch, Next, RawRecord, ReadAt};
 
 /// How the dump is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,28 +143,6 @@ fn dump_file(
     let read_ok = end.read_error.is_none();
     sink.end(&name, &end)?;
     Ok(read_ok)
-}
-
-/// Where the bytes of a segment come from: a file, or memory in tests.
-pub trait ReadAt {
-    fn read_exact_at(&self, buf: &mut [u8], position: u64) -> io::Result<()>;
-}
-
-impl ReadAt for File {
-    fn read_exact_at(&self, buf: &mut [u8], position: u64) -> io::Result<()> {
-        FileExt::read_exact_at(self, buf, position)
-    }
-}
-
-impl ReadAt for [u8] {
-    fn read_exact_at(&self, buf: &mut [u8], position: u64) -> io::Result<()> {
-        let slice = usize::try_from(position)
-            .ok()
-            .and_then(|at| self.get(at..at.checked_add(buf.len())?))
-            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
-        buf.copy_from_slice(slice);
-        Ok(())
-    }
 }
 
 /// Bytes at the end of a file that are not a whole batch.
@@ -309,56 +280,6 @@ fn dump_segment(
     Ok(end)
 }
 
-enum Next {
-    End,
-    Batch(BatchHeader, Vec<u8>),
-    /// The bytes from here to the end are not a batch, for this reason.
-    Invalid(String),
-}
-
-/// The batch at `position`, read whole, or why there is none.
-fn next_batch(source: &(impl ReadAt + ?Sized), position: u64, size: u64) -> io::Result<Next> {
-    let remaining = size - position;
-    if remaining == 0 {
-        return Ok(Next::End);
-    }
-    if remaining < HEADER_BYTES_UP_TO_MAGIC as u64 {
-        return Ok(Next::Invalid(format!(
-            "{remaining} bytes are too few for a batch header"
-        )));
-    }
-    let mut head = vec![0u8; remaining.min(BATCH_HEADER_BYTES as u64) as usize];
-    source.read_exact_at(&mut head, position)?;
-    let magic = head[MAGIC_AT] as i8;
-    if magic != batch::MAGIC_V2 {
-        return Ok(Next::Invalid(format!(
-            "magic {magic}: only v2 record batches (magic 2) are read"
-        )));
-    }
-    let length_bytes: [u8; 4] = head[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4]
-        .try_into()
-        .expect("four bytes");
-    let batch_length = i32::from_be_bytes(length_bytes);
-    if batch_length < BATCH_LENGTH_MIN {
-        return Ok(Next::Invalid(format!(
-            "batch length {batch_length} is less than a batch header's {BATCH_LENGTH_MIN}"
-        )));
-    }
-    let total = batch::BATCH_LOG_OVERHEAD_BYTES as u64 + batch_length as u64;
-    if total > remaining {
-        return Ok(Next::Invalid(format!(
-            "a batch of {total} bytes starts there but only {remaining} bytes are left"
-        )));
-    }
-    let mut bytes = vec![0u8; total as usize];
-    source.read_exact_at(&mut bytes, position)?;
-    match batch::parse_header(&bytes) {
-        Ok(header) => Ok(Next::Batch(header, bytes)),
-        // Magic and length were checked above; kept for safety.
-        Err(e) => Ok(Next::Invalid(e.to_string())),
-    }
-}
-
 /// Kafka's `DefaultRecordBatch.incrementSequence` (sequences wrap at
 /// 2^31), in wider arithmetic so that a corrupt batch cannot overflow it.
 fn add_sequence(base: i32, delta: i32) -> i32 {
@@ -391,11 +312,7 @@ fn describe_batch(
     position: u64,
     options: Options,
 ) -> BatchDump {
-    let (is_valid, computed_crc) = match batch::verify_crc(bytes) {
-        Ok(()) => (true, None),
-        Err(BatchError::CrcMismatch { computed, .. }) => (false, Some(computed)),
-        Err(_) => (false, None),
-    };
+    let (is_valid, computed_crc) = batches::crc_check(bytes);
     let deep = options.deep_iteration || options.print_data_log;
     let mut records = None;
     let mut records_error = None;
@@ -460,88 +377,23 @@ fn timestamp_type(header: &BatchHeader) -> &'static str {
 }
 
 /// The records of a batch, as many as can be read, and why the rest could
-/// not. A compressed batch is decompressed only when its CRC matched: its
-/// compressed bytes are then the producer's, not arbitrary ones.
+/// not (`batches` reads them).
 fn read_records(
     header: &BatchHeader,
     bytes: &[u8],
     crc_ok: bool,
     with_data: bool,
 ) -> (Vec<RecordDump>, Option<String>) {
-    if header.compression_code() != 0 && !crc_ok {
-        return (
-            Vec::new(),
-            Some("records not decompressed: the batch's CRC does not match".into()),
-        );
-    }
-    let body = match records_bytes(bytes, header) {
+    let body = match batches::records_body(header, bytes, crc_ok) {
         Ok(body) => body,
-        Err(e) => return (Vec::new(), Some(e.0)),
+        Err(e) => return (Vec::new(), Some(e)),
     };
-    let mut records = Vec::new();
-    let mut at = 0;
-    for index in 0..header.records_count.max(0) {
-        let record = match parse_record(&body, &mut at) {
-            Ok(record) => record,
-            Err(reason) => {
-                let error = format!("record {index} of {}: {reason}", header.records_count);
-                return (records, Some(error));
-            }
-        };
-        records.push(record_dump(header, &record, with_data));
-    }
-    (records, None)
-}
-
-/// One record's fields, borrowed from the (decompressed) records bytes.
-struct RawRecord<'a> {
-    timestamp_delta: i64,
-    offset_delta: i32,
-    key: Option<&'a [u8]>,
-    value: Option<&'a [u8]>,
-    header_keys: Vec<&'a [u8]>,
-}
-
-/// Record v2: length varint, attributes i8, timestampDelta varlong,
-/// offsetDelta varint, key and value (varint length, -1 null), header
-/// count varint, headers (key, value).
-fn parse_record<'a>(buf: &'a [u8], at: &mut usize) -> Result<RawRecord<'a>, String> {
-    let length = read_varint(buf, at).ok_or("the record's length is cut off")?;
-    let length = usize::try_from(length).map_err(|_| format!("record length {length}"))?;
-    let end = at
-        .checked_add(length)
-        .filter(|end| *end <= buf.len())
-        .ok_or_else(|| format!("a record of {length} bytes runs past the batch"))?;
-    let body = &buf[*at..end];
-    *at = end;
-    let short = |what: &str| format!("the record ends inside its {what}");
-    let mut i = 1; // attributes, unused
-    if body.is_empty() {
-        return Err(short("attributes"));
-    }
-    let timestamp_delta = read_varlong(body, &mut i).ok_or_else(|| short("timestamp"))?;
-    let offset_delta = read_varint(body, &mut i).ok_or_else(|| short("offset delta"))?;
-    let key = read_bytes(body, &mut i).ok_or_else(|| short("key"))?;
-    let value = read_bytes(body, &mut i).ok_or_else(|| short("value"))?;
-    let header_count = read_varint(body, &mut i).ok_or_else(|| short("header count"))?;
-    if header_count < 0 {
-        return Err(format!("header count {header_count}"));
-    }
-    let mut header_keys = Vec::new();
-    for _ in 0..header_count {
-        let key = read_bytes(body, &mut i)
-            .ok_or_else(|| short("headers"))?
-            .ok_or("a header has a null key")?;
-        read_bytes(body, &mut i).ok_or_else(|| short("headers"))?;
-        header_keys.push(key);
-    }
-    Ok(RawRecord {
-        timestamp_delta,
-        offset_delta,
-        key,
-        value,
-        header_keys,
-    })
+    let (records, error) = batches::parse_records(header, &body);
+    let dumps = records
+        .iter()
+        .map(|record| record_dump(header, record, with_data))
+        .collect();
+    (dumps, error)
 }
 
 fn record_dump(header: &BatchHeader, record: &RawRecord<'_>, with_data: bool) -> RecordDump {
@@ -577,76 +429,35 @@ fn record_dump(header: &BatchHeader, record: &RawRecord<'_>, with_data: bool) ->
     }
 }
 
-/// A control record: key (version i16, type i16); for a transaction marker
-/// the value is (version i16, coordinatorEpoch i32).
+/// A control record as printed: a transaction marker with its
+/// coordinator epoch, another control type by name, or why it is unreadable.
 fn control_record(key: Option<&[u8]>, value: Option<&[u8]>) -> ControlDump {
-    let key = key.unwrap_or_default();
-    if key.len() < 4 {
+    let control = match batches::control_record(key, value) {
+        Ok(control) => control,
+        Err(e) => {
+            return ControlDump {
+                control_error: Some(e),
+                ..ControlDump::default()
+            }
+        }
+    };
+    let Some(marker) = control.marker() else {
         return ControlDump {
-            control_error: Some(format!("a control key of {} bytes (4 expected)", key.len())),
+            control_type: Some(format!("{}({})", control.type_name(), control.type_id)),
             ..ControlDump::default()
         };
-    }
-    let type_id = i16::from_be_bytes([key[2], key[3]]);
-    let marker = match type_id {
-        0 => "ABORT",
-        1 => "COMMIT",
-        other => {
-            let name = match other {
-                2 => "LEADER_CHANGE",
-                3 => "SNAPSHOT_HEADER",
-                4 => "SNAPSHOT_FOOTER",
-                5 => "KRAFT_VERSION",
-                6 => "KRAFT_VOTERS",
-                _ => "UNKNOWN",
-            };
-            return ControlDump {
-                control_type: Some(format!("{name}({other})")),
-                ..ControlDump::default()
-            };
-        }
     };
-    let value = value.unwrap_or_default();
-    let coordinator_epoch = value
-        .get(2..6)
-        .map(|b| i32::from_be_bytes(b.try_into().expect("four bytes")));
     ControlDump {
-        end_txn_marker: Some(marker),
-        coordinator_epoch,
-        control_error: coordinator_epoch
-            .is_none()
-            .then(|| format!("a marker value of {} bytes (6 expected)", value.len())),
+        end_txn_marker: Some(marker.name()),
+        coordinator_epoch: control.coordinator_epoch,
+        control_error: control.coordinator_epoch.is_none().then(|| {
+            format!(
+                "a marker value of {} bytes (6 expected)",
+                control.value_bytes
+            )
+        }),
         ..ControlDump::default()
     }
-}
-
-fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for i in 0..10 {
-        let byte = *buf.get(*at)?;
-        *at += 1;
-        raw |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
-    i32::try_from(read_varlong(buf, at)?).ok()
-}
-
-/// A varint-length byte string, `None` inside for a null one (length < 0).
-fn read_bytes<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
-    let len = read_varint(buf, at)?;
-    let Ok(len) = usize::try_from(len) else {
-        return Some(None);
-    };
-    let end = at.checked_add(len).filter(|end| *end <= buf.len())?;
-    let bytes = &buf[*at..end];
-    *at = end;
-    Some(Some(bytes))
 }
 
 /// Text safe to print on a terminal: backslash, control characters (C0,
@@ -840,6 +651,7 @@ impl Sink for Json<'_> {
 mod tests {
     use super::*;
     use bytes::{Bytes, BytesMut};
+    use doze_core::batch;
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };

@@ -9,6 +9,7 @@
 //! simulated node kill. `server.rs` and `conn.rs` are the same code in both.
 
 pub mod alloc;
+pub mod batches;
 pub mod boot;
 pub mod client;
 pub mod config;

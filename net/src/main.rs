@@ -356,7 +356,11 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
         let console = console
             .map(tokio::net::TcpListener::from_std)
             .transpose()
-            .context("cannot register the console's listener")?;
+            .context("cannot register the console's listener")?
+            .map(|listener| doze_net::console::ConsoleSetup {
+                listener,
+                logs_dir: data.logs_dir(),
+            });
         let metrics = Arc::new(NetMetrics::default());
         let setup = server::Setup {
             listeners,

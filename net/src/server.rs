@@ -151,9 +151,10 @@ pub struct Setup<S> {
     pub boot: BootState,
     /// Where disk ops and meta batches go; started here, before the boot.
     pub storage: S,
-    /// The console's listener (`doze.console.listen`), bound; `None`: off.
-    /// Not served in a madsim build.
-    pub console: Option<TcpListener>,
+    /// The console's listener (`doze.console.listen`), bound, and what it
+    /// reads beside the Kafka protocol; `None`: off. Not served in a madsim
+    /// build.
+    pub console: Option<crate::console::ConsoleSetup>,
     /// The driver's own numbers: the connections, the acceptors and the
     /// storage (given the same) keep them, the console reads them.
     pub metrics: Arc<NetMetrics>,
@@ -207,6 +208,8 @@ pub async fn serve<S: Storage>(
 
     // Boot before the first connection: the core must see `Input::Boot` first,
     // and its repairs are queued before any append.
+    // What the console shows of the settings (the core keeps its own).
+    let settings_seen = settings.clone();
     let mut driver = Driver {
         broker: Broker::new(settings),
         conns: HashMap::new(),
@@ -221,23 +224,35 @@ pub async fn serve<S: Storage>(
     let (stop_broker, broker_stop) = oneshot::channel();
     let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
     let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
+    let accepting = Accepting {
+        shared: conn::Shared {
+            events: event_tx.clone(),
+            backlog,
+            metrics: Arc::clone(&metrics),
+        },
+        slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
+        next_conn: Arc::new(AtomicU64::new(1)),
+    };
     let console_url = match console {
-        Some(listener) => {
-            let url = crate::console::url(&listener)?;
-            let task = crate::console::start(listener, event_tx.clone(), Arc::clone(&metrics));
+        Some(console) => {
+            let url = crate::console::url(&console.listener)?;
+            let facts = crate::console::BrokerFacts::new(
+                &settings_seen,
+                &listeners,
+                url.clone(),
+                console.logs_dir,
+            );
+            let task = crate::console::start(
+                console.listener,
+                event_tx,
+                metrics,
+                facts,
+                InternalConnector::new(accepting.clone(), &settings_seen),
+            );
             acceptors.extend(task);
             Some(url)
         }
         None => None,
-    };
-    let accepting = Accepting {
-        shared: conn::Shared {
-            events: event_tx,
-            backlog,
-            metrics,
-        },
-        slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
-        next_conn: Arc::new(AtomicU64::new(1)),
     };
     for l in listeners {
         if let Ok(local) = l.listener.local_addr() {
@@ -308,6 +323,83 @@ struct Accepting {
     next_conn: Arc<AtomicU64>,
 }
 
+/// The broker's own connections, in process: the console's Kafka client
+/// (`client::Client`) connects through this. Each `connect` is an
+/// in-memory pipe whose far end is served as any accepted socket is
+/// (`conn::start`: the same framing, the same broker task, the same
+/// connection limit, and `doze_connections_*` in /metrics: a page view
+/// opens one), on a listener that no network peer can
+/// reach, marked `internal` so that the core lets it DESCRIBE and READ
+/// whatever the ACLs say (`Listener::internal`).
+///
+/// Why not TCP to one of the broker's own listeners: every listener may be
+/// SASL or TLS, and the console has no credentials (nor should it need a
+/// user of its own in meta.db); and no port or address has to be found
+/// that reaches the broker from inside it.
+///
+/// Not a `Connector` in a madsim build (no console there).
+#[derive(Clone)]
+pub struct InternalConnector {
+    // Read only by the `Connector` impl, which a madsim build has not.
+    #[cfg_attr(madsim, allow(dead_code))]
+    accepting: Accepting,
+    /// The address the broker tells a connection that is on none of its
+    /// listeners (its default advertised address). Used as the client's
+    /// bootstrap address, so that the broker's node, once learnt from
+    /// Metadata, maps to the connection already open.
+    bootstrap: String,
+}
+
+/// The internal listener's name (for the logs; no ACL names it).
+pub const INTERNAL_LISTENER_NAME: &str = "doze-internal";
+/// Bytes in flight each way in an in-process connection before the writer
+/// waits for the reader.
+#[cfg(not(madsim))]
+const INTERNAL_PIPE_BYTES: usize = 64 * 1024;
+
+impl InternalConnector {
+    fn new(accepting: Accepting, settings: &BrokerConfig) -> Self {
+        Self {
+            accepting,
+            bootstrap: format!("{}:{}", settings.advertised_host, settings.advertised_port),
+        }
+    }
+
+    /// The address to give `Client::connect_with`.
+    pub fn bootstrap(&self) -> &str {
+        &self.bootstrap
+    }
+}
+
+#[cfg(not(madsim))]
+impl crate::client::Connector for InternalConnector {
+    type Stream = tokio::io::DuplexStream;
+
+    /// Every address is this broker: one broker, one node.
+    async fn connect(&self, _addr: &str) -> std::io::Result<tokio::io::DuplexStream> {
+        let shared = &self.accepting;
+        let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
+            return Err(std::io::Error::other(format!(
+                "the broker has {CONNECTIONS_MAX} connections open"
+            )));
+        };
+        let slot = conn::Slot::new(permit, shared.shared.metrics.connection_accepted());
+        let conn: ConnId = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (ours, theirs) = tokio::io::duplex(INTERNAL_PIPE_BYTES);
+        let listener = Listener {
+            name: INTERNAL_LISTENER_NAME.into(),
+            protocol: SecurityProtocol::Plaintext,
+            tls_principal: None,
+            internal: true,
+        };
+        // The peer is this process; ACLs never see it (see Listener::internal).
+        let peer = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        debug!(conn, "internal connection");
+        conn::start(conn, theirs, peer, listener, shared.shared.clone(), slot).await;
+        Ok(ours)
+    }
+}
+
 /// Accepts connections on one listener until aborted.
 async fn accept_loop(bound: BoundListener, shared: Accepting) {
     let BoundListener {
@@ -344,6 +436,7 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
             name: name.clone(),
             protocol,
             tls_principal: None,
+            internal: false,
         };
         match &tls {
             None => conn::start(conn, stream, peer, listener_id, shared.shared.clone(), slot).await,

@@ -1,6 +1,6 @@
 //! The console over real HTTP: the binary prints its URL after the
-//! listening line, `/metrics` counts what a client did, an unknown path is
-//! 404. (tests/test_metrics.py checks the numbers with real Kafka clients
+//! listening line, `/metrics` counts what a client did, the cluster and
+//! partition pages answer, an unknown path, topic or partition is 404. (tests/test_metrics.py checks the numbers with real Kafka clients
 //! and Prometheus' own parser, and that `none` opens nothing.)
 
 mod common;
@@ -84,7 +84,19 @@ fn metrics_count_a_produce_and_unknown_paths_are_404() {
         0.0
     );
 
-    assert_eq!(get(&url, "/").0, 404);
+    // The pages (tests/test_console.py drives them in Chromium).
+    let (status, cluster) = get(&url, "/");
+    assert_eq!(status, 200, "{cluster}");
+    assert!(
+        cluster.contains("data-topic=\"metered\" data-partition=\"0\""),
+        "{cluster}"
+    );
+    let (status, partition) = get(&url, "/topics/metered/0");
+    assert_eq!(status, 200, "{partition}");
+    assert!(partition.contains("class=\"rec\""), "{partition}");
+    assert_eq!(get(&url, "/topics/metered/7").0, 404);
+    assert_eq!(get(&url, "/topics/unknown/0").0, 404);
+    assert_eq!(get(&url, "/nothing-here").0, 404);
     assert_eq!(get(&url, "/metrics/").0, 404);
     drop(client);
 }

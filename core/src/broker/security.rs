@@ -262,6 +262,9 @@ impl Broker {
         if !self.config.authorizer.enabled {
             return true;
         }
+        if self.internal_read(ctx.conn, op, resource_type) {
+            return true;
+        }
         let principal = self.principal(ctx.conn);
         let host = self.client_address(ctx.conn);
         let allowed = self.security.acls.authorize(
@@ -278,6 +281,20 @@ impl Broker {
             tracing::debug!(%principal, %host, ?op, resource_type, name, api = ?ctx.api_key, "denied");
         }
         allowed
+    }
+
+    /// Whether `conn` is the broker's own in-process connection (the
+    /// console's) asking to look, not to change: DESCRIBE or
+    /// DESCRIBE_CONFIGS of anything, READ of a topic. Not READ of a group,
+    /// which would let it join one or commit its offsets.
+    fn internal_read(&self, conn: ConnId, op: Op, resource_type: i8) -> bool {
+        let internal = self.conns.get(&conn).is_some_and(|c| c.listener.internal);
+        let looks = match op {
+            Op::Describe | Op::DescribeConfigs => true,
+            Op::Read => resource_type == resource::TOPIC,
+            _ => false,
+        };
+        internal && looks
     }
 
     /// Whether the request's principal may do `op` on some resource of the

@@ -67,6 +67,13 @@ pub struct Listener {
     /// On a TLS listener with client authentication, the principal the
     /// client's certificate names (`User:CN=...`).
     pub tls_principal: Option<String>,
+    /// The broker's own in-process connection (the web console's Kafka
+    /// client), which no network peer can open: it may DESCRIBE and
+    /// DESCRIBE_CONFIGS anything and READ any topic whatever the ACLs say
+    /// (`Broker::authorized`), so that the console shows everything on a
+    /// broker with SASL and ACLs; any other operation is checked as for
+    /// `User:ANONYMOUS`.
+    pub internal: bool,
 }
 
 /// The principal of a connection that has not authenticated (PLAINTEXT,

@@ -28,6 +28,7 @@ pub fn connect_as(w: &mut World, conn: u64, principal: &str) {
             name: "SSL".into(),
             protocol: SecurityProtocol::Ssl,
             tls_principal: Some(principal.into()),
+            internal: false,
         },
     });
 }

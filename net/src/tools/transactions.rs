@@ -285,16 +285,16 @@ async fn describe_producers<C: Connector>(
 }
 
 /// An open transaction on a partition that find-hanging reports.
-#[derive(Serialize)]
-struct Hanging {
-    topic: String,
-    partition: i32,
-    producer_id: i64,
-    producer_epoch: i32,
-    coordinator_epoch: Option<i32>,
-    start_offset: i64,
-    last_timestamp: i64,
-    duration_min: i64,
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Hanging {
+    pub topic: String,
+    pub partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i32,
+    pub coordinator_epoch: Option<i32>,
+    pub start_offset: i64,
+    pub last_timestamp: i64,
+    pub duration_min: i64,
 }
 
 async fn find_hanging<C: Connector>(
@@ -326,63 +326,13 @@ async fn find_hanging<C: Connector>(
             })
             .collect(),
     };
-    // 2. Transactions open there for longer than any timeout allows.
-    let now = now_ms();
-    let mut candidates: Vec<(TopicPartition, ProducerState)> = Vec::new();
-    for (tp, producers) in client.describe_producers_of(&partitions).await? {
-        let producers = producers.map_err(crate::client::Error::Kafka)?;
-        for p in producers {
-            let old = now - p.last_timestamp > max_transaction_timeout_ms;
-            if p.current_txn_start_offset.is_some() && old {
-                candidates.push((tp.clone(), p));
-            }
-        }
+    // 2. The producers there.
+    let mut producers = Vec::new();
+    for (tp, states) in client.describe_producers_of(&partitions).await? {
+        let states = states.map_err(crate::client::Error::Kafka)?;
+        producers.extend(states.into_iter().map(|p| (tp.clone(), p)));
     }
-    // 3. Their transactional ids, and what the coordinators say of them.
-    let mut hanging = Vec::new();
-    if !candidates.is_empty() {
-        let producer_ids: BTreeSet<i64> = candidates.iter().map(|(_, p)| p.producer_id).collect();
-        let filter = TransactionFilter {
-            producer_ids: producer_ids.iter().copied().collect(),
-            ..TransactionFilter::default()
-        };
-        let ids: BTreeMap<i64, String> = client
-            .list_transactions(&filter)
-            .await?
-            .into_iter()
-            .filter(|t| producer_ids.contains(&t.producer_id))
-            .map(|t| (t.producer_id, t.transactional_id))
-            .collect();
-        // The partitions each producer's coordinator still expects to
-        // write a marker to (None: it knows no such transaction).
-        let mut expected: BTreeMap<i64, Option<Vec<TopicPartition>>> = BTreeMap::new();
-        for (producer_id, transactional_id) in &ids {
-            let partitions = match client.describe_transaction(transactional_id).await {
-                Ok(t) => Some(t.partitions),
-                Err(crate::client::Error::Kafka(k)) if k.code == TRANSACTIONAL_ID_NOT_FOUND => None,
-                Err(e) => return Err(e.into()),
-            };
-            expected.insert(*producer_id, partitions);
-        }
-        for (tp, p) in candidates {
-            let known = expected
-                .get(&p.producer_id)
-                .and_then(Option::as_ref)
-                .is_some_and(|parts| parts.contains(&tp));
-            if !known {
-                hanging.push(Hanging {
-                    topic: tp.topic.clone(),
-                    partition: tp.partition,
-                    producer_id: p.producer_id,
-                    producer_epoch: p.producer_epoch,
-                    coordinator_epoch: p.coordinator_epoch,
-                    start_offset: p.current_txn_start_offset.unwrap_or(-1),
-                    last_timestamp: p.last_timestamp,
-                    duration_min: (now - p.last_timestamp) / 60_000,
-                });
-            }
-        }
-    }
+    let hanging = hanging_among(client, producers, max_transaction_timeout_ms, now_ms()).await?;
     if format == Format::Json {
         return Ok(json(&serde_json::json!({ "hanging": hanging })));
     }
@@ -414,6 +364,85 @@ async fn find_hanging<C: Connector>(
         ],
         &rows,
     ))
+}
+
+/// find-hanging's rule over `producers` (each with its partition): an
+/// open transaction there, older than `max_transaction_timeout_ms` by its
+/// producer's last timestamp at `now_ms`, that its coordinator does not
+/// expect to end on that partition (no transactional id lists the producer,
+/// the id is gone, or its transaction does not include the partition).
+/// The console's cluster page marks the same ones.
+pub async fn hanging_among<C: Connector>(
+    client: &mut Client<C>,
+    producers: Vec<(TopicPartition, ProducerState)>,
+    max_transaction_timeout_ms: i64,
+    now_ms: i64,
+) -> Result<Vec<Hanging>, crate::client::Error> {
+    let now = now_ms;
+    // Transactions open there for longer than any timeout allows.
+    let candidates: Vec<(TopicPartition, ProducerState)> = producers
+        .into_iter()
+        .filter(|(_, p)| {
+            let old = now - p.last_timestamp > max_transaction_timeout_ms;
+            p.current_txn_start_offset.is_some() && old
+        })
+        .collect();
+    let mut hanging = Vec::new();
+    if candidates.is_empty() {
+        return Ok(hanging);
+    }
+    // Their transactional ids, and what the coordinators say of them.
+    let producer_ids: BTreeSet<i64> = candidates.iter().map(|(_, p)| p.producer_id).collect();
+    let filter = TransactionFilter {
+        producer_ids: producer_ids.iter().copied().collect(),
+        ..TransactionFilter::default()
+    };
+    let ids: BTreeMap<i64, String> = client
+        .list_transactions(&filter)
+        .await?
+        .into_iter()
+        .filter(|t| producer_ids.contains(&t.producer_id))
+        .map(|t| (t.producer_id, t.transactional_id))
+        .collect();
+    // The partitions each producer's coordinator still expects to write a
+    // marker to (None: it knows no such transaction).
+    let mut expected: BTreeMap<i64, Option<Vec<TopicPartition>>> = BTreeMap::new();
+    for (producer_id, transactional_id) in &ids {
+        let partitions = match client.describe_transaction(transactional_id).await {
+            Ok(t) => Some(t.partitions),
+            Err(crate::client::Error::Kafka(k)) if k.code == TRANSACTIONAL_ID_NOT_FOUND => None,
+            Err(e) => return Err(e),
+        };
+        expected.insert(*producer_id, partitions);
+    }
+    for (tp, p) in candidates {
+        let known = expected
+            .get(&p.producer_id)
+            .and_then(Option::as_ref)
+            .is_some_and(|parts| parts.contains(&tp));
+        if !known {
+            hanging.push(Hanging {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                producer_id: p.producer_id,
+                producer_epoch: p.producer_epoch,
+                coordinator_epoch: p.coordinator_epoch,
+                start_offset: p.current_txn_start_offset.unwrap_or(-1),
+                last_timestamp: p.last_timestamp,
+                duration_min: (now - p.last_timestamp) / 60_000,
+            });
+        }
+    }
+    Ok(hanging)
+}
+
+/// The command that aborts the transaction open on `topic`-`partition`
+/// from `start_offset`, as an operator types it.
+pub fn abort_command(bootstrap: &str, topic: &str, partition: i32, start_offset: i64) -> String {
+    format!(
+        "doze-kafka transactions --bootstrap-server {bootstrap} abort --topic {topic} \
+         --partition {partition} --start-offset {start_offset}"
+    )
 }
 
 /// The abort of the producer whose open transaction on `tp` starts at
