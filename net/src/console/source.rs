@@ -34,6 +34,8 @@ pub async fn connect(connector: &InternalConnector) -> Result<ConsoleClient, cli
         connect_timeout: bound,
         request_timeout: bound,
         response_bytes_max: CONSOLE_RESPONSE_BYTES_MAX,
+        // The internal connection is not a SASL listener: no login.
+        sasl: None,
     };
     Client::connect_with(connector.clone(), connector.bootstrap(), config).await
 }
