@@ -267,6 +267,14 @@ async fn backoff(attempt: u32) {
     sleep(Duration::from_millis(ms)).await;
 }
 
+/// Milliseconds since the UNIX epoch on madsim's clock.
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
 fn batch(pid: i64, epoch: i16, seq: i32, transactional: bool, values: &[String]) -> Bytes {
     let records: Vec<Record> = values
         .iter()
@@ -281,7 +289,10 @@ fn batch(pid: i64, epoch: i16, seq: i32, transactional: bool, values: &[String])
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
             sequence: seq + i as i32,
-            timestamp: 1_700_000_000_000,
+            // The simulated wall clock, which the broker reads too: a
+            // fixed date may lie more than message.timestamp.after.max.ms
+            // (an hour) ahead of it, and such records are refused.
+            timestamp: now_ms(),
             key: None,
             value: Some(Bytes::from(value.clone())),
             headers: Default::default(),
