@@ -113,12 +113,14 @@ impl Txns {
 
     /// Transactions begun and not yet completed: Ongoing, or decided and
     /// being carried out. Walks every id: for a scrape, not a request.
+    /// Transactions begun and not yet ended: one whose EndTxn was answered
+    /// (markers durable, the Complete record being stored) is ended.
     pub fn open_count(&self) -> u64 {
         let open = |e: &&TxnEntry| {
             matches!(
                 e.record.state,
                 TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
-            )
+            ) && !e.settling()
         };
         self.map.values().filter(open).count() as u64
     }
