@@ -128,14 +128,37 @@ fn txn_ids(request: &RequestKind) -> Vec<&str> {
     }
 }
 
+/// Whether `request` would see a transaction whose EndTxn was answered
+/// while its Complete record is still being stored: the id's own next
+/// request, DescribeTransactions or ListTransactions (which would show it
+/// still preparing), or an OffsetFetch of a group it commits offsets to
+/// (which would not show them yet). Such a request waits for that write,
+/// one meta.db write at most (txn/complete.rs says why).
+fn waits_for_settling(b: &Broker, request: &RequestKind) -> bool {
+    let txns = b.txns();
+    if !txns.completing().any(|(_, c)| c.settling()) {
+        return false; // the common case: nothing settling, nothing to look up
+    }
+    let settling_id = |id: &str| txns.get(id).is_some_and(|e| e.settling());
+    let settling_group = |group: &str| {
+        txns.iter()
+            .any(|(_, e)| e.settling() && e.record.staged_offsets.contains_key(group))
+    };
+    match request {
+        RequestKind::DescribeTransactions(r) => {
+            r.transactional_ids.iter().any(|id| settling_id(id.0.as_str()))
+        }
+        RequestKind::ListTransactions(_) => true,
+        RequestKind::OffsetFetch(r) => {
+            settling_group(r.group_id.0.as_str())
+                || r.groups.iter().any(|g| settling_group(g.group_id.0.as_str()))
+        }
+        _ => txn_ids(request).into_iter().any(settling_id),
+    }
+}
+
 pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
-    // An id whose EndTxn was answered while its Complete record is still
-    // being stored: its next request waits for that write (txn/complete.rs
-    // says why), and runs again when a meta.db write completes.
-    let settling = txn_ids(&request)
-        .into_iter()
-        .any(|id| b.txns().get(id).is_some_and(|e| e.settling()));
-    if settling {
+    if waits_for_settling(b, &request) {
         return b.defer_until_stored(ctx, request);
     }
     if let Some(names) = admin_topics(&request) {
