@@ -145,13 +145,16 @@ fn waits_for_settling(b: &Broker, request: &RequestKind) -> bool {
             .any(|(_, e)| e.settling() && e.record.staged_offsets.contains_key(group))
     };
     match request {
-        RequestKind::DescribeTransactions(r) => {
-            r.transactional_ids.iter().any(|id| settling_id(id.0.as_str()))
-        }
+        RequestKind::DescribeTransactions(r) => r
+            .transactional_ids
+            .iter()
+            .any(|id| settling_id(id.0.as_str())),
         RequestKind::ListTransactions(_) => true,
         RequestKind::OffsetFetch(r) => {
             settling_group(r.group_id.0.as_str())
-                || r.groups.iter().any(|g| settling_group(g.group_id.0.as_str()))
+                || r.groups
+                    .iter()
+                    .any(|g| settling_group(g.group_id.0.as_str()))
         }
         _ => txn_ids(request).into_iter().any(settling_id),
     }
