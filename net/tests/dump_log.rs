@@ -4,12 +4,14 @@
 //! JSON; a truncated segment, a flipped CRC byte, garbage, a missing file
 //! and a file that is not a segment.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
+
+mod common;
 
 use bytes::{Bytes, BytesMut};
+use common::{run_binary, Run};
 use doze_core::batch;
 use doze_core::txn::marker;
 use kafka_protocol::protocol::StrBytes;
@@ -149,52 +151,12 @@ fn segment() -> Vec<u8> {
     batches().concat()
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs the binary, killed if it takes longer than `RUN_LIMIT`.
+/// `doze-kafka dump-log <args>`, killed if it takes longer than `RUN_LIMIT`.
 fn dump_log(args: &[&str]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
-        .arg("dump-log")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        stderr.read_to_string(&mut s).unwrap();
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            panic!("dump-log {args:?} ran longer than {RUN_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let run = Run {
-        code: status.code().expect("exited, not killed"),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    };
-    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
-    run
+    let args: Vec<&str> = std::iter::once("dump-log")
+        .chain(args.iter().copied())
+        .collect();
+    run_binary(&args, RUN_LIMIT)
 }
 
 fn s(path: &Path) -> &str {

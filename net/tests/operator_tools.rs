@@ -22,13 +22,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use common::{create_topic, produce_to, topic, Broker, Client};
+use common::{create_topic, produce_to, run_binary, topic, Broker, Client, Run};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as Assigned;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
@@ -48,51 +48,9 @@ use serde_json::Value;
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 const MEMBER_ID_REQUIRED: i16 = 79;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// `doze-kafka <args>`, killed after `RUN_LIMIT`.
 fn tool(args: &[&str]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        stderr.read_to_string(&mut s).unwrap();
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if start.elapsed() > RUN_LIMIT {
-            let _ = child.kill();
-            panic!("doze-kafka {args:?} ran longer than {RUN_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let run = Run {
-        code: status.code().expect("exited, not killed"),
-        stdout: out.join().unwrap(),
-        stderr: err.join().unwrap(),
-    };
-    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
-    run
+    run_binary(args, RUN_LIMIT)
 }
 
 /// `doze-kafka <tool> --bootstrap-server ADDR <args>`; it must exit 0.

@@ -328,3 +328,52 @@ pub fn produce_to<S: Read + Write>(
         other => panic!("{other:?}"),
     }
 }
+
+/// One run of the binary: its exit code and what it printed.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `doze-kafka <args>` to its end, killed (and the test failed) if it
+/// takes longer than `limit`; a panic in its output fails the test too.
+pub fn run_binary(args: &[&str], limit: Duration) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).unwrap();
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("doze-kafka {args:?} ran longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let run = Run {
+        code: status.code().expect("exited, not killed"),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    };
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    run
+}
