@@ -21,9 +21,8 @@ use doze_core::limits::CONSOLE_TRANSACTIONS_SHOWN_MAX;
 
 use crate::client::{
     self, Client, Connector, ProducerState, TopicPartition, TransactionDescription,
-    TransactionFilter,
 };
-use crate::tools::transactions::hanging_among;
+use crate::tools::transactions::{hanging_among, transactional_ids_of};
 
 /// TRANSACTIONAL_ID_NOT_FOUND: the id expired, or was never known.
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
@@ -98,17 +97,7 @@ pub async fn open_transactions<C: Connector>(
             .map(|h| (TopicPartition::new(h.topic, h.partition), h.producer_id))
             .collect();
     let producer_ids: BTreeSet<i64> = open.iter().map(|(_, p)| p.producer_id).collect();
-    let filter = TransactionFilter {
-        producer_ids: producer_ids.iter().copied().collect(),
-        ..TransactionFilter::default()
-    };
-    let ids: BTreeMap<i64, String> = client
-        .list_transactions(&filter)
-        .await?
-        .into_iter()
-        .filter(|t| producer_ids.contains(&t.producer_id))
-        .map(|t| (t.producer_id, t.transactional_id))
-        .collect();
+    let ids = transactional_ids_of(client, &producer_ids).await?;
     let descriptions = describe_each(client, ids.values().cloned()).await?;
     let mut out: Vec<OpenTxn> = open
         .into_iter()

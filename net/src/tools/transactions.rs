@@ -366,6 +366,26 @@ async fn find_hanging<C: Connector>(
     ))
 }
 
+/// The transactional id of each of `producer_ids` the coordinators list
+/// (ListTransactions filtered by producer id); a producer without one is
+/// left out.
+pub async fn transactional_ids_of<C: Connector>(
+    client: &mut Client<C>,
+    producer_ids: &BTreeSet<i64>,
+) -> Result<BTreeMap<i64, String>, crate::client::Error> {
+    let filter = TransactionFilter {
+        producer_ids: producer_ids.iter().copied().collect(),
+        ..TransactionFilter::default()
+    };
+    Ok(client
+        .list_transactions(&filter)
+        .await?
+        .into_iter()
+        .filter(|t| producer_ids.contains(&t.producer_id))
+        .map(|t| (t.producer_id, t.transactional_id))
+        .collect())
+}
+
 /// find-hanging's rule over `producers` (each with its partition): an
 /// open transaction there, older than `max_transaction_timeout_ms` by its
 /// producer's last timestamp at `now_ms`, that its coordinator does not
@@ -393,17 +413,7 @@ pub async fn hanging_among<C: Connector>(
     }
     // Their transactional ids, and what the coordinators say of them.
     let producer_ids: BTreeSet<i64> = candidates.iter().map(|(_, p)| p.producer_id).collect();
-    let filter = TransactionFilter {
-        producer_ids: producer_ids.iter().copied().collect(),
-        ..TransactionFilter::default()
-    };
-    let ids: BTreeMap<i64, String> = client
-        .list_transactions(&filter)
-        .await?
-        .into_iter()
-        .filter(|t| producer_ids.contains(&t.producer_id))
-        .map(|t| (t.producer_id, t.transactional_id))
-        .collect();
+    let ids = transactional_ids_of(client, &producer_ids).await?;
     // The partitions each producer's coordinator still expects to write a
     // marker to (None: it knows no such transaction).
     let mut expected: BTreeMap<i64, Option<Vec<TopicPartition>>> = BTreeMap::new();
