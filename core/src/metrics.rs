@@ -51,8 +51,8 @@ impl TopicCounters {
 /// Broker-wide counters since the broker started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// Transactions whose commit was carried out (markers durable, the
-    /// Complete record stored).
+    /// Transactions whose commit was carried out (decision and markers
+    /// durable, EndTxn answered; the Complete record may still be on its way).
     pub txns_committed: u64,
     /// Transactions whose abort was carried out, whoever asked for it (the
     /// client, a timeout, a new InitProducerId).
@@ -63,7 +63,7 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// A decision was carried out to the end.
+    /// A decision's outcome became durable (its markers synced).
     pub(crate) fn txn_completed(&mut self, commit: bool) {
         if commit {
             self.txns_committed += 1;

@@ -63,6 +63,9 @@ pub struct Completion {
     /// Each added partition and the offset of its marker, once appended.
     markers: BTreeMap<PartitionKey, Option<i64>>,
     phase: Phase,
+    /// Counted in the broker's metrics (once, when the outcome first became
+    /// durable; a failed Complete write retried does not count it again).
+    counted: bool,
 }
 
 impl Completion {
@@ -113,6 +116,7 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
         responders,
         markers,
         phase: Phase::Markers,
+        counted: false,
     };
     b.txns_mut().begin_completion(id, completion);
     write_markers(b, id);
@@ -206,6 +210,9 @@ fn store_complete(b: &mut Broker, id: &str) {
     let completion = entry.completion.as_mut().expect("completing");
     completion.phase = Phase::Storing;
     let commit = completion.commit;
+    // The outcome is durable from here on and EndTxn is answered below: an
+    // operator scraping /metrics right after the answer sees it counted.
+    let count = !std::mem::replace(&mut completion.counted, true);
     let old = entry.record.clone();
     let now_ms = b.now_ms();
     let mut record = TxnRecord {
@@ -245,6 +252,9 @@ fn store_complete(b: &mut Broker, id: &str) {
         b.groups_mut().offsets.begin_write(group, tp);
     }
     let (pid, epoch) = (old.producer_id, old.producer_epoch);
+    if count {
+        b.metrics_mut().txn_completed(commit);
+    }
     write::store(b, id, record, ops, Then::Completed { applied });
     // Markers durable, decision (and a commit's offsets) stored: the
     // outcome survives any crash from here on, so EndTxn is answered now.
@@ -277,7 +287,10 @@ pub(crate) fn completed(
         return retry_later(b, id);
     }
     let completion = b.txns_mut().end_completion(id);
-    b.metrics_mut().txn_completed(completion.commit);
+    assert!(
+        completion.counted,
+        "counted when the outcome became durable"
+    );
     assert!(
         completion.responders.is_empty(),
         "EndTxn is answered when the Complete record is submitted"
