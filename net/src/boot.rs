@@ -47,13 +47,13 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
     let fresh = !db_path.exists();
     let db = sled::open(&db_path).with_context(|| format!("cannot open {}", db_path.display()))?;
     if fresh {
-        // sled makes its own files durable, not its directory's entry in ours.
+        // meta.db's own entry in ours (its files: sledsync.rs).
         sync_dir(data.root()).with_context(|| format!("cannot fsync {}", data.root().display()))?;
     }
     // What a crashed process wrote but never flushed may still sit in the
     // page cache, where sled reads it back; the core treats meta.db as
     // durable, so make it so before handing it over.
-    db.flush()
+    crate::sledsync::flush_once(&db, &db_path)
         .with_context(|| format!("cannot flush {}", db_path.display()))?;
     let mut meta = Vec::new();
     for pair in db.iter() {

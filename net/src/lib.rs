@@ -24,6 +24,7 @@ pub mod disk;
 pub mod filereader;
 pub mod metadb;
 pub mod server;
+pub mod sledsync;
 #[cfg(madsim)]
 pub mod simstore;
 pub mod storage;

@@ -370,6 +370,7 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
             storage: storage::DiskAndSled {
                 logs_dir: data.logs_dir(),
                 db: boot.db,
+                meta_dir: data.meta_db_path(),
                 metrics: Arc::clone(&metrics),
             },
             console,

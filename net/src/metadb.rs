@@ -2,7 +2,8 @@
 //! thread that owns the `sled::Db`.
 //!
 //! Each `Output::Meta` becomes one `sled::Batch` (atomic), and is answered
-//! with `MetaDone` only after `Db::flush` has made it durable. As with the
+//! with `MetaDone` only after it is durable (`Db::flush` and the fdatasyncs
+//! sled leaves out, `sledsync.rs`). As with the
 //! disk worker, batches already queued are applied before one flush that
 //! covers them all (group commit): a flush writes sled's whole log buffer, so
 //! one flush for ten batches costs about as much as one for one.
@@ -12,6 +13,7 @@
 //! sled may still write it later; the core must not rely on it either way, and
 //! after a crash it reads back whatever did reach the disk.
 
+use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
@@ -19,6 +21,8 @@ use std::time::Instant;
 use doze_core::{Input, IoError, IoId, MetaOp};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info, warn};
+
+use crate::sledsync::DurableSled;
 
 /// Batches applied in one round before its flush, so that a queue that never
 /// empties still gets answered.
@@ -36,11 +40,17 @@ pub struct MetaWorker {
 }
 
 impl MetaWorker {
-    pub fn spawn(db: sled::Db, completions: UnboundedSender<Input>) -> std::io::Result<Self> {
+    /// `db` is open at `dir`.
+    pub fn spawn(
+        db: sled::Db,
+        dir: &Path,
+        completions: UnboundedSender<Input>,
+    ) -> std::io::Result<Self> {
+        let durable = DurableSled::open(dir)?;
         let (writes, queue) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("doze-meta".into())
-            .spawn(move || run(db, queue, completions))?;
+            .spawn(move || run(db, durable, queue, completions))?;
         Ok(Self { writes, thread })
     }
 
@@ -65,6 +75,7 @@ impl MetaQueue {
 
 fn run(
     db: sled::Db,
+    mut durable: DurableSled,
     queue: mpsc::Receiver<MetaWrite>,
     completions: UnboundedSender<Input>,
 ) -> Result<(), IoError> {
@@ -78,7 +89,7 @@ fn run(
                 Err(_) => break,
             }
         }
-        let flushed = flush(&db);
+        let flushed = flush(&db, &mut durable);
         debug!(
             batches = round.len(),
             elapsed_us = started.elapsed().as_micros() as u64,
@@ -91,7 +102,7 @@ fn run(
         }
     }
     // The queue closed: the broker is shutting down.
-    let result = flush(&db);
+    let result = flush(&db, &mut durable);
     match &result {
         Ok(()) => info!("meta worker: meta.db flushed"),
         Err(e) => warn!(error = %e.0, "meta worker: final flush failed"),
@@ -113,10 +124,9 @@ fn apply(db: &sled::Db, ops: Vec<MetaOp>) -> Result<(), IoError> {
     })
 }
 
-fn flush(db: &sled::Db) -> Result<(), IoError> {
-    db.flush().map(|_| ()).map_err(|e| {
-        warn!(error = %e, "meta.db flush failed");
-        IoError(format!("meta.db flush: {e}"))
+fn flush(db: &sled::Db, durable: &mut DurableSled) -> Result<(), IoError> {
+    durable.flush(db).inspect_err(|e| {
+        warn!(error = %e.0, "meta.db flush failed");
     })
 }
 
@@ -131,7 +141,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&path);
         let db = sled::open(&path).unwrap();
         let (tx, mut done) = unbounded_channel();
-        let (queue, thread) = MetaWorker::spawn(db, tx).unwrap().into_parts();
+        let (queue, thread) = MetaWorker::spawn(db, &path, tx).unwrap().into_parts();
         let put = |k: &[u8], v: &[u8]| MetaOp::Put {
             key: k.to_vec(),
             value: v.to_vec(),

@@ -202,6 +202,8 @@ mod production {
     pub struct DiskAndSled {
         pub logs_dir: PathBuf,
         pub db: sled::Db,
+        /// meta.db's directory, whose files the meta worker syncs.
+        pub meta_dir: PathBuf,
         /// Where the disk worker measures its group commits.
         pub metrics: Arc<NetMetrics>,
     }
@@ -240,7 +242,7 @@ mod production {
             )
             .context("cannot start the disk worker")?
             .into_parts();
-            let (meta, meta_thread) = MetaWorker::spawn(self.db, completions)
+            let (meta, meta_thread) = MetaWorker::spawn(self.db, &self.meta_dir, completions)
                 .context("cannot start the meta worker")?
                 .into_parts();
             let finished: Finished = Box::pin(async move {

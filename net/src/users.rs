@@ -55,13 +55,13 @@ pub fn add(
     let fresh = !path.exists();
     let db = sled::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
     if fresh {
-        // As boot.rs: sled makes its files durable, not its entry in ours.
+        // As boot.rs: meta.db's own entry in ours (its files: sledsync.rs).
         sync_dir(data.root()).with_context(|| format!("cannot fsync {}", data.root().display()))?;
     }
     let previous = db
         .insert(key, value)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    db.flush()
+    crate::sledsync::flush_once(&db, &path)
         .with_context(|| format!("cannot flush {}", path.display()))?;
     drop(db);
     Ok(Added {
