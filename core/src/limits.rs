@@ -67,6 +67,13 @@ pub const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 /// How long the coordinator waits before trying again to carry out a
 /// decision whose marker or Complete record could not be stored.
 pub const TXN_RETRY_BACKOFF_MS: i64 = 100;
+/// How long a carried-out decision's Complete record may wait to be
+/// superseded by the id's next stored record (its producer's next
+/// AddPartitionsToTxn, usually within milliseconds) before it is written on
+/// its own. The longer, the more meta.db writes are saved; what it costs is a
+/// crash in the window carrying the decision out again at start-up (markers
+/// written twice, which readers ignore).
+pub const TXN_COMPLETE_OWED_MS: i64 = 200;
 /// Batch positions a partition log remembers (the most recent ones), so that
 /// a consumer at the tail is served without reading batch headers from disk.
 pub const KNOWN_BATCHES_MAX: usize = 256;

@@ -269,19 +269,19 @@ fn end_txn_is_answered_once_the_decision_and_markers_are_durable() {
         end_txn_answer(&mut w, 1).is_none(),
         "markers not yet durable"
     );
-    w.complete_io(); // markers durable: answered, Complete record submitted
+    w.complete_io(); // markers durable: answered
     assert_eq!(
         end_txn_answer(&mut w, 1),
         Some(NONE),
         "two durable steps: the decision and the markers"
     );
-    assert_eq!(
-        w.pending_meta.len(),
-        1,
-        "the Complete record is being stored"
+    assert!(
+        w.pending_meta.is_empty(),
+        "a commit without offsets owes its Complete record instead of writing it"
     );
-    // The producer's next transaction starts at once: its request waits for
-    // the Complete record instead of being refused CONCURRENT_TRANSACTIONS.
+    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
+    // The producer's next transaction starts at once, and its record
+    // supersedes the decision in meta.db.
     w.send(
         1,
         3,
@@ -293,9 +293,7 @@ fn end_txn_is_answered_once_the_decision_and_markers_are_durable() {
                 .with_name(name("a"))
                 .with_partitions(vec![0])]),
     );
-    assert!(w.recv(1).is_none(), "waits for the Complete record");
-    w.complete_io(); // Complete stored; the waiting request runs and stores Ongoing
-    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
+    assert_eq!(w.pending_meta.len(), 1, "one write: the Ongoing record");
     w.complete_io();
     match w.recv(1) {
         Some((_, ResponseKind::AddPartitionsToTxn(r))) => {
@@ -305,6 +303,51 @@ fn end_txn_is_answered_once_the_decision_and_markers_are_durable() {
         other => panic!("expected AddPartitionsToTxn answer, got {other:?}"),
     }
     assert_eq!(state_of(&mut w, "t").0, "Ongoing");
+    w.advance(doze_core::limits::TXN_COMPLETE_OWED_MS * 2);
+    assert!(
+        w.pending_meta.is_empty(),
+        "nothing owed once the next record is stored"
+    );
+}
+
+#[test]
+fn an_owed_complete_record_is_written_in_time_and_retried_until_stored() {
+    let mut w = world();
+    let (pid, epoch) = open_txn(&mut w, "t", 2);
+    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
+    w.auto_io = false;
+    assert!(w.pending_meta.is_empty(), "owed, not written");
+    w.advance(doze_core::limits::TXN_COMPLETE_OWED_MS);
+    assert_eq!(w.pending_meta.len(), 1, "written once its time came");
+    w.fail_next_meta = true;
+    w.complete_io(); // the write fails: still owed
+    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
+    w.advance(doze_core::limits::TXN_COMPLETE_OWED_MS);
+    assert_eq!(w.pending_meta.len(), 1, "tried again");
+    w.complete_io();
+    w.auto_io = true;
+    // Stored: a power cut now finds CompleteCommit, and nothing is redone.
+    w.restart(true);
+    assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, true),
+        3,
+        "2 records + 1 marker, not written again"
+    );
+}
+
+#[test]
+fn a_stopping_broker_writes_the_owed_complete_records() {
+    let mut w = world();
+    let (pid, epoch) = open_txn(&mut w, "t", 2);
+    assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(NONE));
+    w.stop_and_restart();
+    assert_eq!(state_of(&mut w, "t").0, "CompleteAbort");
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, false),
+        3,
+        "2 records + 1 marker: the clean stop stored the Complete record"
+    );
 }
 
 #[test]
@@ -405,7 +448,13 @@ fn a_failed_decision_write_is_not_coordinator_and_changes_nothing() {
 #[test]
 fn a_failed_complete_write_is_retried_and_the_commit_stands() {
     let mut w = world();
+    // A commit with offsets stores its Complete record at once.
     let (pid, epoch) = open_txn(&mut w, "t", 1);
+    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 9),
+        NONE
+    );
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     w.complete_io(); // decision
@@ -627,7 +676,15 @@ fn a_committed_transaction_survives_a_power_cut() {
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
     w.restart(true);
     assert_eq!(state_of(&mut w, "t").0, "CompleteCommit");
-    assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 3);
+    // The Complete record was still owed: start-up carried the stored
+    // decision out again, and the second marker changes nothing a reader sees.
+    assert_eq!(
+        latest_offset(&mut w, 2, "a", 0, true),
+        4,
+        "2 records + the marker + the marker written again"
+    );
+    let rc = fetch_part(&mut w, "a", true);
+    assert!(rc.aborted_transactions.unwrap().is_empty());
     assert_eq!(
         end_txn(&mut w, 1, "t", pid, epoch, false),
         Some(INVALID_TXN_STATE)

@@ -24,9 +24,9 @@ pub mod disk;
 pub mod filereader;
 pub mod metadb;
 pub mod server;
-pub mod sledsync;
 #[cfg(madsim)]
 pub mod simstore;
+pub mod sledsync;
 pub mod storage;
 pub mod tls;
 pub mod tools;

@@ -89,9 +89,12 @@ fn run(
                 Err(_) => break,
             }
         }
+        let applied_us = started.elapsed().as_micros() as u64;
         let flushed = flush(&db, &mut durable);
         debug!(
             batches = round.len(),
+            applied_us,
+            sled_flush_us = durable.last_sled_flush_us(),
             elapsed_us = started.elapsed().as_micros() as u64,
             "meta.db flushed"
         );

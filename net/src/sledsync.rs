@@ -32,6 +32,8 @@ pub struct DurableSled {
     log: File,
     /// Blob files already synced; a blob is written once and never changed.
     blobs_synced: HashSet<OsString>,
+    /// How long sled's own flush took, the last time (for the debug log).
+    last_sled_flush_us: u64,
 }
 
 impl DurableSled {
@@ -44,13 +46,16 @@ impl DurableSled {
             dir: dir.to_path_buf(),
             log,
             blobs_synced: HashSet::new(),
+            last_sled_flush_us: 0,
         })
     }
 
     /// sled's flush, then what it leaves to the page cache.
     pub fn flush(&mut self, db: &sled::Db) -> Result<(), IoError> {
+        let started = std::time::Instant::now();
         db.flush()
             .map_err(|e| IoError(format!("meta.db flush: {e}")))?;
+        self.last_sled_flush_us = started.elapsed().as_micros() as u64;
         self.log
             .sync_data()
             .map_err(|e| IoError(format!("meta.db fdatasync: {e}")))?;
@@ -86,6 +91,10 @@ impl DurableSled {
         // Forget removed blobs, so the set stays as small as the directory.
         self.blobs_synced = present;
         Ok(())
+    }
+
+    pub fn last_sled_flush_us(&self) -> u64 {
+        self.last_sled_flush_us
     }
 
     /// Blob files synced so far (for tests).

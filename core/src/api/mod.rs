@@ -136,7 +136,7 @@ fn txn_ids(request: &RequestKind) -> Vec<&str> {
 /// one meta.db write at most (txn/complete.rs says why).
 fn waits_for_settling(b: &Broker, request: &RequestKind) -> bool {
     let txns = b.txns();
-    if !txns.completing().any(|(_, c)| c.settling()) {
+    if !txns.completing().any(|(_, c)| c.settling()) && !txns.any_flushing() {
         return false; // the common case: nothing settling, nothing to look up
     }
     let settling_id = |id: &str| txns.get(id).is_some_and(|e| e.settling());

@@ -315,11 +315,18 @@ impl Broker {
 
     /// After `Input::Shutdown`: once nothing waits for a sync, every
     /// partition is checkpointed; once those are stored, `Output::Stopped`.
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.shutting_down
+    }
+
     fn check_stopped(&mut self) {
         if !self.shutting_down || self.stopped || self.booting.is_some() {
             return;
         }
         if self.sync_in_flight.is_some() || !self.dirty.is_empty() {
+            return;
+        }
+        if crate::txn::complete::write_owed_for_stop(self) {
             return;
         }
         if !self.checkpoints.in_flight() {

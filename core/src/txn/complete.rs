@@ -8,6 +8,22 @@
 //!    Complete record is stored, with a commit's staged offsets in the same
 //!    meta.db batch.
 //!
+//! A decision with no offsets to store (an abort, or a commit of produces
+//! only) does not write its Complete record at once: it is owed
+//! (`TxnEntry::complete_owed`), memory holds it, and the id's next stored
+//! record (the producer's next AddPartitionsToTxn) supersedes the decision
+//! in meta.db, so a transaction costs two meta.db writes, not three. An id
+//! whose next record does not come within `TXN_COMPLETE_OWED_MS` has its
+//! Complete record written on its own, and so does every owed id when the
+//! broker stops. A crash while it is owed finds the decision at start-up and
+//! carries it out again, as for a crash before an immediate Complete record
+//! lands: the markers are appended a second time, which a reader ignores (no
+//! transaction of that producer is open on the partition), and nothing the
+//! next transaction wrote can be between them, because its first
+//! AddPartitionsToTxn stores a record first. A commit with offsets still
+//! stores them at once: left in the decision, they would be applied again
+//! at start-up over a later OffsetCommit of the same partition.
+//!
 //! Why the answer does not wait for step 3: everything the answer promises
 //! is already on disk. The stored decision carries the commit's staged
 //! offsets (TxnOffsetCommit stores them in the id's record, as Kafka stages
@@ -40,7 +56,7 @@ use super::write::{self, Then};
 use crate::broker::{Broker, MarkerRefused};
 use crate::group::{offset_key, OffsetRecord};
 use crate::io::MetaOp;
-use crate::limits::TXN_RETRY_BACKOFF_MS;
+use crate::limits::{TXN_COMPLETE_OWED_MS, TXN_RETRY_BACKOFF_MS};
 use crate::meta;
 use crate::request::RequestCtx;
 use crate::topics::PartitionKey;
@@ -228,6 +244,17 @@ fn store_complete(b: &mut Broker, id: &str) {
         ..old.clone()
     };
     record.start_ms = old.start_ms;
+    let (pid, epoch) = (old.producer_id, old.producer_epoch);
+    if count {
+        b.metrics_mut().txn_completed(commit);
+    }
+    if !commit || old.staged_offsets.is_empty() {
+        // Nothing to store that the decision does not already say: owed.
+        b.txns_mut().set_record(id, record);
+        let completion = b.txns_mut().end_completion(id);
+        b.txns_mut().owe_complete(id, now_ms + TXN_COMPLETE_OWED_MS);
+        return answer(b, completion.responders, pid, epoch);
+    }
     let mut ops = Vec::new();
     let mut applied = Vec::new();
     if commit {
@@ -251,14 +278,14 @@ fn store_complete(b: &mut Broker, id: &str) {
     for (group, tp, _) in &applied {
         b.groups_mut().offsets.begin_write(group, tp);
     }
-    let (pid, epoch) = (old.producer_id, old.producer_epoch);
-    if count {
-        b.metrics_mut().txn_completed(commit);
-    }
     write::store(b, id, record, ops, Then::Completed { applied });
-    // Markers durable, decision (and a commit's offsets) stored: the
-    // outcome survives any crash from here on, so EndTxn is answered now.
     let responders = std::mem::take(&mut completion_mut(b, id).responders);
+    answer(b, responders, pid, epoch);
+}
+
+/// Markers durable, decision (and a commit's offsets) stored: the outcome
+/// survives any crash from here on, so EndTxn is answered now.
+fn answer(b: &mut Broker, responders: Vec<RequestCtx>, pid: i64, epoch: i16) {
     for ctx in responders {
         let response = EndTxnResponse::default()
             .with_producer_id(ProducerId(pid))
@@ -353,4 +380,52 @@ pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
         .completing()
         .filter_map(|(_, c)| c.retry_at_ms())
         .min()
+}
+
+/// Timer: owed Complete records whose time has come are written, each on
+/// its own (the meta worker flushes a queue of them once). An id with a
+/// write in flight is left: that write supersedes the decision, or, if it
+/// fails, the id is looked at again next time.
+pub(crate) fn write_owed(b: &mut Broker, now_ms: i64) {
+    if b.txns().next_owed_write_ms.is_none_or(|at| at > now_ms) {
+        return;
+    }
+    b.txns_mut().next_owed_write_ms = None;
+    for id in b.txns().owed_idle() {
+        write_owed_one(b, &id);
+    }
+    if b.txns().owed_waiting() {
+        b.txns_mut().next_owed_write_ms = Some(now_ms + TXN_COMPLETE_OWED_MS);
+    }
+}
+
+/// A stopping broker writes every owed Complete record it can (so the next
+/// start does not carry those decisions out again); returns whether any is
+/// still being written.
+pub(crate) fn write_owed_for_stop(b: &mut Broker) -> bool {
+    for id in b.txns().owed_idle() {
+        write_owed_one(b, &id);
+    }
+    b.txns().any_flushing()
+}
+
+fn write_owed_one(b: &mut Broker, id: &str) {
+    let entry = b.txns_mut().get_mut(id).expect("owed ids are known");
+    entry.flushing_complete = true;
+    let record = entry.record.clone();
+    write::store(b, id, record, Vec::new(), Then::Owed);
+}
+
+/// An owed Complete record could not be stored: it stays owed and is
+/// tried again later, or, if the broker is stopping, left to start-up.
+pub(crate) fn owed_write_failed(b: &mut Broker, id: &str) {
+    let now_ms = b.now_ms();
+    if b.is_stopping() {
+        b.txns_mut().forget_owed(id);
+        return;
+    }
+    if let Some(entry) = b.txns_mut().get_mut(id) {
+        entry.flushing_complete = false;
+        b.txns_mut().owe_complete(id, now_ms + TXN_COMPLETE_OWED_MS);
+    }
 }

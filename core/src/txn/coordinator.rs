@@ -14,12 +14,22 @@ use super::complete::Completion;
 use super::record::{TxnRecord, TxnState};
 
 pub struct TxnEntry {
-    /// As stored in meta.db: memory never runs ahead of it.
+    /// As stored in meta.db: memory never runs ahead of it, but for one
+    /// case: with `complete_owed`, this is the Complete record and meta.db
+    /// still holds the decision it completes.
     pub record: TxnRecord,
     /// A meta.db write for this id is in flight (Kafka's pending state).
     pub write_in_flight: bool,
     /// The stored decision being carried out.
     pub completion: Option<Completion>,
+    /// The decision is carried out (markers durable, EndTxn answered) but its
+    /// Complete record is not stored: the id's next stored record, or a
+    /// write of its own after `TXN_COMPLETE_OWED_MS`, supersedes the decision
+    /// in meta.db; a crash before that carries the decision out again at
+    /// start-up (txn/complete.rs says why this is safe).
+    pub complete_owed: bool,
+    /// The owed Complete record is being written on its own.
+    pub flushing_complete: bool,
 }
 
 impl TxnEntry {
@@ -32,7 +42,7 @@ impl TxnEntry {
     /// request for this id waits for that write (one meta.db write at most)
     /// instead of being answered CONCURRENT_TRANSACTIONS.
     pub fn settling(&self) -> bool {
-        self.completion.as_ref().is_some_and(|c| c.settling())
+        self.flushing_complete || self.completion.as_ref().is_some_and(|c| c.settling())
     }
 }
 
@@ -48,6 +58,10 @@ pub struct Txns {
     completing: std::collections::BTreeSet<String>,
     /// Ids whose first record is being stored (not yet in `map`).
     creating: std::collections::BTreeSet<String>,
+    /// Ids with `complete_owed`, and when their Complete records are
+    /// written if nothing of theirs is stored before.
+    owed: std::collections::BTreeSet<String>,
+    pub next_owed_write_ms: Option<i64>,
     pub next_timeout_check_ms: i64,
     pub next_expiry_check_ms: i64,
 }
@@ -67,6 +81,58 @@ impl Txns {
         assert!(was, "transaction {id} was not being completed");
         let entry = self.map.get_mut(id).expect("a transaction being completed");
         entry.completion.take().expect("being completed")
+    }
+
+    /// `id`'s decision is carried out and its Complete record (already its
+    /// `record`) is owed to meta.db; written at `write_at_ms` at the latest.
+    pub fn owe_complete(&mut self, id: &str, write_at_ms: i64) {
+        let entry = self.map.get_mut(id).expect("a completed transaction");
+        assert!(
+            entry.record.state.is_complete() && entry.completion.is_none(),
+            "only a carried-out decision owes its Complete record"
+        );
+        entry.complete_owed = true;
+        self.owed.insert(id.to_string());
+        let at = self.next_owed_write_ms.get_or_insert(write_at_ms);
+        *at = (*at).min(write_at_ms);
+    }
+
+    /// A record of `id` is stored: nothing is owed for it any more.
+    pub fn stored(&mut self, id: &str) {
+        if self.owed.remove(id) {
+            let entry = self.map.get_mut(id).expect("owed ids are known");
+            entry.complete_owed = false;
+            entry.flushing_complete = false;
+        }
+    }
+
+    /// Ids owing their Complete record, with nothing of theirs in flight.
+    pub fn owed_idle(&self) -> Vec<String> {
+        self.owed
+            .iter()
+            .filter(|id| !self.map[*id].busy())
+            .cloned()
+            .collect()
+    }
+
+    /// Whether an id owes its Complete record and is not writing it.
+    pub fn owed_waiting(&self) -> bool {
+        self.owed.iter().any(|id| !self.map[id].flushing_complete)
+    }
+
+    /// `id`'s Complete record is left unwritten (a stopping broker could not
+    /// store it): start-up carries its decision out again.
+    pub fn forget_owed(&mut self, id: &str) {
+        if self.owed.remove(id) {
+            let entry = self.map.get_mut(id).expect("owed ids are known");
+            entry.complete_owed = false;
+            entry.flushing_complete = false;
+        }
+    }
+
+    /// Whether an owed Complete record is being written.
+    pub fn any_flushing(&self) -> bool {
+        self.owed.iter().any(|id| self.map[id].flushing_complete)
     }
 
     /// Ids with a decision being carried out, and their completions.
@@ -141,6 +207,8 @@ impl Txns {
             record: record.clone(),
             write_in_flight: false,
             completion: None,
+            complete_owed: false,
+            flushing_complete: false,
         });
         if entry.record.producer_id != record.producer_id {
             self.by_producer.remove(&entry.record.producer_id);
@@ -154,6 +222,7 @@ impl Txns {
             !self.completing.contains(id),
             "transaction {id} removed while being completed"
         );
+        self.owed.remove(id);
         if let Some(entry) = self.map.remove(id) {
             self.by_producer.remove(&entry.record.producer_id);
         }

@@ -44,6 +44,10 @@ impl TxnState {
     pub fn is_prepare(self) -> bool {
         matches!(self, TxnState::PrepareCommit | TxnState::PrepareAbort)
     }
+
+    pub fn is_complete(self) -> bool {
+        matches!(self, TxnState::CompleteCommit | TxnState::CompleteAbort)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

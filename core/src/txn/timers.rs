@@ -6,7 +6,8 @@
 //!   epoch (TransactionCoordinator.abortTimedOutTransactions);
 //! - every transaction.remove.expired.transaction.cleanup.interval.ms, ids
 //!   with no transaction, idle past transactional.id.expiration.ms, are removed;
-//! - retries of decisions whose markers or records could not be stored.
+//! - retries of decisions whose markers or records could not be stored;
+//! - owed Complete records not superseded in time (txn/complete.rs).
 
 use super::coordinator::timed_out;
 use super::record::{TxnRecord, TxnState};
@@ -58,6 +59,7 @@ pub(crate) fn tick(b: &mut Broker) {
         }
     }
     super::complete::on_tick(b);
+    super::complete::write_owed(b, now_ms);
 }
 
 pub(crate) fn next_deadline_ms(b: &Broker) -> i64 {
@@ -67,6 +69,9 @@ pub(crate) fn next_deadline_ms(b: &Broker) -> i64 {
         .min(b.txns().next_expiry_check_ms);
     if let Some(retry_ms) = super::complete::next_retry_ms(b) {
         deadline_ms = deadline_ms.min(retry_ms);
+    }
+    if let Some(owed_ms) = b.txns().next_owed_write_ms {
+        deadline_ms = deadline_ms.min(owed_ms);
     }
     deadline_ms
 }

@@ -48,6 +48,8 @@ pub enum Then {
     Completed {
         applied: Vec<(String, (String, i32), OffsetRecord)>,
     },
+    /// An owed Complete record, written on its own, is stored.
+    Owed,
     /// An idle id was removed (transactional.id.expiration.ms).
     Expired,
 }
@@ -113,7 +115,12 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
     }
     if stored {
         match &w.record {
-            Some(record) => b.txns_mut().set_record(&w.id, record.clone()),
+            Some(record) => {
+                b.txns_mut().set_record(&w.id, record.clone());
+                // Whatever it is, the stored record supersedes the decision
+                // an owed Complete record was to replace.
+                b.txns_mut().stored(&w.id);
+            }
             None => b.txns_mut().remove(&w.id),
         }
     }
@@ -187,6 +194,11 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
             }
         }
         Then::Completed { applied } => complete::completed(b, &w.id, applied, stored),
+        Then::Owed => {
+            if !stored {
+                complete::owed_write_failed(b, &w.id);
+            }
+        }
         Then::Expired => {}
     }
 }
