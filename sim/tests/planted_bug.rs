@@ -26,10 +26,13 @@ fn sweep_catches_a_driver_that_ignores_adopt() {
     // A crashed process leaves unsynced bytes in the page cache; the next
     // start serves them (and answers resends from them) as durable, so a
     // power cut before anything syncs them again takes served records back:
-    // acknowledged or consumed ones, or input a copier already copied.
+    // acknowledged or consumed ones, or input a copier already copied. Or
+    // the broker stops cleanly first, and the oracle finds the adopted
+    // bytes still not durable after `Output::Stopped`.
     catch_and_replay(
         PlantedBug::IgnoreAdopt,
         &[
+            "not durable",
             "LOST",
             "no longer holds",
             "high watermark",
