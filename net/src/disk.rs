@@ -86,20 +86,12 @@ use crate::console::metrics::NetMetrics;
 use crate::datadir::{partition_path, staged_path, sync_dir};
 use crate::filereader::{part_keys, read_pinned, FileReader, PinJob, PinSource};
 use crate::storage::{Backlog, FrameFuture};
+use crate::syncpool::SyncPool;
 
 /// Segment files kept open at once (all four kinds count). Past this the
 /// least recently used one is synced (if dirty) and closed, so thousands of
 /// partitions do not exhaust the process's file descriptors.
 pub const OPEN_FILES_MAX: usize = 512;
-
-/// fdatasyncs of one round run on up to this many threads at once. A round
-/// covers every partition written since the last one (each `.log`, and its
-/// `.txnindex` when markers were written): one after the other, 12–30
-/// fdatasyncs took 12–70 ms on a disk where one takes 0.3–4 ms (`make bench`,
-/// 64 transactional producers). Run together, the file system commits its
-/// journal once for the lot (ext4's jbd2 joins concurrent commits), so a
-/// round costs about one fdatasync.
-const SYNC_THREADS_MAX: usize = 16;
 
 pub struct DiskWorker {
     ops: mpsc::Sender<Job>,
@@ -273,6 +265,8 @@ struct Disk {
     /// succeeds; the core cannot rewrite it as it rewrites file contents).
     /// The syncer thread fills it, the worker drains it into each round.
     dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
+    /// Where the files of a round are synced together.
+    pool: Arc<SyncPool>,
     /// The first failure since the last `Sync`, which that `Sync` will report.
     error: Option<IoError>,
     /// Append bytes queued and not yet written (the readers' back-pressure).
@@ -303,6 +297,7 @@ impl Disk {
             dirty_files: HashSet::new(),
             dirty_dirs: HashSet::new(),
             dirs_to_retry: Arc::default(),
+            pool: Arc::new(SyncPool::start().expect("start the fdatasync threads")),
             error: None,
             backlog,
             log_appends: 0,
@@ -319,9 +314,10 @@ impl Disk {
         let (rounds, syncer_queue) = mpsc::channel::<SyncRound>();
         let syncer_completions = completions.clone();
         let retry = Arc::clone(&self.dirs_to_retry);
+        let pool = Arc::clone(&self.pool);
         let syncer = thread::Builder::new()
             .name("doze-sync".into())
-            .spawn(move || run_syncer(syncer_queue, syncer_completions, retry, &metrics))
+            .spawn(move || run_syncer(syncer_queue, syncer_completions, retry, pool, &metrics))
             .expect("spawn the syncer thread");
         while let Ok(job) = queue.recv() {
             // Syncs reached this round, each with the error it must report
@@ -727,7 +723,7 @@ impl Disk {
     /// (`dirs_to_retry`): its removals are not the core's to rewrite.
     fn sync_dirty(&mut self) -> Result<(), IoError> {
         let round = self.take_round(Vec::new());
-        sync_round(&round, &self.dirs_to_retry)
+        sync_round(&round, &self.dirs_to_retry, &self.pool)
     }
 
     fn path(&self, key: &FileKey) -> Result<PathBuf, IoError> {
@@ -740,11 +736,12 @@ fn run_syncer(
     rounds: mpsc::Receiver<SyncRound>,
     completions: UnboundedSender<Input>,
     dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
+    pool: Arc<SyncPool>,
     metrics: &NetMetrics,
 ) {
     while let Ok(round) = rounds.recv() {
         let started = Instant::now();
-        let synced = sync_round(&round, &dirs_to_retry);
+        let synced = sync_round(&round, &dirs_to_retry, &pool);
         metrics.group_commit(started.elapsed(), round.log_appends, round.log_append_bytes);
         for (io, earlier) in round.syncs {
             let result = match (earlier, &synced) {
@@ -761,36 +758,27 @@ fn run_syncer(
 
 /// Every fsync of a round is attempted even after a failure; the first
 /// failure is what the round's syncs report (see `Disk::sync_dirty`).
-fn sync_round(round: &SyncRound, dirs_to_retry: &Mutex<Vec<PathBuf>>) -> Result<(), IoError> {
+fn sync_round(
+    round: &SyncRound,
+    dirs_to_retry: &Mutex<Vec<PathBuf>>,
+    pool: &SyncPool,
+) -> Result<(), IoError> {
     let started = Instant::now();
-    let sync_one = |(name, file): &(String, Result<File, IoError>)| match file {
-        Ok(file) => file
-            .sync_data()
-            .map_err(|e| IoError(format!("cannot fdatasync {name}: {e}"))),
-        Err(e) => Err(e.clone()),
-    };
-    let results: Vec<Result<(), IoError>> = if round.files.len() <= 1 {
-        round.files.iter().map(sync_one).collect()
-    } else {
-        // Scoped threads, each taking a share of the files; spawning them
-        // costs tens of microseconds against milliseconds of fdatasync.
-        let threads = round.files.len().min(SYNC_THREADS_MAX);
-        let share = round.files.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = round
-                .files
-                .chunks(share)
-                .map(|chunk| scope.spawn(move || chunk.iter().map(sync_one).collect::<Vec<_>>()))
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| match h.join() {
-                    Ok(results) => results,
-                    Err(_) => vec![Err(IoError("an fdatasync thread panicked".into()))],
-                })
-                .collect()
-        })
-    };
+    let opened: Vec<(&String, &File)> = round
+        .files
+        .iter()
+        .filter_map(|(name, file)| file.as_ref().ok().map(|f| (name, f)))
+        .collect();
+    let files: Vec<&File> = opened.iter().map(|(_, f)| *f).collect();
+    let synced = pool.sync_all(&files);
+    let results =
+        round
+            .files
+            .iter()
+            .filter_map(|(_, file)| file.as_ref().err().cloned().map(Err))
+            .chain(opened.iter().zip(synced).map(|((name, _), r)| {
+                r.map_err(|e| IoError(format!("cannot fdatasync {name}: {e}")))
+            }));
     let mut first_error = results.into_iter().find_map(Result::err);
     for dir in &round.dirs {
         if let Err(e) = sync_dir(dir) {
@@ -1497,7 +1485,7 @@ mod tests {
         let mut dirs = round.dirs.clone();
         dirs.sort();
         assert_eq!(dirs, vec![logs.clone(), logs.join("d-0")]);
-        sync_round(&round, &disk.dirs_to_retry).unwrap();
+        sync_round(&round, &disk.dirs_to_retry, &disk.pool).unwrap();
 
         // Synced before the rename: only the directory is left to sync,
         // and the live file it replaced is not synced either.

@@ -28,6 +28,7 @@ pub mod server;
 pub mod simstore;
 pub mod sledsync;
 pub mod storage;
+pub mod syncpool;
 pub mod tls;
 pub mod tools;
 pub mod users;
