@@ -193,6 +193,27 @@ impl Broker {
     /// booked in the segment's `.txnindex`; a marker of a producer with no
     /// transaction open here changes no transaction state (Kafka's
     /// appendEndTxnMarker completes no transaction then).
+    /// Whether `producer_id`'s transaction is closed on this partition at
+    /// `epoch`, durably: nothing of it open, no marker of it that a failed
+    /// sync could still cut away, and a batch of `epoch` or later seen (its
+    /// marker, or earlier data of the same epoch, in which case a marker
+    /// would close nothing). A marker there would change nothing but a
+    /// fenced producer's epoch, which this requires to be seen already.
+    pub(crate) fn txn_closed_at(&self, key: &PartitionKey, producer_id: i64, epoch: i16) -> bool {
+        if self.offline.contains(key) {
+            return false;
+        }
+        let open = self
+            .partition_txns
+            .get(key)
+            .is_some_and(|t| t.is_ongoing(producer_id) || t.has_unsynced_marker(producer_id));
+        let seen = self
+            .producer_states
+            .get(key)
+            .and_then(|s| s.epoch(producer_id));
+        !open && seen.is_some_and(|e| e >= epoch)
+    }
+
     pub(crate) fn append_marker(
         &mut self,
         key: &PartitionKey,

@@ -9,8 +9,8 @@
 //!    `.txnindex` again.
 //! 3. The boot sync makes everything adopted and repaired durable (a crashed
 //!    process can leave unsynced bytes in the page cache, and a power cut
-//!    after the restart must not take back what was served); the coordinator
-//!    carries out the decisions it had stored.
+//!    after the restart must not take back what was served); then the
+//!    coordinator carries out the decisions it had stored.
 //! 4. Requests that arrived meanwhile wait (`parked`) and run in order once
 //!    the boot sync is done; then every recovered partition gets a new
 //!    checkpoint, so the next start reads nothing twice.
@@ -360,9 +360,6 @@ fn logs_recovered(b: &mut Broker) {
     let boot = b.booting.as_mut().expect("booting");
     boot.resumed = true;
     boot.sync_io = io;
-    // The decisions stored before the stop are carried out now; their
-    // markers ride the sync after the boot sync.
-    crate::txn::boot::resume(b);
     if io.is_none() {
         serve(b);
     }
@@ -397,7 +394,13 @@ fn serve(b: &mut Broker) {
     let Some(boot) = b.booting.take() else {
         return;
     };
-    assert!(boot.resumed, "the coordinator resumed before serving");
+    assert!(boot.resumed, "the logs are recovered before serving");
+    // The decisions stored before the stop are carried out now, once the
+    // boot sync made what recovery found durable: a marker found in the log
+    // is not written again (`txn::complete::resume`), and one that only sat
+    // in the page cache of a crashed process could still have been lost
+    // before. Their markers ride the next sync; requests wait behind them.
+    crate::txn::boot::resume(b);
     let recovered: BTreeSet<PartitionKey> = boot.recovered.into_iter().collect();
     b.write_due_checkpoints(recovered.into_iter().collect(), Due::Now);
     for (conn, frame) in boot.parked {

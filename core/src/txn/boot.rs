@@ -3,7 +3,8 @@
 //!   timeout starts again from now (aborting it would fence a live producer
 //!   for good);
 //! - a stored decision (PrepareCommit / PrepareAbort) is carried out again:
-//!   markers, fsync, offsets, complete;
+//!   markers (where the log does not hold them already), fsync, offsets,
+//!   complete;
 //! - per-partition transaction state comes with each partition's log
 //!   recovery (`broker::recovery`).
 
@@ -32,6 +33,6 @@ pub(crate) fn resume(b: &mut Broker) {
     b.txns_mut().next_expiry_check_ms =
         now_ms + b.config().transactional_id_expiration_check_interval_ms;
     for id in b.txns().prepared() {
-        super::complete::start(b, &id, None);
+        super::complete::resume(b, &id);
     }
 }

@@ -110,6 +110,19 @@ fn completion_mut<'a>(b: &'a mut Broker, id: &str) -> &'a mut Completion {
 
 /// Starts carrying out the decision stored in `id`'s record.
 pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
+    begin(b, id, responder, false);
+}
+
+/// At start-up: carries out a decision found stored, skipping the
+/// partitions whose marker is already in the log (recovered, and made
+/// durable by the boot sync). A process killed after the markers were
+/// written and before the Complete record was stored (it may be owed for
+/// up to `TXN_COMPLETE_OWED_MS`) so does not get every marker twice.
+pub(crate) fn resume(b: &mut Broker, id: &str) {
+    begin(b, id, None, true);
+}
+
+fn begin(b: &mut Broker, id: &str, responder: Option<RequestCtx>, skip_present: bool) {
     let entry = b.txns().get(id).expect("a decided transaction");
     let record = &entry.record;
     assert!(
@@ -117,12 +130,17 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
         "only a stored decision is carried out"
     );
     let commit = record.state == TxnState::PrepareCommit;
+    let (pid, epoch) = (record.producer_id, record.producer_epoch);
     let mut markers = BTreeMap::new();
     for (topic, partition) in &record.partitions {
         // A partition whose topic was deleted has nothing left to mark.
         if let Some(t) = b.topics().get(topic) {
             if (*partition as usize) < t.partitions.len() {
-                markers.insert(t.key(topic, *partition), None);
+                let key = t.key(topic, *partition);
+                if skip_present && b.txn_closed_at(&key, pid, epoch) {
+                    continue;
+                }
+                markers.insert(key, None);
             }
         }
     }

@@ -212,6 +212,12 @@ impl PartitionTxns {
         self.ongoing.contains_key(&producer_id)
     }
 
+    /// Whether a marker of `producer_id` here is not yet known durable (a
+    /// failed sync could still cut it away and reopen its transaction).
+    pub fn has_unsynced_marker(&self, producer_id: i64) -> bool {
+        self.unsynced.iter().any(|c| c.producer_id == producer_id)
+    }
+
     /// Aborted transactions with data in `[fetch_offset, upper_offset)`.
     /// Costs a binary search plus the entries whose marker lies within one
     /// longest-transaction span of the range, not the partition's history.
