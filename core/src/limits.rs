@@ -104,6 +104,14 @@ pub const QUEUED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// fsyncs start, so that a queue that never empties still gets its syncs
 /// answered (net's disk worker, and its madsim store).
 pub const ROUND_OPS_MAX: usize = 4096;
+/// A response frame with more file bytes than this is read and written in
+/// chunks of this size (net's `filereader.rs`), not read whole first.
+pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;
+/// Chunks of one response read ahead of the socket: the disk reads overlap
+/// the writes, and a response holds at most this many chunks in memory.
+pub const RESPONSE_CHUNKS_AHEAD: usize = 4;
+/// Chunk buffers kept for reuse once written, for all connections together.
+pub const RESPONSE_CHUNKS_POOLED: usize = 32;
 
 /// Bytes the log cleaner reads from a segment at a time (a batch larger
 /// than this is read whole).

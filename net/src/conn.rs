@@ -11,15 +11,18 @@
 //! made of parts (a Fetch whose records are file ranges) comes as a future
 //! from the storage (`StorageQueue::response_frame`), which pinned its files
 //! when the broker task dispatched it; the writer awaits it (the reads run
-//! off the broker task, into one buffer) before writing. If a part cannot be
-//! read, nothing of that frame is sent, the writer stops, and the broker task
-//! hears of it (`Event::ResponseReadFailed`) and closes the connection.
+//! off the broker task) before writing; a large one comes in chunks read
+//! ahead while the first ones are written (`storage::Frame`). If a part
+//! cannot be read, the writer stops, and the broker task hears of it
+//! (`Event::ResponseReadFailed`) and closes the connection: nothing of that
+//! frame is sent if its first chunk failed, and a later chunk's failure cuts
+//! it short (the client sees the connection close mid-response).
 //!
 //! The socket is a plain TCP stream or a TLS stream over one (`Socket`);
 //! the reader and writer are the same code for both, compiled for each, so
 //! the plaintext path pays nothing for TLS. Over TLS the response's file
-//! parts, already read into the frame's buffer, are encrypted like any
-//! other bytes; nothing bypasses the stream.
+//! parts, once read, are encrypted like any other bytes; nothing bypasses
+//! the stream.
 //!
 //! Latency: the reader stamps each frame with the instant it was read; the
 //! broker task, which sees both the requests and the responses of a
@@ -51,7 +54,7 @@ use tracing::{debug, warn};
 
 use crate::console::metrics::{NetMetrics, OpenConnection};
 use crate::server::Event;
-use crate::storage::{Backlog, FrameFuture, FrameReadError};
+use crate::storage::{recycle_chunk, Backlog, FrameFuture, FrameReadError};
 
 /// Responses queued for one connection before it is closed as not reading
 /// them. A client waiting for this many answers is stuck or hostile.
@@ -374,8 +377,33 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             match response {
                 Response::Frame(frame) => write_frame(&mut socket, &frame).await?,
                 Response::Parts(frame) => match frame.await {
-                    // Assembled with its size prefix.
-                    Ok(frame) => socket.write_all(&frame).await?,
+                    // Its first bytes (with the size prefix), then the chunks
+                    // read meanwhile.
+                    Ok(frame) => {
+                        socket.write_all(&frame.head).await?;
+                        if let Some(mut rest) = frame.rest {
+                            while let Some(chunk) = rest.recv().await {
+                                match chunk {
+                                    Ok(chunk) => {
+                                        socket.write_all(&chunk).await?;
+                                        recycle_chunk(chunk);
+                                    }
+                                    // Part of the frame is out: the client
+                                    // sees it cut short when the connection
+                                    // closes; the failure is reported.
+                                    Err(FrameReadError::Part { range, error }) => {
+                                        let _ = socket.flush().await;
+                                        return Ok(Some(PartFailed { range, error }));
+                                    }
+                                    Err(FrameReadError::Frame(why)) => {
+                                        return Err(io::Error::other(format!(
+                                            "cannot send a response: {why}"
+                                        )))
+                                    }
+                                }
+                            }
+                        }
+                    }
                     Err(FrameReadError::Part { range, error }) => {
                         // The responses before it are whole: they go out if
                         // they can; the failure is reported either way.

@@ -1516,10 +1516,19 @@ mod tests {
 
     /// The response's frame, with its 4-byte size prefix removed.
     async fn frame_bytes(frame: FrameFuture) -> Result<Bytes, FrameReadError> {
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), frame)
+        let read = async {
+            let frame = frame.await?;
+            let mut bytes = frame.head.to_vec();
+            if let Some(mut rest) = frame.rest {
+                while let Some(chunk) = rest.recv().await {
+                    bytes.extend_from_slice(&chunk?);
+                }
+            }
+            Ok(Bytes::from(bytes).slice(4..))
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
             .await
-            .expect("a response frame is read within 10 s")?;
-        Ok(frame.slice(4..))
+            .expect("a response frame is read within 10 s")
     }
 
     fn log_part(dir: &PartitionDir, base: i64, position: u64, len: u64) -> FramePart {
@@ -1701,6 +1710,62 @@ mod tests {
             frame_bytes(orphan).await,
             Err(FrameReadError::Frame(_))
         ));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_response_comes_in_chunks_and_a_failed_later_chunk_cuts_it_short() {
+        let chunk = limits::RESPONSE_CHUNK_BYTES;
+        let logs = temp_logs("chunks");
+        let mut w = HandDriven::new(&logs);
+        let p = PartitionDir::new("c", 0);
+        // Two and a half chunks of log, every byte telling its position.
+        let data: &'static [u8] = Vec::leak((0..chunk * 5 / 2).map(|i| (i % 251) as u8).collect());
+        w.queue.submit(log(&p, 0, data)).unwrap();
+        w.run();
+        let len = data.len() as u64;
+        let parts = || {
+            vec![
+                FramePart::Bytes(Bytes::from_static(b"<")),
+                log_part(&p, 0, 0, len),
+                FramePart::Bytes(Bytes::from_static(b">")),
+            ]
+        };
+        let frame = w.queue.response_frame(parts());
+        w.run();
+        let frame = frame.await.unwrap();
+        assert_eq!(frame.head.len(), chunk, "the first chunk is whole");
+        assert_eq!(
+            &frame.head[..4],
+            &(len as i32 + 2).to_be_bytes(),
+            "the size prefix leads"
+        );
+        assert!(frame.rest.is_some(), "the rest comes in chunks");
+        let whole = frame_bytes(w.queue.response_frame(parts())).await.unwrap();
+        assert_eq!(whole.len(), data.len() + 2);
+        assert_eq!(whole[0], b'<');
+        assert_eq!(&whole[1..whole.len() - 1], data);
+        assert_eq!(whole[whole.len() - 1], b'>');
+
+        // A range past the end of the file: the first chunk is read and
+        // sent, then the part's error ends the chunks.
+        let past = w.queue.response_frame(vec![log_part(&p, 0, 0, len + 10)]);
+        let past = past.await.unwrap();
+        assert_eq!(past.head.len(), chunk);
+        let mut rest = past.rest.expect("chunks");
+        let mut failed = false;
+        while let Some(chunk) = rest.recv().await {
+            if let Err(e) = chunk {
+                assert!(matches!(e, FrameReadError::Part { .. }), "{e:?}");
+                failed = true;
+            }
+        }
+        assert!(failed, "the short read is reported");
+        // Past the end from the start: nothing is sent.
+        let none = w
+            .queue
+            .response_frame(vec![log_part(&p, 0, len, chunk as u64 * 2)]);
+        assert!(matches!(none.await, Err(FrameReadError::Part { .. })));
         fs::remove_dir_all(&logs).unwrap();
     }
 

@@ -37,11 +37,15 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use doze_core::{FileRange, FramePart, IoError, PartitionDir, SegmentFile};
-use tokio::sync::oneshot;
+use bytes::{BufMut, BytesMut};
+
+use doze_core::{limits, FileRange, FramePart, IoError, PartitionDir, SegmentFile};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::datadir::segment_path;
-use crate::storage::{assemble_frame, FrameFuture, FrameReadError};
+use crate::storage::{
+    assemble_frame, chunk_buffer, frame_size, Frame, FrameFuture, FrameReadError,
+};
 
 /// Descriptors the reader keeps open: enough for the active segments of the
 /// partitions being consumed at once; a miss costs one open(2) on the disk
@@ -232,7 +236,9 @@ pub(crate) enum PinSource {
 }
 
 /// The frame, once its descriptors are in: every file part read with pread
-/// on the blocking pool, straight into the frame's buffer.
+/// on the blocking pool. A frame with up to `RESPONSE_CHUNK_BYTES` of file
+/// parts is read whole into one buffer; a larger one is read in chunks that
+/// the writer sends while the next ones are read (`storage::Frame`).
 pub(crate) fn read_pinned(parts: Vec<FramePart>, source: PinSource) -> FrameFuture {
     Box::pin(async move {
         let pinned = match source {
@@ -243,23 +249,112 @@ pub(crate) fn read_pinned(parts: Vec<FramePart>, source: PinSource) -> FrameFutu
         };
         if pinned.is_empty() {
             // No file part: nothing to read, no trip to the blocking pool.
-            return assemble_frame(&parts, |_, _| unreachable!("no file part"));
+            return assemble_frame(&parts, |_, _| unreachable!("no file part")).map(Frame::whole);
+        }
+        let file_bytes: u64 = parts
+            .iter()
+            .map(|part| match part {
+                FramePart::File(range) => range.len,
+                FramePart::Bytes(_) => 0,
+            })
+            .sum();
+        if file_bytes > limits::RESPONSE_CHUNK_BYTES as u64 {
+            return stream_frame(parts, pinned).await;
         }
         let read = move || {
             assemble_frame(&parts, |range, buf| {
-                let key = (range.dir.clone(), range.segment_base, range.file);
-                let file = pinned
-                    .iter()
-                    .find(|(k, _)| *k == key)
-                    .map(|(_, file)| file)
-                    .expect("every file part's key was pinned");
-                read_range(file.as_ref().map_err(Clone::clone)?, range, buf)
+                read_range(pinned_file(&pinned, range)?, range, buf)
             })
         };
         tokio::task::spawn_blocking(read)
             .await
             .unwrap_or_else(|e| Err(FrameReadError::Frame(format!("the read stopped: {e}"))))
+            .map(Frame::whole)
     })
+}
+
+/// The descriptor pinned for `range`'s file, or why it could not be opened.
+fn pinned_file<'a>(pinned: &'a Pinned, range: &FileRange) -> Result<&'a File, IoError> {
+    let key = (range.dir.clone(), range.segment_base, range.file);
+    let file = pinned
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, file)| file)
+        .expect("every file part's key was pinned");
+    file.as_deref().map_err(Clone::clone)
+}
+
+/// A large frame: one blocking task reads it chunk by chunk, at most
+/// `RESPONSE_CHUNKS_AHEAD` ahead of the writer; the first chunk is awaited
+/// here, so a failure to read the start still sends nothing of the frame.
+async fn stream_frame(parts: Vec<FramePart>, pinned: Pinned) -> Result<Frame, FrameReadError> {
+    let size = frame_size(&parts)?;
+    let (chunks, mut rest) = mpsc::channel(limits::RESPONSE_CHUNKS_AHEAD);
+    tokio::task::spawn_blocking(move || {
+        let chunk_bytes = limits::RESPONSE_CHUNK_BYTES;
+        let mut chunk = chunk_buffer();
+        chunk.put_i32(size);
+        // Sends the chunk if full (or `last`); false once the writer is gone.
+        let send = |chunk: &mut BytesMut, last: bool| -> bool {
+            if chunk.len() < chunk_bytes && !last {
+                return true;
+            }
+            let full = std::mem::replace(chunk, chunk_buffer()).freeze();
+            chunks.blocking_send(Ok(full)).is_ok()
+        };
+        for part in &parts {
+            match part {
+                FramePart::Bytes(bytes) => {
+                    let mut bytes = &bytes[..];
+                    while !bytes.is_empty() {
+                        let n = bytes.len().min(chunk_bytes - chunk.len());
+                        chunk.extend_from_slice(&bytes[..n]);
+                        bytes = &bytes[n..];
+                        if !send(&mut chunk, false) {
+                            return;
+                        }
+                    }
+                }
+                FramePart::File(range) => {
+                    let mut done = 0u64;
+                    while done < range.len {
+                        let n = (range.len - done).min((chunk_bytes - chunk.len()) as u64);
+                        let piece = FileRange {
+                            position: range.position + done,
+                            len: n,
+                            ..range.clone()
+                        };
+                        let start = chunk.len();
+                        chunk.resize(start + n as usize, 0);
+                        let read = pinned_file(&pinned, &piece)
+                            .and_then(|file| read_range(file, &piece, &mut chunk[start..]));
+                        if let Err(error) = read {
+                            let _ = chunks.blocking_send(Err(FrameReadError::Part {
+                                range: range.clone(),
+                                error,
+                            }));
+                            return;
+                        }
+                        done += n;
+                        if !send(&mut chunk, false) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        if !chunk.is_empty() {
+            send(&mut chunk, true);
+        }
+    });
+    match rest.recv().await {
+        Some(Ok(head)) => Ok(Frame {
+            head,
+            rest: Some(rest),
+        }),
+        Some(Err(e)) => Err(e),
+        None => Err(FrameReadError::Frame("the read stopped".into())),
+    }
 }
 
 /// Reads exactly `buf.len()` bytes of `range` (a short file is an error).

@@ -57,7 +57,7 @@ use tokio::sync::oneshot;
 
 use crate::metadb::MetaWrite;
 use crate::storage::{
-    assemble_frame, Finished, FrameFuture, FrameReadError, Started, Storage, StorageQueue,
+    assemble_frame, Finished, Frame, FrameFuture, FrameReadError, Started, Storage, StorageQueue,
 };
 
 /// How a killed node's unsynced segment bytes fare.
@@ -367,7 +367,7 @@ impl StorageQueue for SimQueue {
         let has_files = parts.iter().any(|p| matches!(p, FramePart::File(_)));
         if !has_files {
             let frame = assemble_frame(&parts, |_, _| unreachable!("no file part"));
-            return Box::pin(async move { frame });
+            return Box::pin(async move { frame.map(Frame::whole) });
         }
         let (reply, frame) = oneshot::channel();
         // A worker gone drops the reply, and the frame fails as a whole.
@@ -378,7 +378,7 @@ impl StorageQueue for SimQueue {
                 FrameReadError::Frame("the simulated disk worker stopped before the read".into())
             })?;
             tokio::time::sleep(latency).await;
-            frame
+            frame.map(Frame::whole)
         })
     }
 

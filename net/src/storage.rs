@@ -121,13 +121,75 @@ pub trait StorageQueue: Send + 'static {
     /// The frame of an `Output::ResponseParts`, its files pinned at this
     /// point of the disk op order (the contract above): called when the
     /// response is dispatched, in output order with `submit_disk`. The
-    /// future, awaited by the connection's writer, resolves to the whole
-    /// frame, its 4-byte size prefix included, ready for the socket.
+    /// future, awaited by the connection's writer, resolves to the frame,
+    /// its 4-byte size prefix included, ready for the socket.
     fn response_frame(&self, parts: Vec<FramePart>) -> FrameFuture;
 }
 
 /// A response frame being pinned and read; see `StorageQueue::response_frame`.
-pub type FrameFuture = Pin<Box<dyn Future<Output = Result<Bytes, FrameReadError>> + Send>>;
+pub type FrameFuture = Pin<Box<dyn Future<Output = Result<Frame, FrameReadError>> + Send>>;
+
+/// A response frame for the socket: its first bytes (the size prefix with
+/// them), then, for a frame too large to read in one go, the rest in chunks
+/// read ahead while the first ones are written. A large Fetch response thus
+/// costs a few chunks of memory, not its whole size, and its disk reads
+/// overlap its socket writes.
+pub struct Frame {
+    pub head: Bytes,
+    /// The chunks after `head`, in order; a read that fails ends them with
+    /// its error (the frame is then cut short, and the connection must close).
+    pub rest: Option<tokio::sync::mpsc::Receiver<Result<Bytes, FrameReadError>>>,
+}
+
+impl Frame {
+    /// A frame read whole.
+    pub fn whole(bytes: Bytes) -> Self {
+        Self {
+            head: bytes,
+            rest: None,
+        }
+    }
+}
+
+/// Chunk buffers written and given back (`recycle_chunk`), for the next
+/// chunks: a fresh 1 MiB buffer is an mmap, 256 page faults and a munmap
+/// (`alloc::return_large_frees_to_the_system`), which cost a quarter of the
+/// broker's time reading a warm topic.
+static CHUNK_POOL: std::sync::Mutex<Vec<BytesMut>> = std::sync::Mutex::new(Vec::new());
+
+/// An empty buffer of `limits::RESPONSE_CHUNK_BYTES`, recycled if one is.
+pub fn chunk_buffer() -> BytesMut {
+    let recycled = CHUNK_POOL.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    recycled.unwrap_or_else(|| BytesMut::with_capacity(limits::RESPONSE_CHUNK_BYTES))
+}
+
+/// A chunk the socket has taken, back to the pool if nothing else holds it
+/// and the pool is not full (at most `RESPONSE_CHUNKS_POOLED` are kept).
+pub fn recycle_chunk(chunk: Bytes) {
+    let Ok(mut buffer) = chunk.try_into_mut() else {
+        return;
+    };
+    if buffer.capacity() < limits::RESPONSE_CHUNK_BYTES {
+        return;
+    }
+    buffer.clear();
+    let mut pool = CHUNK_POOL.lock().unwrap_or_else(|e| e.into_inner());
+    if pool.len() < limits::RESPONSE_CHUNKS_POOLED {
+        pool.push(buffer);
+    }
+}
+
+/// The size prefix of a frame of `parts`, or why it cannot be sent.
+pub fn frame_size(parts: &[FramePart]) -> Result<i32, FrameReadError> {
+    let total: u64 = parts
+        .iter()
+        .map(|part| match part {
+            FramePart::Bytes(bytes) => bytes.len() as u64,
+            FramePart::File(range) => range.len,
+        })
+        .fold(0, u64::saturating_add);
+    i32::try_from(total).map_err(|_| FrameReadError::Frame(format!("a response of {total} bytes")))
+}
 
 /// Why a frame of parts cannot be sent. Either way the connection closes
 /// with nothing of the frame sent.
@@ -148,17 +210,9 @@ pub fn assemble_frame(
     parts: &[FramePart],
     mut read: impl FnMut(&FileRange, &mut [u8]) -> Result<(), IoError>,
 ) -> Result<Bytes, FrameReadError> {
-    let total: u64 = parts
-        .iter()
-        .map(|part| match part {
-            FramePart::Bytes(bytes) => bytes.len() as u64,
-            FramePart::File(range) => range.len,
-        })
-        .fold(0, u64::saturating_add);
-    let size = i32::try_from(total)
-        .map_err(|_| FrameReadError::Frame(format!("a response of {total} bytes")))?;
+    let size = frame_size(parts)?;
     // Fits: i32::MAX bytes fit a usize on every target we build for.
-    let mut frame = BytesMut::with_capacity(4 + total as usize);
+    let mut frame = BytesMut::with_capacity(4 + size as usize);
     frame.put_i32(size);
     for part in parts {
         match part {

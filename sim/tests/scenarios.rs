@@ -131,7 +131,12 @@ fn the_faults_each_scenario_names_really_happen() {
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
     let mut failures = Vec::new();
-    for (name, seed) in [("swarm", 32), ("swarm", 156), ("swarm", 172), ("swarm", 247)] {
+    for (name, seed) in [
+        ("swarm", 32),
+        ("swarm", 156),
+        ("swarm", 172),
+        ("swarm", 247),
+    ] {
         let problems = match run_guarded(name, seed, None) {
             Ok(result) => result.violations,
             Err(panic) => vec![panic],
