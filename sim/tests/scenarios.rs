@@ -7,37 +7,44 @@ const SEEDS: std::ops::Range<u64> = 0..3;
 
 #[test]
 fn every_scenario_passes_for_a_few_seeds() {
-    let mut failures = Vec::new();
-    for name in Scenario::builtin_names() {
-        for seed in SEEDS {
-            let problems = match run_guarded(name, seed, None) {
-                Ok(result) => {
-                    println!(
-                        "{name} seed {seed}: ok, {:.1} simulated s, {} acked, {} crashes, {} power cuts, {} failed syncs",
-                        result.sim_ms as f64 / 1000.0,
-                        result.stats.acked_records,
-                        result.stats.crashes,
-                        result.stats.power_cuts,
-                        result.stats.failed_syncs
-                    );
-                    result.violations
-                }
-                Err(panic) => vec![panic],
-            };
-            if !problems.is_empty() {
-                let shown: Vec<&String> = problems.iter().take(5).collect();
-                failures.push(format!(
-                    "{name} seed {seed}: {shown:#?}\n  replay: {}",
-                    replay_command(name, seed, None)
-                ));
-            }
-        }
-    }
+    let failures: Vec<String> = Scenario::builtin_names()
+        .into_iter()
+        .flat_map(|name| SEEDS.map(move |seed| (name, seed)))
+        .filter_map(|(name, seed)| failure(name, seed))
+        .collect();
     assert!(
         failures.is_empty(),
         "scenarios failed:\n{}",
         failures.join("\n")
     );
+}
+
+/// Runs `name` with `seed`: `None` if every promise held, else what broke
+/// and the command that replays it.
+fn failure(name: &str, seed: u64) -> Option<String> {
+    let problems = match run_guarded(name, seed, None) {
+        Ok(result) if result.violations.is_empty() => {
+            println!(
+                "{name} seed {seed}: ok, {:.1} simulated s, {} acked, {} crashes, {} power cuts, {} failed syncs",
+                result.sim_ms as f64 / 1000.0,
+                result.stats.acked_records,
+                result.stats.crashes,
+                result.stats.power_cuts,
+                result.stats.failed_syncs
+            );
+            Vec::new()
+        }
+        Ok(result) => result.violations,
+        Err(panic) => vec![panic],
+    };
+    if problems.is_empty() {
+        return None;
+    }
+    let shown: Vec<&String> = problems.iter().take(5).collect();
+    Some(format!(
+        "{name} seed {seed}: {shown:#?}\n  replay: {}",
+        replay_command(name, seed, None)
+    ))
 }
 
 #[test]
@@ -130,24 +137,14 @@ fn the_faults_each_scenario_names_really_happen() {
 /// copier's output stayed open for good (NOT EXACTLY ONCE, LSO stuck).
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
-    let mut failures = Vec::new();
-    for (name, seed) in [
+    let failures: Vec<String> = [
         ("swarm", 32),
         ("swarm", 156),
         ("swarm", 172),
         ("swarm", 247),
-    ] {
-        let problems = match run_guarded(name, seed, None) {
-            Ok(result) => result.violations,
-            Err(panic) => vec![panic],
-        };
-        if !problems.is_empty() {
-            let shown: Vec<&String> = problems.iter().take(5).collect();
-            failures.push(format!(
-                "{name} seed {seed}: {shown:#?}\n  replay: {}",
-                replay_command(name, seed, None)
-            ));
-        }
-    }
+    ]
+    .into_iter()
+    .filter_map(|(name, seed)| failure(name, seed))
+    .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
