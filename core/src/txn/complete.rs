@@ -10,7 +10,7 @@
 //!
 //! A decision with no offsets to store (an abort, or a commit of produces
 //! only) does not write its Complete record at once: it is owed
-//! (`TxnEntry::complete_owed`), memory holds it, and the id's next stored
+//! (`Txns::owed`), memory holds it, and the id's next stored
 //! record (the producer's next AddPartitionsToTxn) supersedes the decision
 //! in meta.db, so a transaction costs two meta.db writes, not three. An id
 //! whose next record does not come within `TXN_COMPLETE_OWED_MS` has its
@@ -428,9 +428,8 @@ pub(crate) fn write_owed_for_stop(b: &mut Broker) -> bool {
 }
 
 fn write_owed_one(b: &mut Broker, id: &str) {
-    let entry = b.txns_mut().get_mut(id).expect("owed ids are known");
-    entry.flushing_complete = true;
-    let record = entry.record.clone();
+    b.txns_mut().owed_write_started(id);
+    let record = b.txns().get(id).expect("owed ids are known").record.clone();
     write::store(b, id, record, Vec::new(), Then::Owed);
 }
 
@@ -439,11 +438,11 @@ fn write_owed_one(b: &mut Broker, id: &str) {
 pub(crate) fn owed_write_failed(b: &mut Broker, id: &str) {
     let now_ms = b.now_ms();
     if b.is_stopping() {
-        b.txns_mut().forget_owed(id);
+        b.txns_mut().clear_owed(id);
         return;
     }
-    if let Some(entry) = b.txns_mut().get_mut(id) {
-        entry.flushing_complete = false;
+    if b.txns().get(id).is_some() {
+        b.txns_mut().owed_write_done(id);
         b.txns_mut().owe_complete(id, now_ms + TXN_COMPLETE_OWED_MS);
     }
 }

@@ -15,21 +15,15 @@ use super::record::{TxnRecord, TxnState};
 
 pub struct TxnEntry {
     /// As stored in meta.db: memory never runs ahead of it, but for one
-    /// case: with `complete_owed`, this is the Complete record and meta.db
-    /// still holds the decision it completes.
+    /// case: for an id in `Txns::owed`, this is the Complete record and
+    /// meta.db still holds the decision it completes.
     pub record: TxnRecord,
     /// A meta.db write for this id is in flight (Kafka's pending state).
     pub write_in_flight: bool,
     /// The stored decision being carried out.
     pub completion: Option<Completion>,
-    /// The decision is carried out (markers durable, EndTxn answered) but its
-    /// Complete record is not stored: the id's next stored record, or a
-    /// write of its own after `TXN_COMPLETE_OWED_MS`, supersedes the decision
-    /// in meta.db; a crash before that carries the decision out again at
-    /// start-up (txn/complete.rs says why this is safe).
-    pub complete_owed: bool,
-    /// The owed Complete record is being written on its own.
-    pub flushing_complete: bool,
+    /// The owed Complete record (`Txns::owed`) is being written on its own.
+    flushing_complete: bool,
 }
 
 impl TxnEntry {
@@ -58,9 +52,17 @@ pub struct Txns {
     completing: std::collections::BTreeSet<String>,
     /// Ids whose first record is being stored (not yet in `map`).
     creating: std::collections::BTreeSet<String>,
-    /// Ids with `complete_owed`, and when their Complete records are
-    /// written if nothing of theirs is stored before.
+    /// Ids whose decision is carried out (markers durable, EndTxn answered)
+    /// but whose Complete record is not stored: the id's next stored
+    /// record, or a write of its own after `TXN_COMPLETE_OWED_MS`,
+    /// supersedes the decision in meta.db; a crash before that carries the
+    /// decision out again at start-up (txn/complete.rs says why this is
+    /// safe). With the time those writes of their own are due.
     owed: std::collections::BTreeSet<String>,
+    /// How many of `owed` are writing their Complete record on its own
+    /// (`TxnEntry::flushing_complete`): every request looks at it
+    /// (`api::waits_for_settling`), so it is counted, not searched for.
+    flushing_count: usize,
     pub next_owed_write_ms: Option<i64>,
     pub next_timeout_check_ms: i64,
     pub next_expiry_check_ms: i64,
@@ -91,18 +93,38 @@ impl Txns {
             entry.record.state.is_complete() && entry.completion.is_none(),
             "only a carried-out decision owes its Complete record"
         );
-        entry.complete_owed = true;
         self.owed.insert(id.to_string());
         let at = self.next_owed_write_ms.get_or_insert(write_at_ms);
         *at = (*at).min(write_at_ms);
     }
 
-    /// A record of `id` is stored: nothing is owed for it any more.
-    pub fn stored(&mut self, id: &str) {
+    /// Nothing is owed for `id` any more: a record of it was stored (which
+    /// supersedes the decision), or a stopping broker could not store its
+    /// Complete record and leaves the decision to start-up.
+    pub fn clear_owed(&mut self, id: &str) {
         if self.owed.remove(id) {
-            let entry = self.map.get_mut(id).expect("owed ids are known");
-            entry.complete_owed = false;
-            entry.flushing_complete = false;
+            self.owed_write_done(id);
+        }
+    }
+
+    /// `id`'s owed Complete record is being written on its own.
+    pub fn owed_write_started(&mut self, id: &str) {
+        assert!(
+            self.owed.contains(id),
+            "only an owed record is written as owed"
+        );
+        let entry = self.map.get_mut(id).expect("owed ids are known");
+        assert!(!entry.flushing_complete, "one owed write at a time");
+        entry.flushing_complete = true;
+        self.flushing_count += 1;
+    }
+
+    /// `id`'s owed Complete record is no longer being written on its own.
+    pub fn owed_write_done(&mut self, id: &str) {
+        if let Some(entry) = self.map.get_mut(id) {
+            if std::mem::take(&mut entry.flushing_complete) {
+                self.flushing_count -= 1;
+            }
         }
     }
 
@@ -120,19 +142,9 @@ impl Txns {
         self.owed.iter().any(|id| !self.map[id].flushing_complete)
     }
 
-    /// `id`'s Complete record is left unwritten (a stopping broker could not
-    /// store it): start-up carries its decision out again.
-    pub fn forget_owed(&mut self, id: &str) {
-        if self.owed.remove(id) {
-            let entry = self.map.get_mut(id).expect("owed ids are known");
-            entry.complete_owed = false;
-            entry.flushing_complete = false;
-        }
-    }
-
     /// Whether an owed Complete record is being written.
     pub fn any_flushing(&self) -> bool {
-        self.owed.iter().any(|id| self.map[id].flushing_complete)
+        self.flushing_count > 0
     }
 
     /// Ids with a decision being carried out, and their completions.
@@ -207,7 +219,6 @@ impl Txns {
             record: record.clone(),
             write_in_flight: false,
             completion: None,
-            complete_owed: false,
             flushing_complete: false,
         });
         if entry.record.producer_id != record.producer_id {
@@ -222,7 +233,7 @@ impl Txns {
             !self.completing.contains(id),
             "transaction {id} removed while being completed"
         );
-        self.owed.remove(id);
+        self.clear_owed(id);
         if let Some(entry) = self.map.remove(id) {
             self.by_producer.remove(&entry.record.producer_id);
         }

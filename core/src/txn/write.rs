@@ -119,7 +119,7 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
                 b.txns_mut().set_record(&w.id, record.clone());
                 // Whatever it is, the stored record supersedes the decision
                 // an owed Complete record was to replace.
-                b.txns_mut().stored(&w.id);
+                b.txns_mut().clear_owed(&w.id);
             }
             None => b.txns_mut().remove(&w.id),
         }
