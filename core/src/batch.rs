@@ -455,7 +455,7 @@ impl Iterator for RecordTimes<'_> {
 
 /// A zigzag varlong as in Kafka's ByteUtils.readVarlong; `None` when the bytes
 /// run out or the encoding is longer than 10 bytes.
-pub(crate) fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
+pub fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
     let mut raw: u64 = 0;
     for i in 0..10 {
         let byte = *buf.get(*at)?;
@@ -469,8 +469,21 @@ pub(crate) fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
 }
 
 /// A zigzag varint; `None` also when the value does not fit an i32.
-pub(crate) fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
+pub fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
     i32::try_from(read_varlong(buf, at)?).ok()
+}
+
+/// A varint-length byte string, `None` inside for a null one (length < 0);
+/// `None` when the bytes run out.
+pub fn read_bytes<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
+    let len = read_varint(buf, at)?;
+    let Ok(len) = usize::try_from(len) else {
+        return Some(None);
+    };
+    let end = at.checked_add(len).filter(|end| *end <= buf.len())?;
+    let bytes = &buf[*at..end];
+    *at = end;
+    Some(Some(bytes))
 }
 
 /// Hand-built batches for unit tests (of this module and of the log).

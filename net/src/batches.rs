@@ -14,7 +14,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use bytes::Bytes;
-use doze_core::batch::{self, BatchHeader, BATCH_HEADER_BYTES};
+use doze_core::batch::{
+    self, read_bytes, read_varint, read_varlong, BatchHeader, BATCH_HEADER_BYTES,
+};
 use doze_core::log::clean::records::records_bytes;
 
 /// Bytes up to and including the magic byte: fewer than that at the end of a
@@ -276,35 +278,6 @@ pub fn batch_marker(header: &BatchHeader, bytes: &[u8]) -> Option<Marker> {
     let (records, _) = parse_records(header, &body);
     let first = records.first()?;
     control_record(first.key, first.value).ok()?.marker()
-}
-
-fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for i in 0..10 {
-        let byte = *buf.get(*at)?;
-        *at += 1;
-        raw |= u64::from(byte & 0x7f) << (7 * i);
-        if byte & 0x80 == 0 {
-            return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
-        }
-    }
-    None
-}
-
-fn read_varint(buf: &[u8], at: &mut usize) -> Option<i32> {
-    i32::try_from(read_varlong(buf, at)?).ok()
-}
-
-/// A varint-length byte string, `None` inside for a null one (length < 0).
-fn read_bytes<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
-    let len = read_varint(buf, at)?;
-    let Ok(len) = usize::try_from(len) else {
-        return Some(None);
-    };
-    let end = at.checked_add(len).filter(|end| *end <= buf.len())?;
-    let bytes = &buf[*at..end];
-    *at = end;
-    Some(Some(bytes))
 }
 
 #[cfg(test)]

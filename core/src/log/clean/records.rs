@@ -17,7 +17,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 
-use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
+use crate::batch::{self, read_bytes, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
 
 /// Attribute bit saying the base timestamp is a delete horizon (KIP-534:
 /// tombstones and markers of empty transactions go once it has passed).
@@ -84,18 +84,6 @@ pub fn parse_records(bytes: &[u8], count: i32) -> Result<Vec<Record<'_>>, Record
         });
     }
     Ok(records)
-}
-
-/// A length-prefixed (varint, -1 for null) byte string.
-fn read_bytes<'a>(buf: &'a [u8], at: &mut usize) -> Option<Option<&'a [u8]>> {
-    let len = batch::read_varint(buf, at)?;
-    if len < 0 {
-        return Some(None);
-    }
-    let end = at.checked_add(len as usize).filter(|e| *e <= buf.len())?;
-    let bytes = &buf[*at..end];
-    *at = end;
-    Some(Some(bytes))
 }
 
 fn put_varlong(buf: &mut BytesMut, value: i64) {
