@@ -645,18 +645,6 @@ mod tests {
     use super::*;
     use crate::client::ProducerState;
 
-    fn facts() -> BrokerFacts {
-        BrokerFacts {
-            node_id: 1,
-            version: "0.1.0",
-            listeners: Vec::new(),
-            console_url: "http://127.0.0.1:8092/".into(),
-            logs_dir: None,
-            transaction_max_timeout_ms: 900_000,
-            tools_bootstrap: Some("127.0.0.1:9092".into()),
-        }
-    }
-
     fn open(status: Status, id: Option<&str>) -> OpenTxn {
         OpenTxn {
             tp: TopicPartition::new("orders", 0),
@@ -685,7 +673,7 @@ mod tests {
             ],
             ..ClusterView::default()
         };
-        let html = render(&view, &facts());
+        let html = render(&view, &BrokerFacts::for_tests());
         let command = "doze-kafka transactions --bootstrap-server 127.0.0.1:9092 abort \
                        --topic orders --partition 0 --start-offset 42";
         assert!(html.contains(command), "{html}");
@@ -703,7 +691,7 @@ mod tests {
         };
         let facts = BrokerFacts {
             tools_bootstrap: None,
-            ..facts()
+            ..BrokerFacts::for_tests()
         };
         let html = render(&view, &facts);
         assert!(!html.contains("data-abort-command>"), "{html}");
@@ -741,7 +729,7 @@ mod tests {
             }],
             ..ClusterView::default()
         };
-        let html = render(&view, &facts());
+        let html = render(&view, &BrokerFacts::for_tests());
         assert!(!html.contains("<script"), "{html}");
         assert!(!html.contains("\"'&\""), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;"));

@@ -102,6 +102,20 @@ pub struct BrokerFacts {
 }
 
 impl BrokerFacts {
+    /// The facts the page tests render with.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            node_id: 1,
+            version: "0.1.0",
+            listeners: Vec::new(),
+            console_url: "http://127.0.0.1:8092/".into(),
+            logs_dir: None,
+            transaction_max_timeout_ms: 900_000,
+            tools_bootstrap: Some("127.0.0.1:9092".into()),
+        }
+    }
+
     pub fn new(
         settings: &BrokerConfig,
         listeners: &[BoundListener],

@@ -608,18 +608,6 @@ mod tests {
     use crate::client::ProducerState;
     use window::tests::log;
 
-    fn facts() -> BrokerFacts {
-        BrokerFacts {
-            node_id: 1,
-            version: "0.1.0",
-            listeners: Vec::new(),
-            console_url: "http://127.0.0.1:8092/".into(),
-            logs_dir: None,
-            transaction_max_timeout_ms: 900_000,
-            tools_bootstrap: Some("127.0.0.1:9092".into()),
-        }
-    }
-
     /// The test log of `window.rs` with producer 9 open from 6 (the LSO).
     fn view() -> PartitionView {
         let bytes = log();
@@ -672,7 +660,7 @@ mod tests {
 
     #[test]
     fn the_page_draws_markers_readers_and_the_lso() {
-        let html = render(&view(), &facts());
+        let html = render(&view(), &BrokerFacts::for_tests());
         assert!(html.contains("data-marker=\"COMMIT\""), "{html}");
         assert!(html.contains("data-marker=\"ABORT\""), "{html}");
         // The aborted batch: in the read_uncommitted column, not in the
@@ -700,7 +688,7 @@ mod tests {
         let mut v = view();
         v.from = 3;
         v.window.next_from = Some(6);
-        let html = render(&v, &facts());
+        let html = render(&v, &BrokerFacts::for_tests());
         assert!(html.contains("href=\"/topics/t/0?from=6\">next"), "{html}");
         assert!(
             html.contains("href=\"/topics/t/0?from=0\">← previous"),
