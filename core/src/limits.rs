@@ -112,6 +112,14 @@ pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;
 pub const RESPONSE_CHUNKS_AHEAD: usize = 4;
 /// Chunk buffers kept for reuse once written, for all connections together.
 pub const RESPONSE_CHUNKS_POOLED: usize = 32;
+/// The driver's meta.db journal (net's `metajournal.rs`) holds at most this
+/// many bytes of records before a checkpoint (a durable sled flush) empties
+/// it: about 50,000 transaction state changes, and a start-up replays at
+/// most this much.
+pub const META_JOURNAL_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// The journal file is written with zeros this much at a time ahead of its
+/// records (so that appending never changes its size), up to the maximum.
+pub const META_JOURNAL_GROWTH_BYTES: u64 = 1024 * 1024;
 
 /// Bytes the log cleaner reads from a segment at a time (a batch larger
 /// than this is read whole).

@@ -25,7 +25,8 @@ use doze_core::io::{RecoveredPartition, RecoveredSegment};
 use doze_core::{BootState, FileStage, PartitionDir, SegmentFile};
 use tracing::{info, warn};
 
-use crate::datadir::{sync_dir, DataDir};
+use crate::datadir::DataDir;
+use crate::metastore::MetaStore;
 
 /// An index file larger than this is not read: it is handed over as absent,
 /// and the core rebuilds it from the log (the indexes are a cache). A 1 GiB
@@ -38,26 +39,16 @@ const INDEX_FILE_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// meta worker owns from here on.
 pub struct Boot {
     pub state: BootState,
-    pub db: sled::Db,
+    pub meta: MetaStore,
 }
 
 pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
     let started = Instant::now();
-    let db_path = data.meta_db_path();
-    let fresh = !db_path.exists();
-    let db = sled::open(&db_path).with_context(|| format!("cannot open {}", db_path.display()))?;
-    if fresh {
-        // meta.db's own entry in ours (its files: sledsync.rs).
-        sync_dir(data.root()).with_context(|| format!("cannot fsync {}", data.root().display()))?;
-    }
-    // What a crashed process wrote but never flushed may still sit in the
-    // page cache, where sled reads it back; the core treats meta.db as
-    // durable, so make it so before handing it over.
-    crate::sledsync::flush_once(&db, &db_path)
-        .with_context(|| format!("cannot flush {}", db_path.display()))?;
+    let store = MetaStore::open(data)?;
     let mut meta = Vec::new();
-    for pair in db.iter() {
-        let (key, value) = pair.with_context(|| format!("cannot read {}", db_path.display()))?;
+    for pair in store.db().iter() {
+        let (key, value) =
+            pair.with_context(|| format!("cannot read {}", data.meta_db_path().display()))?;
         meta.push((key.to_vec(), value.to_vec()));
     }
 
@@ -90,7 +81,7 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
             partitions,
             entropy: os_entropy()?,
         },
-        db,
+        meta: store,
     })
 }
 

@@ -3,6 +3,7 @@
 //! ```text
 //! <data>/LOCK                                   flock'd while a broker runs
 //! <data>/meta.db/                               sled
+//! <data>/meta.journal                           meta.db's journal (metajournal.rs)
 //! <data>/logs/<topic>-<partition>/<base>.log    segment files, each with
 //!                                  <base>.index, .timeindex, .txnindex beside it
 //!                                  and, while the cleaner replaces it, the same
@@ -91,6 +92,10 @@ impl DataDir {
 
     pub fn meta_db_path(&self) -> PathBuf {
         self.root.join("meta.db")
+    }
+
+    pub fn meta_journal_path(&self) -> PathBuf {
+        self.root.join("meta.journal")
     }
 
     pub fn logs_dir(&self) -> PathBuf {

@@ -23,6 +23,8 @@ pub mod disk;
 #[cfg(not(madsim))]
 pub mod filereader;
 pub mod metadb;
+pub mod metajournal;
+pub mod metastore;
 pub mod server;
 #[cfg(madsim)]
 pub mod simstore;

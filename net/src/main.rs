@@ -369,8 +369,7 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
             boot: boot.state,
             storage: storage::DiskAndSled {
                 logs_dir: data.logs_dir(),
-                db: boot.db,
-                meta_dir: data.meta_db_path(),
+                meta: boot.meta,
                 metrics: Arc::clone(&metrics),
             },
             console,

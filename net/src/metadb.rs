@@ -1,19 +1,15 @@
-//! The meta worker: applies the core's meta.db batches on a dedicated OS
-//! thread that owns the `sled::Db`.
+//! The meta worker: stores the core's meta.db batches on a dedicated OS
+//! thread that owns meta.db (`metastore.rs`).
 //!
-//! Each `Output::Meta` becomes one `sled::Batch` (atomic), and is answered
-//! with `MetaDone` only after it is durable (`Db::flush` and the fdatasyncs
-//! sled leaves out, `sledsync.rs`). As with the
-//! disk worker, batches already queued are applied before one flush that
-//! covers them all (group commit): a flush writes sled's whole log buffer, so
-//! one flush for ten batches costs about as much as one for one.
+//! Each `Output::Meta` is one atomic batch, answered with `MetaDone` only
+//! once it is durable: in the journal (one fdatasync, `metajournal.rs`),
+//! which a checkpoint later empties into sled. As with the disk worker, batches
+//! already queued are written together with one fdatasync (group commit).
 //!
-//! A batch that sled refuses is answered `Err` and is not in the database. A
-//! batch that was applied but whose flush failed is answered `Err` too, though
-//! sled may still write it later; the core must not rely on it either way, and
-//! after a crash it reads back whatever did reach the disk.
+//! A batch that could not be stored is answered `Err`; it may still have
+//! reached the disk, and the core must not rely on it either way: after a
+//! crash it reads back whatever did.
 
-use std::path::Path;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
@@ -22,10 +18,10 @@ use doze_core::{Input, IoError, IoId, MetaOp};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info, warn};
 
-use crate::sledsync::DurableSled;
+use crate::metastore::{MetaStore, Stored};
 
-/// Batches applied in one round before its flush, so that a queue that never
-/// empties still gets answered.
+/// Batches stored in one round, so that a queue that never empties still
+/// gets answered.
 const ROUND_BATCHES_MAX: usize = 1024;
 
 /// One `Output::Meta`.
@@ -40,17 +36,11 @@ pub struct MetaWorker {
 }
 
 impl MetaWorker {
-    /// `db` is open at `dir`.
-    pub fn spawn(
-        db: sled::Db,
-        dir: &Path,
-        completions: UnboundedSender<Input>,
-    ) -> std::io::Result<Self> {
-        let durable = DurableSled::open(dir)?;
+    pub fn spawn(store: MetaStore, completions: UnboundedSender<Input>) -> std::io::Result<Self> {
         let (writes, queue) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("doze-meta".into())
-            .spawn(move || run(db, durable, queue, completions))?;
+            .spawn(move || run(store, queue, completions))?;
         Ok(Self { writes, thread })
     }
 
@@ -74,63 +64,54 @@ impl MetaQueue {
 }
 
 fn run(
-    db: sled::Db,
-    mut durable: DurableSled,
+    mut store: MetaStore,
     queue: mpsc::Receiver<MetaWrite>,
     completions: UnboundedSender<Input>,
 ) -> Result<(), IoError> {
     while let Ok(first) = queue.recv() {
         let started = Instant::now();
-        // Each batch with the result of applying it, before the flush.
-        let mut round = vec![(first.io, apply(&db, first.ops))];
+        let mut round = vec![first];
         while round.len() < ROUND_BATCHES_MAX {
             match queue.try_recv() {
-                Ok(write) => round.push((write.io, apply(&db, write.ops))),
+                Ok(write) => round.push(write),
                 Err(_) => break,
             }
         }
-        let applied_us = started.elapsed().as_micros() as u64;
-        let flushed = flush(&db, &mut durable);
-        debug!(
-            batches = round.len(),
-            applied_us,
-            sled_flush_us = durable.last_sled_flush_us(),
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "meta.db flushed"
-        );
-        for (io, applied) in round {
-            let result = applied.and_then(|()| flushed.clone());
-            // The broker task is gone only during shutdown.
-            let _ = completions.send(Input::MetaDone { io, result });
+        let count = round.len();
+        let batches: Vec<&[MetaOp]> = round.iter().map(|w| w.ops.as_slice()).collect();
+        let stored = store.store(&batches);
+        let stored_us = started.elapsed().as_micros() as u64;
+        let journaled = matches!(stored, Ok(Stored::Journaled));
+        let results = match stored {
+            Ok(Stored::Journaled) => vec![Ok(()); round.len()],
+            Ok(Stored::Flushed(results)) => results,
+            Err(e) => vec![Err(e); round.len()],
+        };
+        // The broker task is gone only during shutdown.
+        for (write, result) in round.iter().zip(results) {
+            let _ = completions.send(Input::MetaDone {
+                io: write.io,
+                result,
+            });
         }
+        if journaled {
+            store.apply_journaled(round.into_iter().map(|w| w.ops).collect());
+        }
+        debug!(
+            batches = count,
+            journaled,
+            stored_us,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "meta.db stored"
+        );
     }
     // The queue closed: the broker is shutting down.
-    let result = flush(&db, &mut durable);
+    let result = store.checkpoint();
     match &result {
         Ok(()) => info!("meta worker: meta.db flushed"),
         Err(e) => warn!(error = %e.0, "meta worker: final flush failed"),
     }
     result
-}
-
-fn apply(db: &sled::Db, ops: Vec<MetaOp>) -> Result<(), IoError> {
-    let mut batch = sled::Batch::default();
-    for op in ops {
-        match op {
-            MetaOp::Put { key, value } => batch.insert(key, value),
-            MetaOp::Delete { key } => batch.remove(key),
-        }
-    }
-    db.apply_batch(batch).map_err(|e| {
-        warn!(error = %e, "meta.db batch failed");
-        IoError(format!("meta.db batch: {e}"))
-    })
-}
-
-fn flush(db: &sled::Db, durable: &mut DurableSled) -> Result<(), IoError> {
-    durable.flush(db).inspect_err(|e| {
-        warn!(error = %e.0, "meta.db flush failed");
-    })
 }
 
 #[cfg(test)]
@@ -140,11 +121,12 @@ mod tests {
 
     #[test]
     fn batches_are_applied_and_answered_in_order() {
-        let path = std::env::temp_dir().join(format!("doze-meta-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        let db = sled::open(&path).unwrap();
+        let root = std::env::temp_dir().join(format!("doze-meta-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let data = crate::datadir::DataDir::open(&root).unwrap();
+        let store = MetaStore::open(&data).unwrap();
         let (tx, mut done) = unbounded_channel();
-        let (queue, thread) = MetaWorker::spawn(db, &path, tx).unwrap().into_parts();
+        let (queue, thread) = MetaWorker::spawn(store, tx).unwrap().into_parts();
         let put = |k: &[u8], v: &[u8]| MetaOp::Put {
             key: k.to_vec(),
             value: v.to_vec(),
@@ -170,10 +152,11 @@ mod tests {
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
 
+        // A clean stop checkpoints: sled itself holds both batches.
         // sled releases its file lock from a background thread after the
         // last handle drops; reopening may race it, so wait for the lock.
         let reopened = (0..100).find_map(|_| {
-            sled::open(&path).ok().or_else(|| {
+            sled::open(data.meta_db_path()).ok().or_else(|| {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 None
             })
@@ -182,6 +165,7 @@ mod tests {
         assert!(db.get(b"a").unwrap().is_none());
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
         drop(db);
-        std::fs::remove_dir_all(&path).unwrap();
+        drop(data);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -103,12 +103,6 @@ impl DurableSled {
     }
 }
 
-/// One durable flush of `db` open at `dir` (start-up, `doze-kafka users`).
-pub fn flush_once(db: &sled::Db, dir: &Path) -> anyhow::Result<()> {
-    let mut durable = DurableSled::open(dir)?;
-    durable.flush(db).map_err(|e| anyhow::anyhow!(e.0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

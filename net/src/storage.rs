@@ -248,6 +248,7 @@ mod production {
     use crate::disk::{DiskQueue, DiskWorker};
     use crate::filereader::FileReader;
     use crate::metadb::{MetaQueue, MetaWorker, MetaWrite};
+    use crate::metastore::MetaStore;
 
     /// Production storage: segment files under `logs_dir` written and read by
     /// the disk worker thread (`disk.rs`), response file parts pinned by it
@@ -255,9 +256,8 @@ mod production {
     /// (`metadb.rs`).
     pub struct DiskAndSled {
         pub logs_dir: PathBuf,
-        pub db: sled::Db,
-        /// meta.db's directory, whose files the meta worker syncs.
-        pub meta_dir: PathBuf,
+        /// meta.db, opened and replayed at start-up.
+        pub meta: MetaStore,
         /// Where the disk worker measures its group commits.
         pub metrics: Arc<NetMetrics>,
     }
@@ -296,7 +296,7 @@ mod production {
             )
             .context("cannot start the disk worker")?
             .into_parts();
-            let (meta, meta_thread) = MetaWorker::spawn(self.db, &self.meta_dir, completions)
+            let (meta, meta_thread) = MetaWorker::spawn(self.meta, completions)
                 .context("cannot start the meta worker")?
                 .into_parts();
             let finished: Finished = Box::pin(async move {

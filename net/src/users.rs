@@ -15,7 +15,8 @@ use doze_core::security::scram::{Credential, Mechanism};
 use doze_core::security::store;
 use doze_core::MetaOp;
 
-use crate::datadir::{sync_dir, DataDir};
+use crate::datadir::DataDir;
+use crate::metastore::MetaStore;
 
 /// The iterations of a credential made here: Kafka's minimum (and the
 /// default of its tools), what every SCRAM client accepts.
@@ -52,18 +53,16 @@ pub fn add(
     };
 
     let path = data.meta_db_path();
-    let fresh = !path.exists();
-    let db = sled::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    if fresh {
-        // As boot.rs: meta.db's own entry in ours (its files: sledsync.rs).
-        sync_dir(data.root()).with_context(|| format!("cannot fsync {}", data.root().display()))?;
-    }
-    let previous = db
+    let mut store = MetaStore::open(&data)?;
+    let previous = store
+        .db()
         .insert(key, value)
         .with_context(|| format!("cannot write {}", path.display()))?;
-    crate::sledsync::flush_once(&db, &path)
+    store
+        .checkpoint()
+        .map_err(|e| anyhow!(e.0))
         .with_context(|| format!("cannot flush {}", path.display()))?;
-    drop(db);
+    drop(store);
     Ok(Added {
         replaced: previous.is_some(),
         meta_db: path,

@@ -1,0 +1,245 @@
+//! meta.db as the driver keeps it: sled, whose flushes `sledsync.rs` makes
+//! durable, behind the journal of `metajournal.rs`, which makes a write
+//! durable with one fdatasync.
+//!
+//! Whatever opens meta.db opens it here (start-up, `doze-kafka users`), so
+//! that the journal is replayed into sled before anyone reads sled or writes
+//! it directly: a change made offline must not be overwritten by an older
+//! journal record at the next start.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use doze_core::{IoError, MetaOp};
+use tracing::warn;
+
+use crate::datadir::{sync_dir, DataDir};
+use crate::metajournal::{AppendError, Journal};
+use crate::sledsync::DurableSled;
+
+pub struct MetaStore {
+    db: sled::Db,
+    durable: DurableSled,
+    journal: Journal,
+    path: PathBuf,
+    /// What the journal holds and sled does not yet, by key (`None`: deleted),
+    /// applied to sled at the next checkpoint. Applying each round to sled
+    /// as it comes would cost sled's per-batch work (tens of µs) on every
+    /// write; here a key rewritten a thousand times between checkpoints (a
+    /// transactional id's state) reaches sled once. Bounded by the journal.
+    pending: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Set when the journaled writes could not be applied to sled: the
+    /// journal then holds writes sled lacks, so it is never reset again and
+    /// every later write fails (start-up replays it).
+    failed: Option<IoError>,
+}
+
+/// How `store` made a round durable.
+pub enum Stored {
+    /// In the journal: answer, then `apply_journaled`.
+    Journaled,
+    /// Applied to sled and flushed (a round larger than the journal), with
+    /// each batch's result.
+    Flushed(Vec<Result<(), IoError>>),
+}
+
+impl MetaStore {
+    /// Opens meta.db in `data`, replays its journal into it and checkpoints.
+    pub fn open(data: &DataDir) -> anyhow::Result<MetaStore> {
+        let path = data.meta_db_path();
+        let fresh = !path.exists();
+        let db = sled::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        if fresh {
+            // meta.db's own entry in ours (its files: sledsync.rs).
+            sync_dir(data.root())
+                .with_context(|| format!("cannot fsync {}", data.root().display()))?;
+        }
+        let journal_path = data.meta_journal_path();
+        let (journal, replay) = Journal::open(&journal_path)
+            .with_context(|| format!("cannot read {}", journal_path.display()))?;
+        let replayed = replay.len();
+        for ops in replay {
+            apply(&db, ops).map_err(|e| anyhow::anyhow!(e.0))?;
+        }
+        let durable = DurableSled::open(&path)?;
+        let mut store = MetaStore {
+            db,
+            durable,
+            journal,
+            path,
+            pending: BTreeMap::new(),
+            failed: None,
+        };
+        // What a crashed process wrote to sled but never flushed may still
+        // sit in the page cache, where sled reads it back; the core treats
+        // meta.db as durable, so make it so before handing it over.
+        store
+            .checkpoint()
+            .map_err(|e| anyhow::anyhow!(e.0))
+            .with_context(|| format!("cannot flush {}", store.path.display()))?;
+        tracing::info!(replayed, "meta.db open");
+        Ok(store)
+    }
+
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
+    /// Makes `round` durable, in order.
+    pub fn store(&mut self, round: &[&[MetaOp]]) -> Result<Stored, IoError> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        match self.journal.append(round) {
+            Ok(()) => return Ok(Stored::Journaled),
+            Err(AppendError::Io(e)) => return Err(IoError(format!("meta.db journal: {e}"))),
+            Err(AppendError::Full) => {}
+        }
+        self.checkpoint()?;
+        match self.journal.append(round) {
+            Ok(()) => Ok(Stored::Journaled),
+            Err(AppendError::Io(e)) => Err(IoError(format!("meta.db journal: {e}"))),
+            Err(AppendError::Full) => {
+                // Larger than an empty journal: sled's own durable flush.
+                let results: Vec<_> = round
+                    .iter()
+                    .map(|ops| apply(&self.db, ops.to_vec()))
+                    .collect();
+                let flushed = self.durable.flush(&self.db);
+                Ok(Stored::Flushed(
+                    results
+                        .into_iter()
+                        .map(|r| r.and_then(|()| flushed.clone()))
+                        .collect(),
+                ))
+            }
+        }
+    }
+
+    /// Takes a journaled round in for the next checkpoint.
+    pub fn apply_journaled(&mut self, round: Vec<Vec<MetaOp>>) {
+        for op in round.into_iter().flatten() {
+            match op {
+                MetaOp::Put { key, value } => self.pending.insert(key, Some(value)),
+                MetaOp::Delete { key } => self.pending.insert(key, None),
+            };
+        }
+    }
+
+    /// Applies what the journal holds to sled, flushes sled durably and
+    /// empties the journal.
+    pub fn checkpoint(&mut self) -> Result<(), IoError> {
+        if !self.pending.is_empty() && self.failed.is_none() {
+            let ops = std::mem::take(&mut self.pending)
+                .into_iter()
+                .map(|(key, value)| match value {
+                    Some(value) => MetaOp::Put { key, value },
+                    None => MetaOp::Delete { key },
+                })
+                .collect();
+            if let Err(e) = apply(&self.db, ops) {
+                self.failed = Some(e);
+            }
+        }
+        self.durable.flush(&self.db)?;
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        self.journal
+            .reset()
+            .map_err(|e| IoError(format!("meta.db journal reset: {e}")))
+    }
+
+    /// How long sled's own flush took, the last time (for the debug log).
+    pub fn last_sled_flush_us(&self) -> u64 {
+        self.durable.last_sled_flush_us()
+    }
+}
+
+fn apply(db: &sled::Db, ops: Vec<MetaOp>) -> Result<(), IoError> {
+    let mut batch = sled::Batch::default();
+    for op in ops {
+        match op {
+            MetaOp::Put { key, value } => batch.insert(key, value),
+            MetaOp::Delete { key } => batch.remove(key),
+        }
+    }
+    db.apply_batch(batch).map_err(|e| {
+        warn!(error = %e, "meta.db batch failed");
+        IoError(format!("meta.db batch: {e}"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(k: &str, v: &str) -> MetaOp {
+        MetaOp::Put {
+            key: k.as_bytes().to_vec(),
+            value: v.as_bytes().to_vec(),
+        }
+    }
+
+    /// sled releases its file lock from a background thread after the last
+    /// handle drops: wait for it rather than race it.
+    fn reopen(data: &DataDir) -> MetaStore {
+        (0..100)
+            .find_map(|_| {
+                MetaStore::open(data).ok().or_else(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    None
+                })
+            })
+            .expect("meta.db reopens within 5 s")
+    }
+
+    #[test]
+    fn a_journaled_write_sled_never_got_is_there_after_a_crash() {
+        let root = std::env::temp_dir().join(format!("doze-metastore-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let data = DataDir::open(&root).unwrap();
+        let mut store = MetaStore::open(&data).unwrap();
+        let first = [put("a", "1"), put("b", "2")];
+        assert!(matches!(store.store(&[&first]), Ok(Stored::Journaled)));
+        store.apply_journaled(vec![first.to_vec()]);
+        store.checkpoint().unwrap();
+        // Durable in the journal only: the crash comes before sled is told.
+        let second = [MetaOp::Delete { key: b"a".to_vec() }, put("c", "3")];
+        assert!(matches!(store.store(&[&second]), Ok(Stored::Journaled)));
+        drop(store);
+        let store = reopen(&data);
+        let db = store.db();
+        assert!(db.get(b"a").unwrap().is_none());
+        assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(db.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
+        drop(store);
+        drop(data);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_round_larger_than_the_journal_is_flushed_to_sled() {
+        let root =
+            std::env::temp_dir().join(format!("doze-metastore-large-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let data = DataDir::open(&root).unwrap();
+        let mut store = MetaStore::open(&data).unwrap();
+        let value = "v".repeat(doze_core::limits::META_JOURNAL_BYTES_MAX as usize);
+        let large = [put("large", &value)];
+        match store.store(&[&large]) {
+            Ok(Stored::Flushed(results)) => assert_eq!(results, vec![Ok(())]),
+            _ => panic!("expected a direct flush"),
+        }
+        drop(store);
+        let store = reopen(&data);
+        assert_eq!(
+            store.db().get(b"large").unwrap().map(|v| v.len()),
+            Some(value.len())
+        );
+        drop(store);
+        drop(data);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
