@@ -112,6 +112,15 @@ pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;
 pub const RESPONSE_CHUNKS_AHEAD: usize = 4;
 /// Chunk buffers kept for reuse once written, for all connections together.
 pub const RESPONSE_CHUNKS_POOLED: usize = 32;
+/// Threads the driver's disk worker writes a run of appends with (itself
+/// included), each taking whole files: two cores copy into the page cache
+/// at once.
+pub const DISK_APPEND_LANES: usize = 2;
+/// A run of appends smaller than this is written by the worker alone:
+/// handing a share to another thread costs more than the copy it saves.
+pub const DISK_APPEND_PARALLEL_BYTES_MIN: usize = 256 * 1024;
+/// Appends the disk worker gathers from its queue into one run.
+pub const DISK_APPENDS_GATHERED_MAX: usize = 1024;
 /// The driver's meta.db journal (net's `metajournal.rs`) holds at most this
 /// many bytes of records before a checkpoint (a durable sled flush) empties
 /// it: about 50,000 transaction state changes, and a start-up replays at

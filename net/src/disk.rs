@@ -217,6 +217,11 @@ impl DiskQueue {
     }
 }
 
+/// Appends, which `Disk::append_all` writes together.
+fn is_append(op: &DiskOp) -> bool {
+    matches!(op, DiskOp::Append { .. } | DiskOp::AppendCleaned { .. })
+}
+
 /// Whether an op changes which file a live segment name holds: what makes
 /// the response reader's cached descriptors stale.
 fn changes_live_names(op: &DiskOp) -> bool {
@@ -225,6 +230,51 @@ fn changes_live_names(op: &DiskOp) -> bool {
         DiskOp::Rename { from, to, .. } => *from == FileStage::Live || *to == FileStage::Live,
         _ => false,
     }
+}
+
+/// A lane's share of a run of appends: each file (by its place in the run)
+/// with a descriptor of its own and its appends in order.
+type LaneWrites = Vec<(usize, File, Vec<Bytes>)>;
+/// The failures of a lane's writes, by the file's place in the run.
+type LaneFailures = Vec<(usize, io::Error)>;
+
+/// A thread that writes a share of a run of appends for the worker.
+struct AppendLane {
+    jobs: mpsc::Sender<(LaneWrites, mpsc::Sender<LaneFailures>)>,
+}
+
+impl AppendLane {
+    /// The thread stops when the lane is dropped.
+    fn start() -> io::Result<Self> {
+        let (jobs, queue) = mpsc::channel::<(LaneWrites, mpsc::Sender<LaneFailures>)>();
+        thread::Builder::new()
+            .name("doze-append".into())
+            .spawn(move || {
+                while let Ok((writes, reply)) = queue.recv() {
+                    let _ = reply.send(write_lane(writes));
+                }
+            })?;
+        Ok(Self { jobs })
+    }
+
+    /// Starts writing; the reply carries the failures.
+    fn write(&self, writes: LaneWrites) -> mpsc::Receiver<LaneFailures> {
+        let (reply, failures) = mpsc::channel();
+        // A thread gone drops `reply`, which the worker reads as a failure.
+        let _ = self.jobs.send((writes, reply));
+        failures
+    }
+}
+
+/// Writes each file's appends in order; a file stops at its first failure.
+fn write_lane(writes: LaneWrites) -> LaneFailures {
+    let mut failures = Vec::new();
+    for (at, mut file, parts) in writes {
+        if let Some(e) = parts.iter().find_map(|bytes| file.write_all(bytes).err()) {
+            failures.push((at, e));
+        }
+    }
+    failures
 }
 
 /// One file of one segment, under one of its names.
@@ -275,6 +325,8 @@ struct Disk {
     /// bytes (`SyncRound::log_appends`).
     log_appends: u64,
     log_append_bytes: u64,
+    /// Threads that write a share of a large run of appends (`append_all`).
+    lanes: Vec<AppendLane>,
 }
 
 impl Disk {
@@ -302,6 +354,9 @@ impl Disk {
             backlog,
             log_appends: 0,
             log_append_bytes: 0,
+            lanes: (1..limits::DISK_APPEND_LANES)
+                .map(|_| AppendLane::start().expect("start the append threads"))
+                .collect(),
         }
     }
 
@@ -319,18 +374,20 @@ impl Disk {
             .name("doze-sync".into())
             .spawn(move || run_syncer(syncer_queue, syncer_completions, retry, pool, &metrics))
             .expect("spawn the syncer thread");
-        while let Ok(job) = queue.recv() {
+        // A job taken from the queue while gathering appends, not run yet.
+        let mut held = None;
+        while let Some(job) = held.take().or_else(|| queue.recv().ok()) {
             // Syncs reached this round, each with the error it must report
             // regardless of how the fsyncs go.
             let mut syncs = Vec::new();
-            self.run_job(job, &mut syncs, &completions);
+            self.run_job(job, &queue, &mut held, &mut syncs, &completions);
             if syncs.is_empty() {
                 continue;
             }
             for _ in 1..limits::ROUND_OPS_MAX {
-                match queue.try_recv() {
-                    Ok(job) => self.run_job(job, &mut syncs, &completions),
-                    Err(_) => break,
+                match held.take().or_else(|| queue.try_recv().ok()) {
+                    Some(job) => self.run_job(job, &queue, &mut held, &mut syncs, &completions),
+                    None => break,
                 }
             }
             let round = self.take_round(syncs);
@@ -355,13 +412,31 @@ impl Disk {
         result
     }
 
+    /// Runs `job`; an append takes with it the appends queued right behind
+    /// it (`append_all`), and the first other job it meets is left in `held`.
     fn run_job(
         &mut self,
         job: Job,
+        queue: &mpsc::Receiver<Job>,
+        held: &mut Option<Job>,
         syncs: &mut Vec<(IoId, Option<IoError>)>,
         completions: &UnboundedSender<Input>,
     ) {
         match job {
+            Job::Op(op) if is_append(&op) => {
+                let mut appends = vec![op];
+                while appends.len() < limits::DISK_APPENDS_GATHERED_MAX {
+                    match queue.try_recv() {
+                        Ok(Job::Op(op)) if is_append(&op) => appends.push(op),
+                        Ok(other) => {
+                            *held = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                self.append_all(appends);
+            }
             Job::Op(op) => self.execute(op, syncs, completions),
             Job::Pin(PinJob { keys, reply }) => {
                 // The writer may have gone meanwhile; then nobody reads.
@@ -392,29 +467,9 @@ impl Disk {
                 let _ = completions.send(Input::ReadDone { io, result });
                 return;
             }
-            DiskOp::Append {
-                dir,
-                segment_base,
-                file,
-                bytes,
-            } => {
-                if file == SegmentFile::Log {
-                    self.log_appends += 1;
-                    self.log_append_bytes += bytes.len() as u64;
-                }
-                let result = self.append(&(dir, segment_base, file, FileStage::Live), &bytes);
-                self.backlog.done(bytes.len());
-                result
-            }
-            DiskOp::AppendCleaned {
-                dir,
-                segment_base,
-                file,
-                bytes,
-            } => {
-                let result = self.append(&(dir, segment_base, file, FileStage::Cleaned), &bytes);
-                self.backlog.done(bytes.len());
-                result
+            op @ (DiskOp::Append { .. } | DiskOp::AppendCleaned { .. }) => {
+                self.append_all(vec![op]);
+                return;
             }
             DiskOp::Truncate {
                 dir,
@@ -444,6 +499,122 @@ impl Disk {
             // Done, failed or not: the reader's cache was brought up to date
             // before the op touched the names, and pins may use it again.
             self.reader.name_change_done();
+        }
+    }
+
+    /// A run of appends as one: each file's in order, different files on
+    /// different threads when the run is large. Copying into the page cache
+    /// is most of what the broker does while producing, and one thread
+    /// doing all of it was the bottleneck on two cores (Kafka's request
+    /// handler threads append to different partitions at once). The order
+    /// between files does not matter: none is durable before the next sync,
+    /// and start-up already finds an index past its log.
+    fn append_all(&mut self, ops: Vec<DiskOp>) {
+        // Each file's appends, in order, and their bytes.
+        let mut files: Vec<(FileKey, Vec<Bytes>, usize)> = Vec::new();
+        let mut total_bytes = 0;
+        for op in ops {
+            let (key, bytes) = match op {
+                DiskOp::Append {
+                    dir,
+                    segment_base,
+                    file,
+                    bytes,
+                } => {
+                    if file == SegmentFile::Log {
+                        self.log_appends += 1;
+                        self.log_append_bytes += bytes.len() as u64;
+                    }
+                    ((dir, segment_base, file, FileStage::Live), bytes)
+                }
+                DiskOp::AppendCleaned {
+                    dir,
+                    segment_base,
+                    file,
+                    bytes,
+                } => ((dir, segment_base, file, FileStage::Cleaned), bytes),
+                _ => unreachable!("append_all takes appends only"),
+            };
+            total_bytes += bytes.len();
+            match files.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, parts, n)) => {
+                    *n += bytes.len();
+                    parts.push(bytes);
+                }
+                None => {
+                    let n = bytes.len();
+                    files.push((key, vec![bytes], n));
+                }
+            }
+        }
+        if self.lanes.is_empty()
+            || files.len() < 2
+            || total_bytes < limits::DISK_APPEND_PARALLEL_BYTES_MIN
+        {
+            for (key, parts, _) in files {
+                for bytes in parts {
+                    let result = self.append(&key, &bytes);
+                    self.backlog.done(bytes.len());
+                    self.keep_error(result);
+                }
+            }
+            return;
+        }
+        // Largest first, each to the lane with the fewest bytes so far; lane
+        // 0 is this thread. Files are opened here, where opening one may
+        // create it and dirty its directory.
+        files.sort_by_key(|(_, _, n)| std::cmp::Reverse(*n));
+        let mut lanes: Vec<LaneWrites> = (0..=self.lanes.len()).map(|_| Vec::new()).collect();
+        let mut lane_bytes = vec![0usize; lanes.len()];
+        for (at, (key, parts, n)) in files.iter_mut().enumerate() {
+            let opened = self.path(key).and_then(|path| {
+                self.file(key, true)
+                    .and_then(|f| f.try_clone())
+                    .map_err(|e| failed("open", &path, e))
+            });
+            let file = match opened {
+                Ok(file) => file,
+                Err(e) => {
+                    self.keep_error(Err(e));
+                    continue;
+                }
+            };
+            self.dirty_files.insert(key.clone());
+            let lane = (0..lane_bytes.len())
+                .min_by_key(|&l| lane_bytes[l])
+                .expect("at least one lane");
+            lane_bytes[lane] += *n;
+            lanes[lane].push((at, file, mem::take(parts)));
+        }
+        let mine = mem::take(&mut lanes[0]);
+        let replies: Vec<_> = lanes
+            .into_iter()
+            .skip(1)
+            .zip(&self.lanes)
+            .filter(|(writes, _)| !writes.is_empty())
+            .map(|(writes, lane)| lane.write(writes))
+            .collect();
+        let mut failures = write_lane(mine);
+        for reply in replies {
+            match reply.recv() {
+                Ok(lane_failures) => failures.extend(lane_failures),
+                Err(_) => failures.push((usize::MAX, io::Error::other("an append thread died"))),
+            }
+        }
+        self.backlog.done(total_bytes);
+        for (at, e) in failures {
+            let name = files
+                .get(at)
+                .map_or("a segment file".into(), |(k, _, _)| describe(k));
+            self.keep_error(Err(IoError(format!("cannot append to {name}: {e}"))));
+        }
+    }
+
+    /// The first failure since the last `Sync` is what it reports.
+    fn keep_error(&mut self, result: Result<(), IoError>) {
+        if let Err(e) = result {
+            warn!(error = %e.0, "disk op failed; the next sync will report it");
+            self.error.get_or_insert(e);
         }
     }
 
@@ -1590,11 +1761,56 @@ mod tests {
         /// The worker carries out everything queued.
         fn run(&mut self) {
             let mut syncs = Vec::new();
-            while let Ok(job) = self.jobs.try_recv() {
-                self.disk.run_job(job, &mut syncs, &self.completions);
+            let mut held = None;
+            while let Some(job) = held.take().or_else(|| self.jobs.try_recv().ok()) {
+                self.disk
+                    .run_job(job, &self.jobs, &mut held, &mut syncs, &self.completions);
             }
             assert!(self.disk.error.is_none(), "{:?}", self.disk.error);
         }
+    }
+
+    #[test]
+    fn a_large_run_of_appends_lands_in_order_in_each_file() {
+        let logs = temp_logs("lanes");
+        let mut w = HandDriven::new(&logs);
+        assert!(!w.disk.lanes.is_empty(), "the worker has another lane");
+        let dirs: Vec<PartitionDir> = (0..5).map(|p| PartitionDir::new("lanes", p)).collect();
+        let mut want = vec![Vec::new(); dirs.len()];
+        // Interleaved, of different sizes, and one file written twice in a
+        // row: a run the worker spreads over its lanes by file.
+        for round in 0..6u8 {
+            for (i, dir) in dirs.iter().enumerate() {
+                let copies = if i == 0 { 2 } else { 1 };
+                for copy in 0..copies {
+                    let bytes = Bytes::from(vec![round * 16 + i as u8 + copy; 40_000 + i * 7_000]);
+                    want[i].extend_from_slice(&bytes);
+                    w.queue
+                        .submit(DiskOp::Append {
+                            dir: dir.clone(),
+                            segment_base: 0,
+                            file: SegmentFile::Log,
+                            bytes,
+                        })
+                        .unwrap();
+                }
+            }
+        }
+        let total: usize = want.iter().map(Vec::len).sum();
+        assert!(total > limits::DISK_APPEND_PARALLEL_BYTES_MIN * 4);
+        w.run();
+        for (i, want) in want.iter().enumerate() {
+            let got = fs::read(path(&logs, &format!("lanes-{i}"), 0, SegmentFile::Log)).unwrap();
+            assert!(
+                got == *want,
+                "file {i}: {} bytes, want {}",
+                got.len(),
+                want.len()
+            );
+        }
+        assert_eq!(w.queue.backlog.queued_bytes(), 0);
+        assert_eq!(w.disk.dirty_files.len(), dirs.len());
+        let _ = fs::remove_dir_all(&logs);
     }
 
     #[tokio::test]
