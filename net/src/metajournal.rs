@@ -321,10 +321,11 @@ fn take_bytes(body: &mut &[u8]) -> Option<Vec<u8>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn put(k: &str, v: &str) -> MetaOp {
+    /// A put of strings (also for `metastore.rs`'s tests).
+    pub(crate) fn put(k: &str, v: &str) -> MetaOp {
         MetaOp::Put {
             key: k.as_bytes().to_vec(),
             value: v.as_bytes().to_vec(),

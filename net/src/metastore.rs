@@ -174,13 +174,7 @@ fn apply(db: &sled::Db, ops: Vec<MetaOp>) -> Result<(), IoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn put(k: &str, v: &str) -> MetaOp {
-        MetaOp::Put {
-            key: k.as_bytes().to_vec(),
-            value: v.as_bytes().to_vec(),
-        }
-    }
+    use crate::metajournal::tests::put;
 
     /// sled releases its file lock from a background thread after the last
     /// handle drops: wait for it rather than race it.
