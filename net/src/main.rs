@@ -162,7 +162,6 @@ fn main() -> ExitCode {
 
 #[cfg(not(madsim))]
 fn main() -> ExitCode {
-    alloc::return_large_frees_to_the_system();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_exit(e),
