@@ -272,6 +272,18 @@ pub enum DiskOp {
         file: SegmentFile,
         bytes: Bytes,
     },
+    /// Append a record batch at the end of a segment's `.log`: `batch` as
+    /// the client sent it (or the broker built it) with its first 8 bytes,
+    /// the base offset, replaced by `base_offset`. Offsets are assigned
+    /// without copying the batch (the base offset lies outside its CRC);
+    /// `batch::with_base_offset` gives the bytes written. Creates the
+    /// directory and file when absent; no completion, as `Append`.
+    AppendBatch {
+        dir: PartitionDir,
+        segment_base: i64,
+        base_offset: i64,
+        batch: Bytes,
+    },
     /// Make every earlier operation durable (fdatasync of every file and
     /// directory touched or adopted since the last sync). Completion:
     /// `Input::SyncDone`.

@@ -180,6 +180,7 @@ impl DiskQueue {
     pub fn submit(&self, op: DiskOp) -> Result<(), IoError> {
         let appended = match &op {
             DiskOp::Append { bytes, .. } | DiskOp::AppendCleaned { bytes, .. } => bytes.len(),
+            DiskOp::AppendBatch { batch, .. } => batch.len(),
             _ => 0,
         };
         // Counted before it can run, so that no pin after it takes a cached
@@ -219,7 +220,10 @@ impl DiskQueue {
 
 /// Appends, which `Disk::append_all` writes together.
 fn is_append(op: &DiskOp) -> bool {
-    matches!(op, DiskOp::Append { .. } | DiskOp::AppendCleaned { .. })
+    matches!(
+        op,
+        DiskOp::Append { .. } | DiskOp::AppendBatch { .. } | DiskOp::AppendCleaned { .. }
+    )
 }
 
 /// Whether an op changes which file a live segment name holds: what makes
@@ -270,11 +274,61 @@ impl AppendLane {
 fn write_lane(writes: LaneWrites) -> LaneFailures {
     let mut failures = Vec::new();
     for (at, mut file, parts) in writes {
-        if let Some(e) = parts.iter().find_map(|bytes| file.write_all(bytes).err()) {
+        if let Err(e) = write_all_vectored(&mut file, &parts) {
             failures.push((at, e));
         }
     }
     failures
+}
+
+/// The parts written for `DiskOp::AppendBatch`: the new base offset, then
+/// the batch after its own (a slice, not a copy).
+fn batch_parts(base_offset: i64, batch: Bytes) -> Vec<Bytes> {
+    assert!(
+        batch.len() >= 8,
+        "a record batch starts with its base offset"
+    );
+    let offset = Bytes::copy_from_slice(&base_offset.to_be_bytes());
+    vec![offset, batch.slice(8..)]
+}
+
+/// Every byte of `parts`, in order, with as few writev(2) calls as the
+/// kernel allows (up to `IOV_MAX` slices each).
+fn write_all_vectored(file: &mut File, parts: &[Bytes]) -> io::Result<()> {
+    const IOV_MAX: usize = 1024;
+    let mut part = 0;
+    let mut offset = 0; // within parts[part]
+    while part < parts.len() {
+        if parts[part].len() == offset {
+            part += 1;
+            offset = 0;
+            continue;
+        }
+        let slices: Vec<io::IoSlice> = std::iter::once(&parts[part][offset..])
+            .chain(parts[part + 1..].iter().map(|p| &p[..]))
+            .take(IOV_MAX)
+            .map(io::IoSlice::new)
+            .collect();
+        let mut written = match file.write_vectored(&slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        // Advance past what was written.
+        while written > 0 {
+            let left = parts[part].len() - offset;
+            if written >= left {
+                written -= left;
+                part += 1;
+                offset = 0;
+            } else {
+                offset += written;
+                written = 0;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One file of one segment, under one of its names.
@@ -467,7 +521,9 @@ impl Disk {
                 let _ = completions.send(Input::ReadDone { io, result });
                 return;
             }
-            op @ (DiskOp::Append { .. } | DiskOp::AppendCleaned { .. }) => {
+            op @ (DiskOp::Append { .. }
+            | DiskOp::AppendBatch { .. }
+            | DiskOp::AppendCleaned { .. }) => {
                 self.append_all(vec![op]);
                 return;
             }
@@ -514,79 +570,84 @@ impl Disk {
         let mut files: Vec<(FileKey, Vec<Bytes>, usize)> = Vec::new();
         let mut total_bytes = 0;
         for op in ops {
-            let (key, bytes) = match op {
+            let (key, parts) = match op {
                 DiskOp::Append {
                     dir,
                     segment_base,
                     file,
                     bytes,
                 } => {
-                    if file == SegmentFile::Log {
+                    if file == SegmentFile::Log && !bytes.is_empty() {
                         self.log_appends += 1;
                         self.log_append_bytes += bytes.len() as u64;
                     }
-                    ((dir, segment_base, file, FileStage::Live), bytes)
+                    ((dir, segment_base, file, FileStage::Live), vec![bytes])
+                }
+                DiskOp::AppendBatch {
+                    dir,
+                    segment_base,
+                    base_offset,
+                    batch,
+                } => {
+                    self.log_appends += 1;
+                    self.log_append_bytes += batch.len() as u64;
+                    let key = (dir, segment_base, SegmentFile::Log, FileStage::Live);
+                    (key, batch_parts(base_offset, batch))
                 }
                 DiskOp::AppendCleaned {
                     dir,
                     segment_base,
                     file,
                     bytes,
-                } => ((dir, segment_base, file, FileStage::Cleaned), bytes),
+                } => ((dir, segment_base, file, FileStage::Cleaned), vec![bytes]),
                 _ => unreachable!("append_all takes appends only"),
             };
-            total_bytes += bytes.len();
+            let n: usize = parts.iter().map(Bytes::len).sum();
+            total_bytes += n;
             match files.iter_mut().find(|(k, _, _)| *k == key) {
-                Some((_, parts, n)) => {
-                    *n += bytes.len();
-                    parts.push(bytes);
+                Some((_, file_parts, file_n)) => {
+                    *file_n += n;
+                    file_parts.extend(parts);
                 }
-                None => {
-                    let n = bytes.len();
-                    files.push((key, vec![bytes], n));
-                }
+                None => files.push((key, parts, n)),
             }
         }
-        if self.lanes.is_empty()
-            || files.len() < 2
-            || total_bytes < limits::DISK_APPEND_PARALLEL_BYTES_MIN
-        {
-            for (key, parts, _) in files {
-                for bytes in parts {
-                    let result = self.append(&key, &bytes);
-                    self.backlog.done(bytes.len());
-                    self.keep_error(result);
-                }
-            }
-            return;
-        }
+        let parallel = !self.lanes.is_empty()
+            && files.len() >= 2
+            && total_bytes >= limits::DISK_APPEND_PARALLEL_BYTES_MIN;
         // Largest first, each to the lane with the fewest bytes so far; lane
-        // 0 is this thread. Files are opened here, where opening one may
-        // create it and dirty its directory.
-        files.sort_by_key(|(_, _, n)| std::cmp::Reverse(*n));
-        let mut lanes: Vec<LaneWrites> = (0..=self.lanes.len()).map(|_| Vec::new()).collect();
-        let mut lane_bytes = vec![0usize; lanes.len()];
+        // 0 is this thread (the only one for a small run). Files are opened
+        // here, where opening one may create it and dirty its directory.
+        if parallel {
+            files.sort_by_key(|(_, _, n)| std::cmp::Reverse(*n));
+        }
+        let lane_count = if parallel { self.lanes.len() + 1 } else { 1 };
+        let mut lanes: Vec<LaneWrites> = (0..lane_count).map(|_| Vec::new()).collect();
+        let mut lane_bytes = vec![0usize; lane_count];
+        // This thread's files, written through the worker's own descriptors.
+        let mut mine = Vec::new();
         for (at, (key, parts, n)) in files.iter_mut().enumerate() {
-            let opened = self.path(key).and_then(|path| {
-                self.file(key, true)
-                    .and_then(|f| f.try_clone())
-                    .map_err(|e| failed("open", &path, e))
-            });
-            let file = match opened {
-                Ok(file) => file,
-                Err(e) => {
-                    self.keep_error(Err(e));
-                    continue;
-                }
-            };
-            self.dirty_files.insert(key.clone());
-            let lane = (0..lane_bytes.len())
+            let lane = (0..lane_count)
                 .min_by_key(|&l| lane_bytes[l])
                 .expect("at least one lane");
             lane_bytes[lane] += *n;
-            lanes[lane].push((at, file, mem::take(parts)));
+            if lane == 0 {
+                mine.push(at);
+                continue;
+            }
+            let opened = self.path(key).and_then(|path| {
+                let file = self.file(key, true);
+                file.and_then(|f| f.try_clone())
+                    .map_err(|e| failed("open", &path, e))
+            });
+            match opened {
+                Ok(file) => {
+                    self.dirty_files.insert(key.clone());
+                    lanes[lane].push((at, file, mem::take(parts)));
+                }
+                Err(e) => self.keep_error(Err(e)),
+            }
         }
-        let mine = mem::take(&mut lanes[0]);
         let replies: Vec<_> = lanes
             .into_iter()
             .skip(1)
@@ -594,7 +655,18 @@ impl Disk {
             .filter(|(writes, _)| !writes.is_empty())
             .map(|(writes, lane)| lane.write(writes))
             .collect();
-        let mut failures = write_lane(mine);
+        let mut failures = Vec::new();
+        for at in mine {
+            let (key, parts, _) = &files[at];
+            let written = self.path(key).and_then(|path| {
+                let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
+                let written = write_all_vectored(file, parts);
+                // Open, so dirty, whatever the write did.
+                self.dirty_files.insert(key.clone());
+                written.map_err(|e| failed("append to", &path, e))
+            });
+            self.keep_error(written);
+        }
         for reply in replies {
             match reply.recv() {
                 Ok(lane_failures) => failures.extend(lane_failures),
@@ -616,17 +688,6 @@ impl Disk {
             warn!(error = %e.0, "disk op failed; the next sync will report it");
             self.error.get_or_insert(e);
         }
-    }
-
-    /// Appends at the end, creating the file (and its directory) when absent;
-    /// empty `bytes` only create it.
-    fn append(&mut self, key: &FileKey, bytes: &[u8]) -> Result<(), IoError> {
-        let path = self.path(key)?;
-        let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
-        file.write_all(bytes)
-            .map_err(|e| failed("append to", &path, e))?;
-        self.dirty_files.insert(key.clone());
-        Ok(())
     }
 
     /// Cuts (or pads with zeroes, as ftruncate does) to `len`, creating the
@@ -1768,6 +1829,36 @@ mod tests {
             }
             assert!(self.disk.error.is_none(), "{:?}", self.disk.error);
         }
+    }
+
+    #[test]
+    fn a_batch_is_written_with_its_new_base_offset() {
+        let logs = temp_logs("batch");
+        let mut w = HandDriven::new(&logs);
+        let dir = PartitionDir::new("batch", 0);
+        // More slices than one writev takes (two per batch).
+        let mut want = Vec::new();
+        for n in 0..3000i64 {
+            let mut sent = vec![0u8; 61];
+            sent[8..].fill((n % 251) as u8);
+            let mut written = sent.clone();
+            written[..8].copy_from_slice(&(1000 + n).to_be_bytes());
+            want.extend_from_slice(&written);
+            let batch = Bytes::from(sent);
+            w.queue
+                .submit(DiskOp::AppendBatch {
+                    dir: dir.clone(),
+                    segment_base: 0,
+                    base_offset: 1000 + n,
+                    batch,
+                })
+                .unwrap();
+        }
+        w.run();
+        let got = fs::read(path(&logs, "batch-0", 0, SegmentFile::Log)).unwrap();
+        assert!(got == want, "{} bytes, want {}", got.len(), want.len());
+        assert_eq!(&got[..8], &1000i64.to_be_bytes());
+        let _ = fs::remove_dir_all(&logs);
     }
 
     #[test]

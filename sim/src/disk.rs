@@ -221,6 +221,15 @@ impl SimDisk {
                 file,
                 bytes,
             } => self.append(live_key(dir, segment_base, file), &bytes, rng),
+            DiskOp::AppendBatch {
+                dir,
+                segment_base,
+                base_offset,
+                batch,
+            } => {
+                let bytes = doze_core::batch::with_base_offset(&batch, base_offset);
+                self.append(live_key(dir, segment_base, SegmentFile::Log), &bytes, rng)
+            }
             DiskOp::AppendCleaned {
                 dir,
                 segment_base,

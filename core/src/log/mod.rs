@@ -321,13 +321,25 @@ impl PartitionLog {
         } else {
             batch::NO_TIMESTAMP
         };
-        let bytes = batch::rewrite(&batch, base_offset, log_append_time.then_some(now_ms));
-        let header = batch::parse_header(&bytes).expect("append takes a validated batch");
+        // Only LogAppendTime changes bytes under the CRC, which takes a copy;
+        // the base offset is replaced as the batch is written (AppendBatch).
+        let batch = if log_append_time {
+            batch::rewrite(&batch, base_offset, Some(now_ms))
+        } else {
+            batch
+        };
+        let mut header = batch::parse_header(&batch).expect("append takes a validated batch");
+        header.base_offset = base_offset;
         assert!(
             header.last_offset_delta >= 0,
             "a validated batch has a non-negative offset delta"
         );
-        let size_bytes = bytes.len() as u64;
+        assert_eq!(
+            batch.len(),
+            header.total_bytes(),
+            "append takes exactly one batch"
+        );
+        let size_bytes = batch.len() as u64;
         let mut ops = Vec::new();
         let segment_ms = self.segment_ms;
         let roll = match self.segments.back_mut() {
@@ -354,11 +366,11 @@ impl PartitionLog {
             "a segment's base is at or before its batches"
         );
         let position = active.size_bytes;
-        ops.push(DiskOp::Append {
+        ops.push(DiskOp::AppendBatch {
             dir: dir.clone(),
             segment_base: active.base_offset,
-            file: SegmentFile::Log,
-            bytes,
+            base_offset,
+            batch,
         });
         ops.extend(active.on_batch(&dir, &header, position, INDEX_INTERVAL_BYTES));
         active.last_append_ms = now_ms;

@@ -55,6 +55,17 @@ impl Disk {
                 .or_default()
                 .bytes
                 .extend_from_slice(bytes),
+            DiskOp::AppendBatch {
+                dir,
+                segment_base,
+                base_offset,
+                batch,
+            } => self
+                .files
+                .entry((dir.clone(), *segment_base, SegmentFile::Log))
+                .or_default()
+                .bytes
+                .extend_from_slice(&batch::with_base_offset(batch, *base_offset)),
             DiskOp::Truncate {
                 dir,
                 segment_base,
@@ -403,16 +414,14 @@ fn three_segments() -> (PartitionLog, Disk, u64) {
 
 // ---- reading results ----
 
-/// The bytes of the `.log` Append among ops (what the batch became on disk).
+/// The bytes of the `.log` append among ops (what the batch became on disk).
 fn log_bytes_of(ops: &[DiskOp]) -> Bytes {
-    let appended: Vec<&Bytes> = ops
+    let appended: Vec<Bytes> = ops
         .iter()
         .filter_map(|op| match op {
-            DiskOp::Append {
-                file: SegmentFile::Log,
-                bytes,
-                ..
-            } if !bytes.is_empty() => Some(bytes),
+            DiskOp::AppendBatch {
+                base_offset, batch, ..
+            } => Some(batch::with_base_offset(batch, *base_offset)),
             _ => None,
         })
         .collect();
@@ -425,6 +434,7 @@ fn appended_files(ops: &[DiskOp]) -> Vec<SegmentFile> {
     ops.iter()
         .filter_map(|op| match op {
             DiskOp::Append { file, bytes, .. } if !bytes.is_empty() => Some(*file),
+            DiskOp::AppendBatch { .. } => Some(SegmentFile::Log),
             _ => None,
         })
         .collect()
@@ -559,16 +569,17 @@ fn append_assigns_offsets_and_reads_back_the_bytes_it_wrote() {
     assert_eq!(infos[0].ops[..4], creates(0)[..]);
     assert_eq!(appended_files(&infos[0].ops), vec![SegmentFile::Log]);
     match &infos[1].ops[..] {
-        [DiskOp::Append {
+        [DiskOp::AppendBatch {
             dir: d,
             segment_base: 0,
-            file: SegmentFile::Log,
-            bytes,
+            base_offset: 3,
+            batch: sent,
         }] => {
             assert_eq!(d, &dir());
-            let header = batch::check_batch(bytes).unwrap();
+            assert_eq!(sent, &batch(1), "the batch as sent, not a copy");
+            let written = batch::with_base_offset(sent, 3);
+            let header = batch::check_batch(&written).unwrap();
             assert_eq!((header.base_offset, header.last_offset()), (3, 3));
-            assert_eq!(bytes[8..], batch(1)[8..], "only the base offset changed");
         }
         other => panic!("{other:?}"),
     }
@@ -677,9 +688,8 @@ fn rolls_segments_by_size_and_creates_each_segments_files() {
     assert_eq!(roll[1..5], creates(2)[..]);
     assert!(matches!(
         roll[5],
-        DiskOp::Append {
+        DiskOp::AppendBatch {
             segment_base: 2,
-            file: SegmentFile::Log,
             ..
         }
     ));
@@ -1661,7 +1671,9 @@ fn recovery_never_appends_to_a_segment_below_the_recovery_point() {
         .ops
         .iter()
         .filter_map(|op| match op {
-            DiskOp::Append { segment_base, .. } => Some(*segment_base),
+            DiskOp::Append { segment_base, .. } | DiskOp::AppendBatch { segment_base, .. } => {
+                Some(*segment_base)
+            }
             _ => None,
         })
         .collect();
@@ -1737,7 +1749,7 @@ fn recovery_of_nothing_and_of_an_empty_segment() {
     assert_eq!(appended_files(&info.ops), vec![SegmentFile::Log]);
     assert!(matches!(
         info.ops[0],
-        DiskOp::Append {
+        DiskOp::AppendBatch {
             segment_base: 40,
             ..
         }

@@ -254,6 +254,17 @@ impl World {
                     .or_default()
                     .data
                     .extend_from_slice(&bytes),
+                DiskOp::AppendBatch {
+                    dir,
+                    segment_base,
+                    base_offset,
+                    batch,
+                } => self
+                    .files
+                    .entry((dir, segment_base, SegmentFile::Log))
+                    .or_default()
+                    .data
+                    .extend_from_slice(&doze_core::batch::with_base_offset(&batch, base_offset)),
                 DiskOp::Sync { io } => self.pending_syncs.push_back(io),
                 DiskOp::Truncate {
                     dir,

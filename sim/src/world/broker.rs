@@ -162,13 +162,8 @@ impl World {
                 {
                     self.stats.cleaned_segments += 1;
                 }
-                if let DiskOp::Append {
-                    file: SegmentFile::Log,
-                    bytes,
-                    ..
-                } = &op
-                {
-                    self.marker_unsynced |= holds_control_batch(bytes);
+                if let DiskOp::AppendBatch { batch, .. } = &op {
+                    self.marker_unsynced |= holds_control_batch(batch);
                 }
                 let summary = self.disk.apply(op, &mut self.rng);
                 self.note(format!("disk {summary}"));
