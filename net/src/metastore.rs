@@ -49,7 +49,7 @@ impl MetaStore {
     pub fn open(data: &DataDir) -> anyhow::Result<MetaStore> {
         let path = data.meta_db_path();
         let fresh = !path.exists();
-        let db = sled::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        let db = open_sled(&path).with_context(|| format!("cannot open {}", path.display()))?;
         if fresh {
             // meta.db's own entry in ours (its files: sledsync.rs).
             sync_dir(data.root())
@@ -154,6 +154,27 @@ impl MetaStore {
     /// How long sled's own flush took, the last time (for the debug log).
     pub fn last_sled_flush_us(&self) -> u64 {
         self.durable.last_sled_flush_us()
+    }
+}
+
+/// sled releases its file lock from a background thread after the last
+/// handle of an earlier open in this process drops (`doze-kafka users add`
+/// run twice in one test, a start right after a stop). The data dir's lock
+/// already keeps other processes out, so a held sled lock is that thread
+/// about to let go: wait for it, up to 5 s.
+fn open_sled(path: &std::path::Path) -> sled::Result<sled::Db> {
+    let mut attempts = 0;
+    loop {
+        match sled::open(path) {
+            // sled wraps the flock failure as ErrorKind::Other (its config.rs).
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock") && attempts < 100 =>
+            {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
     }
 }
 

@@ -134,7 +134,10 @@ mod tests {
         assert!(err.to_string().contains("in use"), "{err}");
         drop(locked);
 
-        let db = sled::open(root.join("meta.db")).unwrap();
+        // Read back as the broker's start-up opens it.
+        let data = DataDir::open(&root).unwrap();
+        let store = MetaStore::open(&data).unwrap();
+        let db = store.db();
         let key = store::scram_key("alice", Mechanism::Sha256);
         let value = db.get(&key).unwrap().expect("stored");
         // Read back as the broker's boot reads it.
@@ -155,7 +158,8 @@ mod tests {
             .get(store::scram_key("bob", Mechanism::Sha512))
             .unwrap()
             .is_none());
-        drop(db);
+        drop(store);
+        drop(data);
         std::fs::remove_dir_all(&root).unwrap();
     }
 
