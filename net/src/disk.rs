@@ -547,10 +547,7 @@ impl Disk {
             DiskOp::DeletePartition { dir } => self.delete_partition(&dir),
             DiskOp::Adopt { dir, segment_base } => self.adopt(&dir, segment_base),
         };
-        if let Err(e) = result {
-            warn!(error = %e.0, "disk op failed; the next sync will report it");
-            self.error.get_or_insert(e);
-        }
+        self.keep_error(result);
         if name_change {
             // Done, failed or not: the reader's cache was brought up to date
             // before the op touched the names, and pins may use it again.

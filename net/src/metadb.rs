@@ -152,16 +152,10 @@ mod tests {
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
 
-        // A clean stop checkpoints: sled itself holds both batches.
-        // sled releases its file lock from a background thread after the
-        // last handle drops; reopening may race it, so wait for the lock.
-        let reopened = (0..100).find_map(|_| {
-            sled::open(data.meta_db_path()).ok().or_else(|| {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                None
-            })
-        });
-        let db = reopened.expect("meta.db reopens within 5 s");
+        // A clean stop checkpoints: sled itself holds both batches. sled
+        // releases its file lock from a background thread after the last
+        // handle drops; `open_sled` waits for it.
+        let db = crate::metastore::open_sled(&data.meta_db_path()).unwrap();
         assert!(db.get(b"a").unwrap().is_none());
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
         drop(db);

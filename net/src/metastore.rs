@@ -162,7 +162,7 @@ impl MetaStore {
 /// run twice in one test, a start right after a stop). The data dir's lock
 /// already keeps other processes out, so a held sled lock is that thread
 /// about to let go: wait for it, up to 5 s.
-fn open_sled(path: &std::path::Path) -> sled::Result<sled::Db> {
+pub(crate) fn open_sled(path: &std::path::Path) -> sled::Result<sled::Db> {
     let mut attempts = 0;
     loop {
         match sled::open(path) {
@@ -197,19 +197,6 @@ mod tests {
     use super::*;
     use crate::metajournal::tests::put;
 
-    /// sled releases its file lock from a background thread after the last
-    /// handle drops: wait for it rather than race it.
-    fn reopen(data: &DataDir) -> MetaStore {
-        (0..100)
-            .find_map(|_| {
-                MetaStore::open(data).ok().or_else(|| {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                    None
-                })
-            })
-            .expect("meta.db reopens within 5 s")
-    }
-
     #[test]
     fn a_journaled_write_sled_never_got_is_there_after_a_crash() {
         let root = std::env::temp_dir().join(format!("doze-metastore-test-{}", std::process::id()));
@@ -224,7 +211,7 @@ mod tests {
         let second = [MetaOp::Delete { key: b"a".to_vec() }, put("c", "3")];
         assert!(matches!(store.store(&[&second]), Ok(Stored::Journaled)));
         drop(store);
-        let store = reopen(&data);
+        let store = MetaStore::open(&data).unwrap();
         let db = store.db();
         assert!(db.get(b"a").unwrap().is_none());
         assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
@@ -248,7 +235,7 @@ mod tests {
             _ => panic!("expected a direct flush"),
         }
         drop(store);
-        let store = reopen(&data);
+        let store = MetaStore::open(&data).unwrap();
         assert_eq!(
             store.db().get(b"large").unwrap().map(|v| v.len()),
             Some(value.len())
