@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::io::MetaOp;
-use crate::limits;
 use crate::log::recovery::LogCheckpoint;
 use crate::log::PartitionLog;
 use crate::meta;
@@ -93,10 +92,12 @@ pub(crate) enum Due {
 }
 
 /// Checkpoints of every partition, and when to look at them next.
-#[derive(Default)]
 pub(crate) struct Checkpoints {
     states: BTreeMap<PartitionKey, CheckpointState>,
     next_check_ms: i64,
+    /// `BrokerConfig::checkpoint_bytes` and `checkpoint_interval_ms`.
+    bytes: u64,
+    interval_ms: i64,
 }
 
 impl PendingCheckpoint {
@@ -106,6 +107,15 @@ impl PendingCheckpoint {
 }
 
 impl Checkpoints {
+    pub fn new(bytes: u64, interval_ms: i64) -> Self {
+        Self {
+            states: BTreeMap::new(),
+            next_check_ms: 0,
+            bytes,
+            interval_ms,
+        }
+    }
+
     /// A partition recovered from its checkpoint at `offset`.
     pub fn booted(
         &mut self,
@@ -140,17 +150,18 @@ impl Checkpoints {
         self.next_check_ms
     }
 
-    /// Whether a checkpoint of the partition is due for `due`; if it is, it
-    /// is in flight from now.
-    pub fn start_if_due(
-        &mut self,
+    /// Whether a checkpoint of the partition is due for `due` (and none is
+    /// in flight).
+    pub fn is_due(
+        &self,
         key: &PartitionKey,
         log: &PartitionLog,
         cleaner_first_dirty_offset: i64,
         due: Due,
         now_ms: i64,
     ) -> bool {
-        let state = self.states.entry(key.clone()).or_default();
+        let fresh = CheckpointState::default();
+        let state = self.states.get(key).unwrap_or(&fresh);
         if state.in_flight {
             return false;
         }
@@ -161,20 +172,21 @@ impl Checkpoints {
         if !moved {
             return false;
         }
-        let grown =
-            log.durable_bytes().saturating_sub(state.durable_bytes) >= limits::CHECKPOINT_BYTES;
-        let old = now_ms - state.written_ms >= limits::CHECKPOINT_INTERVAL_MS;
+        let grown = log.durable_bytes().saturating_sub(state.durable_bytes) >= self.bytes;
+        let old = now_ms - state.written_ms >= self.interval_ms;
         let start_moved = state.log_start_offset != log.log_start_offset();
-        let go = match due {
+        match due {
             Due::Now => true,
             Due::Bytes => grown,
             Due::Time => grown || old || start_moved,
-        };
-        if !go {
-            return false;
         }
+    }
+
+    /// A checkpoint of the partition is in flight from now.
+    pub fn start(&mut self, key: &PartitionKey) {
+        let state = self.states.entry(key.clone()).or_default();
+        assert!(!state.in_flight, "one checkpoint of a partition at a time");
         state.in_flight = true;
-        true
     }
 
     /// The timer: whether every partition is to be looked at now (a few
@@ -183,7 +195,7 @@ impl Checkpoints {
         if now_ms < self.next_check_ms {
             return false;
         }
-        self.next_check_ms = now_ms + (limits::CHECKPOINT_INTERVAL_MS / 4).max(1);
+        self.next_check_ms = now_ms + (self.interval_ms / 4).max(1);
         true
     }
 

@@ -10,6 +10,9 @@ pub enum PlantedBug {
     EndTxnBeforeMarkersDurable,
     /// read_committed fetches read up to the high watermark, not the LSO.
     ServeAboveLso,
+    /// Recovery checkpoints written after any sync, though a
+    /// `SyncScope::Logs` sync leaves the index entries below them unsynced.
+    CheckpointBeforeIndexesDurable,
 }
 
 /// Configuration given to `Broker::new`. Defaults follow Apache Kafka.
@@ -19,6 +22,12 @@ pub struct BrokerConfig {
     /// one. Never set by `set()` (no broker property reaches it) nor by the
     /// binary: only tests and `doze-sim --plant-bug` set it.
     pub planted_bug: Option<PlantedBug>,
+    /// How far (bytes made durable) and how long a partition may go without
+    /// a recovery checkpoint (`crate::checkpoint`). Not broker properties:
+    /// `limits` gives the defaults, and the simulator draws smaller ones so
+    /// that its short runs start from checkpoints often.
+    pub checkpoint_bytes: u64,
+    pub checkpoint_interval_ms: i64,
     pub node_id: i32,
     /// Host and port clients are told to connect to (Metadata, FindCoordinator).
     pub advertised_host: String,
@@ -93,6 +102,8 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         Self {
             planted_bug: None,
+            checkpoint_bytes: crate::limits::CHECKPOINT_BYTES,
+            checkpoint_interval_ms: crate::limits::CHECKPOINT_INTERVAL_MS,
             node_id: 1,
             advertised_host: "127.0.0.1".into(),
             advertised_port: 9092,

@@ -285,9 +285,9 @@ pub enum DiskOp {
         batch: Bytes,
     },
     /// Make every earlier operation durable (fdatasync of every file and
-    /// directory touched or adopted since the last sync). Completion:
-    /// `Input::SyncDone`.
-    Sync { io: IoId },
+    /// directory touched or adopted since the last sync), but for what
+    /// `scope` leaves for a later one. Completion: `Input::SyncDone`.
+    Sync { io: IoId, scope: SyncScope },
     /// Cut one of a segment's files to `len` bytes (a torn tail, unsynced
     /// bytes after a failed sync, an index entry past its log).
     Truncate {
@@ -344,6 +344,24 @@ pub enum DiskOp {
         dir: PartitionDir,
         segment_base: i64,
     },
+}
+
+/// What a `DiskOp::Sync` makes durable.
+///
+/// A live segment's index files (`.index`, `.timeindex`, `.txnindex`) are
+/// a cache of its batch headers: a start-up trusts them only below the
+/// partition's recovery checkpoint and writes them again above it (as Kafka
+/// rebuilds the indexes above its recovery point). So an acknowledged write
+/// needs its `.log` bytes durable, not its index entries, and only the sync
+/// a checkpoint is taken after must cover those (`checkpoint`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncScope {
+    /// Every earlier operation but appends to live index files: a file
+    /// whose only unsynced change is appended entries stays unsynced (its
+    /// directory entry is synced), until an `All` sync.
+    Logs,
+    /// Every earlier operation, the deferred index appends included.
+    All,
 }
 
 /// One change to meta.db; a batch of them is applied atomically.

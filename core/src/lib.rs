@@ -30,6 +30,6 @@ pub use broker::{Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
 pub use io::{
     BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, MetaOp,
-    Output, PartitionDir, SegmentFile,
+    Output, PartitionDir, SegmentFile, SyncScope,
 };
 pub use topics::PartitionKey;

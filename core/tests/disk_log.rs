@@ -144,86 +144,100 @@ fn lost_index_files_are_rebuilt_from_the_batch_headers() {
     assert_eq!(read_all(&mut w, 0, 500), expect);
 }
 
+/// Runs `count` transactions of 3 records on t-0 as `tx` (every third one
+/// aborted, the first included); returns the values committed, in order.
+fn run_txns(
+    w: &mut World,
+    pid: i64,
+    epoch: i16,
+    seq: &mut i32,
+    first: usize,
+    count: usize,
+) -> Vec<Vec<u8>> {
+    let mut committed = Vec::new();
+    for n in first..first + count {
+        assert_eq!(add_partitions(w, 1, "tx", pid, epoch, &[("t", 0)]), vec![0]);
+        let values: Vec<Vec<u8>> = (0..3).map(|i| vec![n as u8; 200 + i]).collect();
+        let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+        w.send(
+            1,
+            9,
+            &produce_req("t", 0, txn_batch(&refs, pid, epoch, *seq), -1),
+        );
+        assert_eq!(produce_answer(w, 1).unwrap().0, 0);
+        *seq += 3;
+        let commit = n % 3 != 0;
+        assert_eq!(end_txn(w, 1, "tx", pid, epoch, commit), Some(0));
+        if commit {
+            committed.extend(values);
+        }
+    }
+    committed
+}
+
+/// The `.txnindex` entries on t-0's files (what a reader sees).
+fn aborted_entries(w: &World) -> usize {
+    w.files
+        .iter()
+        .filter(|((_, _, kind), _)| *kind == SegmentFile::TxnIndex)
+        .map(|(_, f)| f.data.len() / 34)
+        .sum()
+}
+
+/// Reads t-0 read_committed from the start, dropping what a client drops.
+fn read_committed(w: &mut World) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        w.send(7, 12, &fetch_isolated("t", 0, offset, true));
+        let p = fetch_answer(w, 7).unwrap();
+        assert_eq!(p.error_code, 0);
+        let aborted: Vec<i64> = p
+            .aborted_transactions
+            .unwrap_or_default()
+            .iter()
+            .map(|a| a.first_offset)
+            .collect();
+        let records = whole_batches(&p.records.unwrap_or_default());
+        if records.is_empty() {
+            return out;
+        }
+        let mut buf = records.clone();
+        let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut buf).unwrap();
+        // A client drops the data of aborted transactions: from an aborted
+        // first offset up to its marker, the producer's records are skipped.
+        let mut skipping = false;
+        for set in sets {
+            let end = set.records.last().map(|r| r.offset + 1);
+            for r in set.records {
+                if r.offset < offset {
+                    continue;
+                }
+                if r.control {
+                    skipping = false;
+                    continue;
+                }
+                if aborted.contains(&r.offset) {
+                    skipping = true;
+                }
+                if !skipping {
+                    out.push(r.value.clone().unwrap().to_vec());
+                }
+                offset = r.offset + 1;
+            }
+            offset = offset.max(end.unwrap_or(offset));
+        }
+    }
+}
+
 #[test]
 fn read_committed_across_segments_survives_restarts_and_a_lost_txnindex() {
     let mut w = World::new(small_segments());
     create_topic(&mut w, "t", 1);
     let (err, pid, epoch) = init_txn(&mut w, 1, "tx", 600_000);
     assert_eq!(err, 0);
-    let mut committed = Vec::new();
-    let mut seq = 0;
-    for n in 0..30 {
-        assert_eq!(
-            add_partitions(&mut w, 1, "tx", pid, epoch, &[("t", 0)]),
-            vec![0]
-        );
-        let values: Vec<Vec<u8>> = (0..3).map(|i| vec![n as u8; 200 + i]).collect();
-        let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
-        w.send(
-            1,
-            9,
-            &produce_req("t", 0, txn_batch(&refs, pid, epoch, seq), -1),
-        );
-        assert_eq!(produce_answer(&mut w, 1).unwrap().0, 0);
-        seq += 3;
-        let commit = n % 3 != 0;
-        assert_eq!(end_txn(&mut w, 1, "tx", pid, epoch, commit), Some(0));
-        if commit {
-            committed.extend(values);
-        }
-    }
-    let aborted_entries = |w: &World| -> usize {
-        w.files
-            .iter()
-            .filter(|((_, _, kind), _)| *kind == SegmentFile::TxnIndex)
-            .map(|(_, f)| f.data.len() / 34)
-            .sum()
-    };
+    let committed = run_txns(&mut w, pid, epoch, &mut 0, 0, 30);
     assert_eq!(aborted_entries(&w), 10, "one .txnindex entry per abort");
-    let read_committed = |w: &mut World| -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        let mut offset = 0;
-        loop {
-            w.send(7, 12, &fetch_isolated("t", 0, offset, true));
-            let p = fetch_answer(w, 7).unwrap();
-            assert_eq!(p.error_code, 0);
-            let aborted: Vec<i64> = p
-                .aborted_transactions
-                .unwrap_or_default()
-                .iter()
-                .map(|a| a.first_offset)
-                .collect();
-            let records = whole_batches(&p.records.unwrap_or_default());
-            if records.is_empty() {
-                return out;
-            }
-            let mut buf = records.clone();
-            let sets = kafka_protocol::records::RecordBatchDecoder::decode_all(&mut buf).unwrap();
-            // A client drops the data of aborted transactions: from an aborted
-            // first offset up to its marker, the producer's records are skipped.
-            let mut skipping = false;
-            for set in sets {
-                let end = set.records.last().map(|r| r.offset + 1);
-                for r in set.records {
-                    if r.offset < offset {
-                        continue;
-                    }
-                    if r.control {
-                        skipping = false;
-                        continue;
-                    }
-                    if aborted.contains(&r.offset) {
-                        skipping = true;
-                    }
-                    if !skipping {
-                        out.push(r.value.clone().unwrap().to_vec());
-                    }
-                    offset = r.offset + 1;
-                }
-                offset = offset.max(end.unwrap_or(offset));
-            }
-        }
-    };
     assert_eq!(read_committed(&mut w), committed);
     w.stop_and_restart();
     assert_eq!(read_committed(&mut w), committed);
@@ -235,6 +249,78 @@ fn read_committed_across_segments_survives_restarts_and_a_lost_txnindex() {
     assert_eq!(read_committed(&mut w), committed);
     w.restart(true);
     assert_eq!(read_committed(&mut w), committed);
+}
+
+/// Index bytes of t-0's live files that a power cut would take.
+fn unsynced_index_bytes(w: &World) -> usize {
+    w.files
+        .iter()
+        .filter(|((_, _, kind), _)| *kind != SegmentFile::Log)
+        .map(|(_, f)| f.data.len() - f.synced_len)
+        .sum()
+}
+
+fn unsynced_log_bytes(w: &World) -> usize {
+    w.files
+        .iter()
+        .filter(|((_, _, kind), _)| *kind == SegmentFile::Log)
+        .map(|(_, f)| f.data.len() - f.synced_len)
+        .sum()
+}
+
+/// Transactions, a checkpoint on the timer, more transactions, a power
+/// cut: what read_committed reads afterwards, and whether the start-up read
+/// only above the checkpoint.
+fn checkpoint_then_power_cut(config: BrokerConfig) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, bool) {
+    let mut w = World::new(config);
+    create_topic(&mut w, "t", 1);
+    let (err, pid, epoch) = init_txn(&mut w, 1, "tx", 600_000);
+    assert_eq!(err, 0);
+    let mut seq = 0;
+    let mut committed = run_txns(&mut w, pid, epoch, &mut seq, 0, 24);
+    // Answered writes are on disk; their index entries need not be.
+    assert_eq!(unsynced_log_bytes(&w), 0, "every answered batch is synced");
+    assert!(
+        unsynced_index_bytes(&w) > 0,
+        "syncs for acknowledged writes leave index appends unsynced"
+    );
+    // The checkpoint timer.
+    w.advance(doze_core::limits::CHECKPOINT_INTERVAL_MS);
+    assert!(
+        w.meta.keys().any(|k| k.starts_with(b"ckpt/")),
+        "a checkpoint is written on the timer"
+    );
+    let synced_at_checkpoint = unsynced_index_bytes(&w) == 0;
+    let recovery_point = w.broker.partition("t", 0).unwrap().end_position();
+    committed.extend(run_txns(&mut w, pid, epoch, &mut seq, 24, 24));
+    w.reads_log.clear();
+    w.restart(true);
+    let above = log_reads(&w).iter().all(|r| {
+        (r.segment_base, r.position) >= (recovery_point.segment_base, recovery_point.position)
+    });
+    (
+        read_committed(&mut w),
+        committed,
+        synced_at_checkpoint && above,
+    )
+}
+
+#[test]
+fn a_checkpoint_waits_for_the_index_entries_below_it_and_a_power_cut_loses_only_those_above() {
+    let (read, committed, from_checkpoint) = checkpoint_then_power_cut(small_segments());
+    assert!(
+        from_checkpoint,
+        "the index files were synced before the checkpoint, and the start read only above it"
+    );
+    assert_eq!(read, committed, "read_committed after the power cut");
+    // The planted bug writes the checkpoint without that sync: the power cut
+    // takes `.txnindex` entries it vouched for, and aborted records are read.
+    let planted = BrokerConfig {
+        planted_bug: Some(doze_core::PlantedBug::CheckpointBeforeIndexesDurable),
+        ..small_segments()
+    };
+    let (read, committed, _) = checkpoint_then_power_cut(planted);
+    assert_ne!(read, committed, "the planted bug is caught");
 }
 
 #[test]

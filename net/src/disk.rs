@@ -14,7 +14,10 @@
 //! adopted at start-up (`DiskOp::Adopt`, with its directory): a crashed
 //! process may have left it in the page cache only. A `Sync` fdatasyncs the
 //! dirty files and fsyncs the dirty directories, and only then reports
-//! `SyncDone`.
+//! `SyncDone`. A live index file whose only change is appends is kept apart
+//! (`index_appends`): a `SyncScope::Logs` sync leaves it for the next
+//! `SyncScope::All` one (the core's checkpoints wait for that), so a
+//! produce round fdatasyncs one file per partition, not three.
 //!
 //! Reads (`DiskOp::Read`, the core's start-up scan and its searches of batch
 //! headers) are carried out in order with the writes, so they see every op
@@ -77,6 +80,7 @@ use bytes::Bytes;
 use doze_core::limits;
 use doze_core::{
     DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, PartitionDir, SegmentFile,
+    SyncScope,
 };
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
@@ -363,6 +367,11 @@ struct Disk {
     open_files_max: usize,
     uses: u64,
     dirty_files: HashSet<FileKey>,
+    /// Live index files not in `dirty_files` whose only change since their
+    /// last fdatasync is appends: synced by `SyncScope::All` rounds only.
+    index_appends: HashSet<FileKey>,
+    /// The widest scope of the `Sync`s gathered into the round being built.
+    round_scope: SyncScope,
     dirty_dirs: HashSet<PathBuf>,
     /// Directories whose fsync failed in a round: they stay dirty for the
     /// next one (a removal is durable only once an fsync of its directory
@@ -401,6 +410,8 @@ impl Disk {
             open_files_max,
             uses: 0,
             dirty_files: HashSet::new(),
+            index_appends: HashSet::new(),
+            round_scope: SyncScope::Logs,
             dirty_dirs: HashSet::new(),
             dirs_to_retry: Arc::default(),
             pool: Arc::new(SyncPool::start().expect("start the fdatasync threads")),
@@ -507,8 +518,11 @@ impl Disk {
     ) {
         let name_change = changes_live_names(&op);
         let result = match op {
-            DiskOp::Sync { io } => {
+            DiskOp::Sync { io, scope } => {
                 syncs.push((io, self.error.take()));
+                if scope == SyncScope::All {
+                    self.round_scope = SyncScope::All;
+                }
                 return;
             }
             DiskOp::Read { io, range } => {
@@ -642,7 +656,7 @@ impl Disk {
             });
             match opened {
                 Ok(file) => {
-                    self.dirty_files.insert(key.clone());
+                    self.appended(key);
                     lanes[lane].push((at, file, mem::take(parts)));
                 }
                 Err(e) => self.keep_error(Err(e)),
@@ -662,7 +676,7 @@ impl Disk {
                 let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
                 let written = write_all_vectored(file, parts);
                 // Open, so dirty, whatever the write did.
-                self.dirty_files.insert(key.clone());
+                self.appended(key);
                 written.map_err(|e| failed("append to", &path, e))
             });
             self.keep_error(written);
@@ -682,6 +696,24 @@ impl Disk {
         }
     }
 
+    /// Marks a file appended to: dirty, or for a live index file not dirty
+    /// otherwise, left for an `All` sync.
+    fn appended(&mut self, key: &FileKey) {
+        let live_index = key.2 != SegmentFile::Log && key.3 == FileStage::Live;
+        if live_index && !self.dirty_files.contains(key) {
+            self.index_appends.insert(key.clone());
+        } else {
+            self.dirty_files.insert(key.clone());
+        }
+    }
+
+    /// Marks a file changed otherwise than by appends (cut, adopted, renamed
+    /// here): dirty for the next sync of any scope.
+    fn changed(&mut self, key: FileKey) {
+        self.index_appends.remove(&key);
+        self.dirty_files.insert(key);
+    }
+
     /// The first failure since the last `Sync` is what it reports.
     fn keep_error(&mut self, result: Result<(), IoError>) {
         if let Err(e) = result {
@@ -697,7 +729,7 @@ impl Disk {
         let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
         file.set_len(len)
             .map_err(|e| failed("truncate", &path, e))?;
-        self.dirty_files.insert(key.clone());
+        self.changed(key.clone());
         Ok(())
     }
 
@@ -762,11 +794,13 @@ impl Disk {
         // bring it back as it was last synced, which the core allows for).
         self.open.remove(&to_key);
         self.dirty_files.remove(&to_key);
+        self.index_appends.remove(&to_key);
         if let Some(open) = self.open.remove(from) {
             self.open.insert(to_key.clone(), open);
         }
-        if self.dirty_files.remove(from) {
-            self.dirty_files.insert(to_key);
+        // Appends left for an `All` sync go with the rename's sync.
+        if self.dirty_files.remove(from) | self.index_appends.remove(from) {
+            self.changed(to_key);
         }
         self.dirty_dirs
             .insert(partition_path(&self.logs_dir, &dir)?);
@@ -797,6 +831,7 @@ impl Disk {
                 // Its pending writes die with it; there is nothing left to sync.
                 self.open.remove(&key);
                 self.dirty_files.remove(&key);
+                self.index_appends.remove(&key);
                 let path = self.path(&key)?;
                 match fs::remove_file(&path) {
                     Ok(()) => {
@@ -819,6 +854,7 @@ impl Disk {
         self.reader.forget_partition(dir);
         self.open.retain(|(d, _, _, _), _| d != dir);
         self.dirty_files.retain(|(d, _, _, _)| d != dir);
+        self.index_appends.retain(|(d, _, _, _)| d != dir);
         self.dirty_dirs.remove(&path);
         match fs::remove_dir_all(&path) {
             Ok(()) => {
@@ -839,7 +875,7 @@ impl Disk {
         for kind in SegmentFile::ALL {
             let key = (dir.clone(), base, kind, FileStage::Live);
             if self.open.contains_key(&key) || self.path(&key)?.exists() {
-                self.dirty_files.insert(key);
+                self.changed(key);
             }
         }
         self.dirty_dirs.insert(dir_path);
@@ -905,7 +941,7 @@ impl Disk {
             .map(|(key, _)| key.clone());
         let Some(key) = oldest else { return };
         let open = self.open.remove(&key).expect("found above");
-        if self.dirty_files.remove(&key) {
+        if self.dirty_files.remove(&key) | self.index_appends.remove(&key) {
             if let Err(e) = open.file.sync_data() {
                 let e = IoError(format!("cannot fdatasync {}: {e}", describe(&key)));
                 warn!(error = %e.0, "sync before close failed; the next sync will report it");
@@ -919,7 +955,11 @@ impl Disk {
     /// opened here, in order with the ops, so that a deletion queued after
     /// the sync cannot make the syncer miss a file it had to sync.
     fn take_round(&mut self, syncs: Vec<(IoId, Option<IoError>)>) -> SyncRound {
-        let files = mem::take(&mut self.dirty_files)
+        let mut keys = mem::take(&mut self.dirty_files);
+        if mem::replace(&mut self.round_scope, SyncScope::Logs) == SyncScope::All {
+            keys.extend(self.index_appends.drain());
+        }
+        let files = keys
             .into_iter()
             .map(|key| {
                 let file = match self.open.get(&key) {
@@ -954,6 +994,7 @@ impl Disk {
     /// cannot trust. A directory whose fsync failed stays dirty
     /// (`dirs_to_retry`): its removals are not the core's to rewrite.
     fn sync_dirty(&mut self) -> Result<(), IoError> {
+        self.round_scope = SyncScope::All;
         let round = self.take_round(Vec::new());
         sync_round(&round, &self.dirs_to_retry, &self.pool)
     }
@@ -1166,10 +1207,20 @@ mod tests {
         queue
             .submit(append(&p, 0, SegmentFile::OffsetIndex, b"12345678"))
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(metrics.group_commit_totals(), (1, 2, 11));
-        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(
             metrics.group_commit_totals(),
@@ -1192,7 +1243,12 @@ mod tests {
             backlog.queued_bytes() <= 5,
             "only appends count, until written"
         );
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(
             backlog.queued_bytes(),
@@ -1203,7 +1259,12 @@ mod tests {
         let bad = PartitionDir::new("orders", 1);
         fs::write(logs.join(bad.dir_name()), b"a file, not a directory").unwrap();
         queue.submit(log(&bad, 0, b"lost")).unwrap();
-        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert!(sync_result(&mut done, 2).is_err());
         assert_eq!(
             backlog.queued_bytes(),
@@ -1224,13 +1285,23 @@ mod tests {
 
         queue.submit(log(&p, 0, b"hello")).unwrap();
         queue.submit(log(&p, 0, b" world")).unwrap();
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(fs::read(&seg0).unwrap(), b"hello world");
 
         queue.submit(truncate(&p, 0, SegmentFile::Log, 5)).unwrap();
         queue.submit(log(&p, 0, b"!")).unwrap();
-        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(fs::read(&seg0).unwrap(), b"hello!");
 
@@ -1247,7 +1318,12 @@ mod tests {
                 segment_base: 7,
             })
             .unwrap(); // absent: fine
-        queue.submit(DiskOp::Sync { io: 3 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 3,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 3), Ok(()));
         assert!(!seg0.exists());
         assert_eq!(fs::read(&seg100).unwrap(), b"x");
@@ -1260,7 +1336,12 @@ mod tests {
                 dir: PartitionDir::new("never", 1),
             })
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 4 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 4,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 4), Ok(()));
         assert!(!logs.join("orders-0").exists());
 
@@ -1270,15 +1351,30 @@ mod tests {
         queue
             .submit(log(&PartitionDir::new("blocked", 0), 0, b"x"))
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 5 }).unwrap();
-        queue.submit(DiskOp::Sync { io: 6 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 5,
+                scope: SyncScope::All,
+            })
+            .unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 6,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert!(sync_result(&mut done, 5).is_err());
         assert_eq!(sync_result(&mut done, 6), Ok(()));
 
         // A name that would escape logs/ is refused, not acted on.
         let evil = PartitionDir::new("../../etc", 0);
         queue.submit(DiskOp::DeletePartition { dir: evil }).unwrap();
-        queue.submit(DiskOp::Sync { io: 7 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 7,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert!(sync_result(&mut done, 7).is_err());
 
         drop(queue);
@@ -1312,7 +1408,12 @@ mod tests {
             .submit(truncate(&p, 50, SegmentFile::TimeIndex, 4))
             .unwrap();
         queue.submit(log(&p, 50, b"batches")).unwrap();
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(
             fs::read(path(&logs, "t-2", 50, SegmentFile::OffsetIndex)).unwrap(),
@@ -1337,7 +1438,12 @@ mod tests {
                 segment_base: 50,
             })
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         let mut left: Vec<_> = fs::read_dir(logs.join("t-2"))
             .unwrap()
@@ -1379,7 +1485,12 @@ mod tests {
         );
 
         // A failed read is its own answer: the next sync is not failed by it.
-        queue.submit(DiskOp::Sync { io: 7 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 7,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 7), Ok(()));
 
         drop(queue);
@@ -1431,7 +1542,12 @@ mod tests {
         // And through the worker, the sync after them succeeds.
         let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
         queue.submit(adopt(0)).unwrap();
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
@@ -1453,7 +1569,12 @@ mod tests {
                     queue.submit(append(&p, 0, kind, b"ab")).unwrap();
                 }
                 io += 1;
-                queue.submit(DiskOp::Sync { io }).unwrap();
+                queue
+                    .submit(DiskOp::Sync {
+                        io,
+                        scope: SyncScope::All,
+                    })
+                    .unwrap();
                 io += 1;
                 queue.submit(read(io, &p, 0, 0, 2)).unwrap();
             }
@@ -1564,7 +1685,12 @@ mod tests {
         queue
             .submit(cleaned(&p, 0, SegmentFile::OffsetIndex, b"idx"))
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(backlog.queued_bytes(), 0);
         assert_eq!(fs::read(&live_log).unwrap(), b"old-old-old");
@@ -1583,7 +1709,12 @@ mod tests {
                 .submit(rename(&p, 0, SegmentFile::Log, from, to))
                 .unwrap();
         }
-        queue.submit(DiskOp::Sync { io: 2 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(fs::read(&live_log).unwrap(), b"newer");
         assert_eq!(
@@ -1604,8 +1735,18 @@ mod tests {
         queue
             .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 4 }).unwrap();
-        queue.submit(DiskOp::Sync { io: 5 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 4,
+                scope: SyncScope::All,
+            })
+            .unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 5,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         let missing = sync_result(&mut done, 4).unwrap_err();
         assert!(missing.0.contains("rename"), "{}", missing.0);
         assert_eq!(sync_result(&mut done, 5), Ok(()));
@@ -1622,7 +1763,12 @@ mod tests {
         queue
             .submit(rename(&p, 0, SegmentFile::TimeIndex, Cleaned, Swap))
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 6 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 6,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 6), Ok(()));
         assert_eq!(listing(&logs.join("c-0")).len(), 4);
         let discard = DiskOp::DiscardStaged {
@@ -1631,7 +1777,12 @@ mod tests {
         };
         queue.submit(discard.clone()).unwrap();
         queue.submit(discard).unwrap();
-        queue.submit(DiskOp::Sync { io: 7 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 7,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 7), Ok(()));
         assert_eq!(
             listing(&logs.join("c-0")),
@@ -1660,7 +1811,12 @@ mod tests {
                 segment_base: 0,
             })
             .unwrap();
-        queue.submit(DiskOp::Sync { io: 8 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 8,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         assert_eq!(sync_result(&mut done, 8), Ok(()));
         assert_eq!(
             listing(&logs.join("c-0")),
@@ -1738,11 +1894,82 @@ mod tests {
         let mut syncs = Vec::new();
         let op = swap_in(&mut disk);
         disk.execute(op, &mut syncs, &tx);
-        disk.execute(DiskOp::Sync { io: 1 }, &mut syncs, &tx);
+        disk.execute(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut syncs,
+            &tx,
+        );
         assert_eq!(syncs.len(), 1);
         assert!(syncs[0].1.is_some(), "the sync carries the rename's error");
         let round = disk.take_round(syncs);
         assert!(round.dirs.is_empty());
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[test]
+    fn a_logs_sync_leaves_index_appends_for_an_all_sync() {
+        let logs = temp_logs("scope");
+        let backlog = Arc::new(Backlog::default());
+        let mut disk = Disk::new(logs.clone(), FileReader::new(logs.clone()), 8, backlog);
+        let (tx, _rx) = unbounded_channel();
+        let p = PartitionDir::new("s", 0);
+        let name = |kind: SegmentFile| format!("s-0/{}", kind.file_name(0));
+        let round = |disk: &mut Disk, ops: Vec<DiskOp>, scope| {
+            let mut syncs = Vec::new();
+            for op in ops {
+                disk.backlog.add(match &op {
+                    DiskOp::Append { bytes, .. } => bytes.len(),
+                    _ => 0,
+                });
+                disk.execute(op, &mut syncs, &tx);
+            }
+            disk.execute(DiskOp::Sync { io: 1, scope }, &mut syncs, &tx);
+            assert!(disk.error.is_none());
+            let round = disk.take_round(syncs);
+            sync_round(&round, &disk.dirs_to_retry, &disk.pool).unwrap();
+            let mut names: Vec<_> = round.files.iter().map(|(n, _)| n.clone()).collect();
+            names.sort();
+            (names, round.dirs.len())
+        };
+        let appends = || {
+            vec![
+                log(&p, 0, b"batch"),
+                append(&p, 0, SegmentFile::OffsetIndex, b"offsets!"),
+                append(&p, 0, SegmentFile::TimeIndex, b"times..."),
+            ]
+        };
+
+        // New files: the log's bytes and the directory (the index files'
+        // entries with it), not the index bytes.
+        let (names, dirs) = round(&mut disk, appends(), SyncScope::Logs);
+        assert_eq!(names, vec![name(SegmentFile::Log)]);
+        assert_eq!(dirs, 2, "the new partition dir and logs/");
+        // More appends, another Logs sync: still the log alone.
+        let (names, _) = round(&mut disk, appends(), SyncScope::Logs);
+        assert_eq!(names, vec![name(SegmentFile::Log)]);
+        // An All sync takes the index appends left so far.
+        let (names, _) = round(&mut disk, vec![], SyncScope::All);
+        assert_eq!(
+            names,
+            vec![name(SegmentFile::OffsetIndex), name(SegmentFile::TimeIndex)]
+        );
+        let (names, dirs) = round(&mut disk, vec![], SyncScope::All);
+        assert!(names.is_empty() && dirs == 0, "nothing left: {names:?}");
+        // A cut is not an append: any sync covers it, and the appends after it.
+        let cut = truncate(&p, 0, SegmentFile::OffsetIndex, 8);
+        let more = append(&p, 0, SegmentFile::OffsetIndex, b"offsets2");
+        let (names, _) = round(&mut disk, vec![cut, more], SyncScope::Logs);
+        assert_eq!(names, vec![name(SegmentFile::OffsetIndex)]);
+        // Appends left unsynced are synced when the file is closed, and at
+        // shutdown.
+        let (names, _) = round(&mut disk, appends(), SyncScope::Logs);
+        assert_eq!(names, vec![name(SegmentFile::Log)]);
+        assert_eq!(disk.index_appends.len(), 2);
+        assert_eq!(disk.sync_dirty(), Ok(()));
+        assert!(disk.index_appends.is_empty());
         fs::remove_dir_all(&logs).unwrap();
     }
 
@@ -2104,7 +2331,12 @@ mod tests {
             .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
             .unwrap();
         let after = queue.response_frame(vec![log_part(&p, 0, 0, 3)]);
-        queue.submit(DiskOp::Sync { io: 1 }).unwrap();
+        queue
+            .submit(DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            })
+            .unwrap();
         // The sync answered: the swap has run, and neither frame is read yet.
         synced(&mut done, 1).await;
         assert_eq!(frame_bytes(before).await.unwrap(), &b"old"[..]);

@@ -46,7 +46,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use doze_core::limits::ROUND_OPS_MAX;
 use doze_core::{
-    BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, SegmentFile,
+    BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, SegmentFile, SyncScope,
 };
 use doze_sim::disk::SimDisk;
 use madsim::rand::Rng;
@@ -289,9 +289,9 @@ impl SimStore {
         Some(frame)
     }
 
-    /// Issues a disk sync covering every op carried out so far; `None` if
-    /// the incarnation is dead.
-    fn issue_sync(&self, generation: u64) -> Option<IoId> {
+    /// Issues a disk sync covering every op carried out so far (but for
+    /// what `scope` leaves); `None` if the incarnation is dead.
+    fn issue_sync(&self, generation: u64, scope: SyncScope) -> Option<IoId> {
         let mut inner = self.lock();
         if inner.generation != generation {
             return None;
@@ -299,7 +299,7 @@ impl SimStore {
         let inner = &mut *inner;
         inner.next_sync += 1;
         let io = inner.next_sync;
-        inner.disk.apply(DiskOp::Sync { io }, &mut inner.rng);
+        inner.disk.apply(DiskOp::Sync { io, scope }, &mut inner.rng);
         Some(io)
     }
 
@@ -443,8 +443,15 @@ async fn disk_worker(
     ));
     while let Some(job) = queue.recv().await {
         let mut syncs: Vec<IoId> = Vec::new();
-        let step = |job: Job, syncs: &mut Vec<_>| match job {
-            Job::Op(DiskOp::Sync { io }) => syncs.push(io),
+        // A round with any `All` sync in it is an `All` one.
+        let mut scope = SyncScope::Logs;
+        let mut step = |job: Job, syncs: &mut Vec<_>| match job {
+            Job::Op(DiskOp::Sync { io, scope: asked }) => {
+                syncs.push(io);
+                if asked == SyncScope::All {
+                    scope = SyncScope::All;
+                }
+            }
             Job::Op(DiskOp::Read { io, range }) => {
                 let Some(result) = store.read(generation, &range) else {
                     return; // a dead incarnation
@@ -476,7 +483,7 @@ async fn disk_worker(
                 Err(_) => break,
             }
         }
-        let Some(disk_sync) = store.issue_sync(generation) else {
+        let Some(disk_sync) = store.issue_sync(generation, scope) else {
             return;
         };
         if rounds.send((disk_sync, syncs)).is_err() {
@@ -487,7 +494,7 @@ async fn disk_worker(
     // sync, as in production.
     drop(rounds);
     let _ = syncer.await;
-    if let Some(disk_sync) = store.issue_sync(generation) {
+    if let Some(disk_sync) = store.issue_sync(generation, SyncScope::All) {
         let _ = store.complete_sync(generation, disk_sync);
     }
 }

@@ -10,7 +10,9 @@
 //! carried out in the order the core emitted them; a `Sync` fdatasyncs the
 //! files touched (or adopted) since the previous `Sync` and promises only
 //! what was written *before* it was issued, so an append made while a sync is
-//! in flight rides the next one. A write error (a full disk, a rename of a
+//! in flight rides the next one. A `SyncScope::Logs` sync leaves out a live
+//! index file whose only change is appends: its bytes wait for an `All`
+//! sync (its directory entry, synced with the directory, does not). A write error (a full disk, a rename of a
 //! file that is not there) is kept and reported by the next `Sync`, as on
 //! Linux where a failed write-back surfaces at fsync. A `Read` sees every op
 //! emitted before it, and reads live files only.
@@ -54,7 +56,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
 use doze_core::{
-    BootState, DiskOp, FileRange, FileStage, IoError, IoId, PartitionDir, SegmentFile,
+    BootState, DiskOp, FileRange, FileStage, IoError, IoId, PartitionDir, SegmentFile, SyncScope,
 };
 use rand::RngExt;
 
@@ -136,6 +138,9 @@ struct SyncInFlight {
     /// length then. The incarnation finds the file if a rename moved it
     /// meanwhile: the fdatasync is of the inode.
     covers: Vec<(FileKey, u64, usize)>,
+    /// Index files whose appends a `SyncScope::Logs` sync leaves unsynced,
+    /// with their incarnation: only their directory entry becomes durable.
+    entries: Vec<(FileKey, u64)>,
     /// Each directory whose entries changed (or that was adopted) before
     /// the sync was issued.
     dirs: Vec<PartitionDir>,
@@ -153,6 +158,9 @@ pub struct SimDisk {
     /// Files written, cut or adopted since the last `Sync` was issued, by
     /// this process (a rename carries the mark to the new name).
     dirty: BTreeSet<FileKey>,
+    /// Live index files whose only unsynced change is appends: a
+    /// `SyncScope::Logs` sync leaves them for an `All` one.
+    index_appends: BTreeSet<FileKey>,
     /// Directories whose entries changed (a file created, removed or
     /// renamed) or that were adopted since the last `Sync` was issued, by
     /// this process.
@@ -239,18 +247,35 @@ impl SimDisk {
                 let key = (dir, segment_base, (file, FileStage::Cleaned));
                 self.append(key, &bytes, rng)
             }
-            DiskOp::Sync { io } => {
-                let covers = std::mem::take(&mut self.dirty)
+            DiskOp::Sync { io, scope } => {
+                let mut keys = std::mem::take(&mut self.dirty);
+                let mut entries = Vec::new();
+                match scope {
+                    SyncScope::All => keys.append(&mut self.index_appends),
+                    SyncScope::Logs => {
+                        for key in &self.index_appends {
+                            if let Some(f) = self.files.get(key) {
+                                entries.push((key.clone(), f.incarnation));
+                            }
+                        }
+                    }
+                }
+                let covers = keys
                     .into_iter()
                     .filter_map(|key| {
                         let f = self.files.get(&key)?;
                         Some((key, f.incarnation, f.data.len()))
                     })
                     .collect::<Vec<_>>();
-                let summary = format!("sync#{io} issued covering {} files", covers.len());
+                let summary = format!(
+                    "sync#{io} ({scope:?}) issued covering {} files ({} index files left unsynced)",
+                    covers.len(),
+                    entries.len()
+                );
                 self.syncs.push_back(SyncInFlight {
                     io,
                     covers,
+                    entries,
                     dirs: std::mem::take(&mut self.dirty_dirs).into_iter().collect(),
                     at: self.ops,
                     write_error: self.write_error.take(),
@@ -264,6 +289,7 @@ impl SimDisk {
                 len,
             } => {
                 let key = live_key(dir, segment_base, file);
+                self.index_appends.remove(&key);
                 self.dirty.insert(key.clone());
                 let at = self.ops;
                 let f = self.file_mut(&key);
@@ -335,6 +361,9 @@ impl SimDisk {
                     );
                 }
                 let count = keys.len();
+                for key in &keys {
+                    self.index_appends.remove(key);
+                }
                 self.dirty.extend(keys);
                 self.dirty_dirs.insert(dir.clone());
                 format!(
@@ -348,7 +377,12 @@ impl SimDisk {
 
     /// `Append` and `AppendCleaned`: write(2) at the end, creating the file.
     fn append(&mut self, key: FileKey, bytes: &[u8], rng: &mut impl rand::Rng) -> String {
-        self.dirty.insert(key.clone());
+        let live_index = key.2 .0 != SegmentFile::Log && key.2 .1 == FileStage::Live;
+        if live_index && !self.dirty.contains(&key) {
+            self.index_appends.insert(key.clone());
+        } else {
+            self.dirty.insert(key.clone());
+        }
         let full = self.full;
         let f = self.file_mut(&key);
         if full && !bytes.is_empty() {
@@ -407,7 +441,9 @@ impl SimDisk {
         file.durable = false;
         file.moved.push((from.clone(), at));
         let replaced = self.remove(|k| *k == to);
-        if self.dirty.remove(&from) {
+        // Appends to an index file renamed are not left for an `All` sync
+        // any more: the rename's sync covers them.
+        if self.dirty.remove(&from) | self.index_appends.remove(&from) {
             self.dirty.insert(to.clone());
         }
         self.dirty_dirs.insert(from.0.clone());
@@ -458,6 +494,7 @@ impl SimDisk {
             self.orphans.insert(incarnation, orphan);
         }
         self.dirty.retain(|k| !gone(k));
+        self.index_appends.retain(|k| !gone(k));
         keys.len()
     }
 
@@ -574,6 +611,15 @@ impl SimDisk {
                 self.shadows.entry(home).or_insert(shadow);
             }
         }
+        // The directory fsync makes a new index file's entry durable, not
+        // the bytes a `Logs` sync left out.
+        for (key, incarnation) in sync.entries {
+            if let Some(file) = self.files.get_mut(&key) {
+                if file.incarnation == incarnation && file.moved.is_empty() {
+                    file.durable = true;
+                }
+            }
+        }
         for (key, incarnation, len) in sync.covers {
             // The fdatasync is of the inode, wherever its name went since.
             let (file, home) = if self
@@ -629,6 +675,7 @@ impl SimDisk {
     pub fn crash(&mut self) {
         self.syncs.clear();
         self.dirty.clear();
+        self.index_appends.clear();
         self.dirty_dirs.clear();
         self.write_error = None;
     }
@@ -891,7 +938,13 @@ mod tests {
     }
 
     fn sync(disk: &mut SimDisk, rng: &mut ChaCha8Rng, io: IoId) {
-        disk.apply(DiskOp::Sync { io }, rng);
+        disk.apply(
+            DiskOp::Sync {
+                io,
+                scope: SyncScope::All,
+            },
+            rng,
+        );
         disk.complete_sync(io, false, false).unwrap();
     }
 
@@ -908,7 +961,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         append(&mut disk, &mut rng, b"def");
         disk.complete_sync(1, false, false).unwrap();
         assert_eq!(
@@ -920,15 +979,72 @@ mod tests {
     }
 
     #[test]
+    fn a_logs_sync_leaves_index_appends_for_an_all_sync() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = SimDisk::default();
+        let sync = |disk: &mut SimDisk, rng: &mut ChaCha8Rng, io, scope| {
+            disk.apply(DiskOp::Sync { io, scope }, rng);
+            disk.complete_sync(io, false, false).unwrap();
+        };
+        append(&mut disk, &mut rng, b"batch");
+        append_to(&mut disk, &mut rng, SegmentFile::TimeIndex, b"entry");
+        sync(&mut disk, &mut rng, 1, SyncScope::Logs);
+        assert_eq!(file(&disk).synced_len, 5, "the log's bytes are durable");
+        let index = file_of(&disk, SegmentFile::TimeIndex).unwrap();
+        assert_eq!(index.synced_len, 0, "the index entry is not");
+        assert!(index.durable, "its directory entry is, with the directory");
+        // A cut is not an append: the next sync of any scope covers the file.
+        disk.apply(
+            DiskOp::Truncate {
+                dir: dir(),
+                segment_base: 0,
+                file: SegmentFile::TimeIndex,
+                len: 2,
+            },
+            &mut rng,
+        );
+        append_to(&mut disk, &mut rng, SegmentFile::TimeIndex, b"ry");
+        sync(&mut disk, &mut rng, 2, SyncScope::Logs);
+        assert_eq!(
+            file_of(&disk, SegmentFile::TimeIndex).unwrap().synced_len,
+            4
+        );
+        // Appends after that wait for an All sync again.
+        append_to(&mut disk, &mut rng, SegmentFile::TimeIndex, b"++");
+        sync(&mut disk, &mut rng, 3, SyncScope::Logs);
+        assert_eq!(
+            file_of(&disk, SegmentFile::TimeIndex).unwrap().synced_len,
+            4
+        );
+        sync(&mut disk, &mut rng, 4, SyncScope::All);
+        assert_eq!(
+            file_of(&disk, SegmentFile::TimeIndex).unwrap().synced_len,
+            6
+        );
+    }
+
+    #[test]
     fn failed_and_lying_syncs_make_nothing_durable() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         assert!(disk.complete_sync(1, true, false).is_err());
         assert_eq!(file(&disk).synced_len, 0);
         append(&mut disk, &mut rng, b"d");
-        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         assert!(disk.complete_sync(2, false, true).is_ok());
         assert_eq!(file(&disk).synced_len, 0);
         assert!(!file(&disk).durable);
@@ -942,11 +1058,23 @@ mod tests {
             ..Default::default()
         };
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         assert!(disk.complete_sync(1, false, false).is_err());
         disk.full = false;
         append(&mut disk, &mut rng, b"x");
-        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         assert!(disk.complete_sync(2, false, false).is_ok());
     }
 
@@ -1013,7 +1141,13 @@ mod tests {
         append(&mut disk, &mut rng, b"abc");
         append_to(&mut disk, &mut rng, SegmentFile::TimeIndex, b"t");
         disk.crash();
-        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         disk.complete_sync(1, false, false).unwrap();
         assert_eq!(file(&disk).synced_len, 0, "the new process touched nothing");
         let adopt = DiskOp::Adopt {
@@ -1034,7 +1168,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         disk.apply(DiskOp::DeletePartition { dir: dir() }, &mut rng);
         append(&mut disk, &mut rng, b"xyzw");
         disk.complete_sync(1, false, false).unwrap();
@@ -1070,7 +1210,13 @@ mod tests {
         );
 
         disk.apply(cut_log_to(2), &mut rng);
-        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         disk.apply(
             DiskOp::DeleteSegment {
                 dir: dir(),
@@ -1272,7 +1418,13 @@ mod tests {
     fn a_rename_issued_while_a_sync_is_in_flight_rides_the_next_one() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
-        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
         disk.complete_sync(2, false, false).unwrap();
         assert_eq!(
@@ -1287,7 +1439,13 @@ mod tests {
         // Renamed again while the sync that covers the first rename is in
         // flight: durable where it was when that sync was issued.
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
-        disk.apply(DiskOp::Sync { io: 3 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 3,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
         disk.complete_sync(3, false, false).unwrap();
         disk.power_cut(&mut rng);
@@ -1301,7 +1459,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
-        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         assert!(disk.complete_sync(2, true, false).is_err());
         assert_eq!(disk.unsynced().1.len(), 1);
         sync(&mut disk, &mut rng, 3);
@@ -1359,7 +1523,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append_cleaned(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
-        disk.apply(DiskOp::Sync { io: 1 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 1,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         rename(&mut disk, &mut rng, SegmentFile::OffsetIndex, Cleaned, Swap);
         disk.complete_sync(1, false, false).unwrap();
         let f = &disk.files()[&(dir(), 0, (SegmentFile::OffsetIndex, Swap))];
@@ -1393,13 +1563,25 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
         rename(&mut disk, &mut rng, SegmentFile::TimeIndex, Cleaned, Swap);
-        disk.apply(DiskOp::Sync { io: 2 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 2,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         let error = disk.complete_sync(2, false, false).unwrap_err();
         assert!(error.0.starts_with("ENOENT"), "{error:?}");
         assert!(error.0.contains(".timeindex.cleaned"), "{error:?}");
         sync(&mut disk, &mut rng, 3);
         rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Swap);
-        disk.apply(DiskOp::Sync { io: 4 }, &mut rng);
+        disk.apply(
+            DiskOp::Sync {
+                io: 4,
+                scope: SyncScope::All,
+            },
+            &mut rng,
+        );
         assert!(disk.complete_sync(4, false, false).is_err(), "onto itself");
         assert_eq!(disk.files().len(), 2, "a failed rename changes nothing");
     }
@@ -1685,7 +1867,13 @@ mod tests {
             // saw when it was issued, but for unsynced tails written back.
             let count = rng.random_range(0..6);
             apply_valid_ops(&mut disk, &mut rng, count, &mut trace);
-            trace.push(disk.apply(DiskOp::Sync { io: 2 }, &mut rng));
+            trace.push(disk.apply(
+                DiskOp::Sync {
+                    io: 2,
+                    scope: SyncScope::All,
+                },
+                &mut rng,
+            ));
             let synced = listing(&disk);
             let mut pending = Some(2);
             let mut in_flight = VecDeque::new();
@@ -1694,7 +1882,13 @@ mod tests {
                 match rng.random_range(0..12) {
                     0 => {
                         issued += 1;
-                        trace.push(disk.apply(DiskOp::Sync { io: issued }, &mut rng));
+                        trace.push(disk.apply(
+                            DiskOp::Sync {
+                                io: issued,
+                                scope: SyncScope::All,
+                            },
+                            &mut rng,
+                        ));
                         in_flight.push_back(issued);
                     }
                     1 => {

@@ -345,14 +345,21 @@ pub enum PlantedBug {
     /// in the page cache are served (and resends answered from them) though
     /// a power cut can still take them.
     IgnoreAdopt,
+    /// Core side: recovery checkpoints written after any sync, though most
+    /// syncs leave index appends unsynced (`SyncScope::Logs`). A power cut
+    /// then takes index entries a checkpoint vouched for, and the next start
+    /// trusts what is left: aborted transactions dropped from the
+    /// `.txnindex` are served to read_committed readers.
+    CheckpointBeforeIndexesDurable,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 4] = [
+    pub const ALL: [PlantedBug; 5] = [
         PlantedBug::AckBeforeSync,
         PlantedBug::EndTxnBeforeMarkersDurable,
         PlantedBug::ServeAboveLso,
         PlantedBug::IgnoreAdopt,
+        PlantedBug::CheckpointBeforeIndexesDurable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -361,6 +368,7 @@ impl PlantedBug {
             PlantedBug::EndTxnBeforeMarkersDurable => "end-txn-before-markers-durable",
             PlantedBug::ServeAboveLso => "serve-above-lso",
             PlantedBug::IgnoreAdopt => "ignore-adopt",
+            PlantedBug::CheckpointBeforeIndexesDurable => "checkpoint-before-indexes-durable",
         }
     }
 
@@ -377,6 +385,9 @@ impl PlantedBug {
                 Some(doze_core::PlantedBug::EndTxnBeforeMarkersDurable)
             }
             PlantedBug::ServeAboveLso => Some(doze_core::PlantedBug::ServeAboveLso),
+            PlantedBug::CheckpointBeforeIndexesDurable => {
+                Some(doze_core::PlantedBug::CheckpointBeforeIndexesDurable)
+            }
         };
     }
 
@@ -386,7 +397,8 @@ impl PlantedBug {
             PlantedBug::AckBeforeSync => 0.25,
             PlantedBug::EndTxnBeforeMarkersDurable
             | PlantedBug::ServeAboveLso
-            | PlantedBug::IgnoreAdopt => 0.0,
+            | PlantedBug::IgnoreAdopt
+            | PlantedBug::CheckpointBeforeIndexesDurable => 0.0,
         }
     }
 }

@@ -39,7 +39,8 @@ struct Args {
     #[arg(long)]
     keep_going: bool,
     /// Test only: plant a known bug to see that it is caught (ack-before-sync,
-    /// end-txn-before-markers-durable, serve-above-lso, ignore-adopt).
+    /// end-txn-before-markers-durable, serve-above-lso, ignore-adopt,
+    /// checkpoint-before-indexes-durable).
     #[arg(long)]
     plant_bug: Option<String>,
     /// List the scenarios and exit.

@@ -1,9 +1,10 @@
 //! Planted bugs are caught by the sweep within a bounded number of seeds,
 //! and the replay command it prints reproduces the failure through the
 //! `doze-sim` binary: a disk whose fsync sometimes lies and a driver that
-//! ignores `DiskOp::Adopt` (harness side), and the core's two transaction
-//! bugs (EndTxn answered before its markers are durable; read_committed
-//! served above the LSO).
+//! ignores `DiskOp::Adopt` (harness side), and three core bugs (EndTxn
+//! answered before its markers are durable; read_committed served above the
+//! LSO; a checkpoint written before the index entries below it are
+//! durable).
 
 use std::process::Command;
 
@@ -28,11 +29,15 @@ fn sweep_catches_a_driver_that_ignores_adopt() {
     // power cut before anything syncs them again takes served records back:
     // acknowledged or consumed ones, or input a copier already copied. Or
     // the broker stops cleanly first, and the oracle finds the adopted
-    // bytes still not durable after `Output::Stopped`.
+    // bytes still not durable after `Output::Stopped`. Or a checkpoint
+    // taken at start-up vouched for them, and the start after the power cut
+    // finds its transaction state ahead of the log: the core's own
+    // assertions stop it (a PANIC the sweep reports).
     catch_and_replay(
         PlantedBug::IgnoreAdopt,
         &[
             "not durable",
+            "PANIC",
             "LOST",
             "no longer holds",
             "high watermark",
@@ -72,6 +77,19 @@ fn sweep_catches_serve_above_lso() {
             "ABORTED READ",
             "OPEN TRANSACTION",
         ],
+    );
+}
+
+#[test]
+fn sweep_catches_checkpoints_before_the_index_entries_are_durable() {
+    // A checkpoint vouches for `.txnindex` entries a power cut then takes:
+    // the next start trusts what is left, and records of aborted
+    // transactions reach read_committed readers (or a copier, whose output
+    // then holds what its input never committed). Or the broker stops
+    // cleanly with index appends a crashed process left unsynced.
+    catch_and_replay(
+        PlantedBug::CheckpointBeforeIndexesDurable,
+        &["ABORTED READ", "NOT EXACTLY ONCE", "not durable"],
     );
 }
 

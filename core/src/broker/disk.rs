@@ -7,7 +7,7 @@ use bytes::Bytes;
 use super::{recovery, Broker, SyncInFlight};
 use crate::api;
 use crate::checkpoint::{Due, PendingCheckpoint};
-use crate::io::{DiskOp, FileRange, IoError, IoId, MetaOp, Output};
+use crate::io::{DiskOp, FileRange, IoError, IoId, MetaOp, Output, SyncScope};
 use crate::producer::ids::ProducerIdsRecord;
 use crate::topics::PartitionKey;
 use crate::txn::write::TxnWrite;
@@ -48,7 +48,10 @@ impl Broker {
                     let Some(log) = self.topics.partition_mut_by_key(&key) else {
                         continue;
                     };
-                    log.mark_durable(point);
+                    log.mark_durable(point, inflight.scope);
+                    if inflight.scope == SyncScope::All {
+                        self.index_lagging.remove(&key);
+                    }
                     let hw = log.high_watermark();
                     if let Some(txns) = self.partition_txns.get_mut(&key) {
                         txns.mark_durable(hw);
@@ -56,6 +59,13 @@ impl Broker {
                     moved.push(key);
                 }
                 self.write_due_checkpoints(moved, Due::Bytes);
+                if inflight.scope == SyncScope::All {
+                    self.all_sync_wanted = false;
+                    self.index_sync_owed = false;
+                    // They were due when they asked for this sync.
+                    let waiting = std::mem::take(&mut self.checkpoints_after_index_sync);
+                    self.write_due_checkpoints(waiting.into_iter().collect(), Due::Now);
+                }
             }
             Err(e) => {
                 // After a failed fsync the page cache cannot be trusted
@@ -65,6 +75,8 @@ impl Broker {
                 let mut keys: std::collections::BTreeSet<PartitionKey> =
                     inflight.points.into_iter().map(|(k, _)| k).collect();
                 keys.extend(self.dirty.iter().cloned());
+                // And the index appends earlier syncs left for this one.
+                keys.extend(self.index_lagging.iter().cloned());
                 for key in keys {
                     self.truncate_to_durable(&key);
                 }
@@ -149,25 +161,65 @@ impl Broker {
     /// flight at a time; appends made meanwhile ride the next one together
     /// (group commit).
     pub(crate) fn request_sync(&mut self) {
-        if self.sync_in_flight.is_none() && !self.dirty.is_empty() {
+        if self.sync_in_flight.is_none() && (!self.dirty.is_empty() || self.all_sync_wanted) {
             self.start_sync();
         }
     }
 
+    /// Asks for a `SyncScope::All` sync: the next one, or now if none is
+    /// in flight (even with nothing dirty: the index appends a `Logs` sync
+    /// left are the driver's to know).
+    pub(super) fn request_all_sync(&mut self) {
+        self.all_sync_wanted = true;
+        self.request_sync();
+    }
+
+    /// A partition's checkpoint is due but its index entries below the
+    /// high watermark are not all durable: the next sync covers them
+    /// (`SyncScope::All`), and the checkpoint is written once it completes.
+    pub(super) fn checkpoint_after_index_sync(&mut self, key: PartitionKey) {
+        self.checkpoints_after_index_sync.insert(key);
+        self.request_all_sync();
+    }
+
+    /// Acknowledged writes need their `.log` bytes durable, not their index
+    /// entries (`SyncScope`): a sync covers the index files only when a
+    /// checkpoint waits for it, and at start-up (the boot sync makes what
+    /// recovery wrote durable before a checkpoint vouches for it).
     fn start_sync(&mut self) {
         assert!(
             self.sync_in_flight.is_none(),
             "one sync in flight at a time"
         );
+        let booting = self.booting.is_some();
+        let scope = if booting || self.all_sync_wanted {
+            SyncScope::All
+        } else {
+            self.index_sync_owed = true;
+            SyncScope::Logs
+        };
         let io = self.take_io();
-        let mut points = Vec::with_capacity(self.dirty.len());
-        for key in std::mem::take(&mut self.dirty) {
-            if let Some(log) = self.topics.partition_mut_by_key(&key) {
-                points.push((key, log.sync_point()));
+        let mut keys = std::mem::take(&mut self.dirty);
+        if scope == SyncScope::All {
+            keys.extend(self.index_lagging.iter().cloned());
+        }
+        let mut points = Vec::with_capacity(keys.len());
+        for key in keys {
+            match self.topics.partition_mut_by_key(&key) {
+                Some(log) => points.push((key, log.sync_point(scope))),
+                None => {
+                    self.index_lagging.remove(&key); // the topic was deleted
+                }
             }
         }
-        self.sync_in_flight = Some(SyncInFlight { io, points });
-        self.outputs.push_back(Output::Disk(DiskOp::Sync { io }));
+        if scope == SyncScope::Logs {
+            // They may hold index appends this sync leaves out.
+            self.index_lagging
+                .extend(points.iter().map(|(key, _)| key.clone()));
+        }
+        self.sync_in_flight = Some(SyncInFlight { io, scope, points });
+        self.outputs
+            .push_back(Output::Disk(DiskOp::Sync { io, scope }));
     }
 
     /// Writes a batch to meta.db; `action` runs when it completes.

@@ -49,6 +49,7 @@ pub(crate) use partition::MarkerRefused;
 /// A sync in flight: the durability point each dirty partition will reach.
 struct SyncInFlight {
     io: IoId,
+    scope: crate::io::SyncScope,
     points: Vec<(PartitionKey, crate::log::SyncPoint)>,
 }
 
@@ -65,6 +66,20 @@ pub struct Broker {
     /// Partitions with disk operations not yet covered by a sync.
     dirty: BTreeSet<PartitionKey>,
     sync_in_flight: Option<SyncInFlight>,
+    /// Partitions a `SyncScope::Logs` sync covered since the last `All`
+    /// one that did: they may hold unsynced index appends, which an `All`
+    /// sync covers (even when they are not dirty) and a failed sync has
+    /// them repair.
+    index_lagging: BTreeSet<PartitionKey>,
+    /// Partitions whose due checkpoint waits for an `All` sync; the next
+    /// sync is one, and its completion writes them.
+    checkpoints_after_index_sync: BTreeSet<PartitionKey>,
+    /// The next sync is a `SyncScope::All` one, even with nothing dirty;
+    /// until one completes OK.
+    all_sync_wanted: bool,
+    /// A `Logs` sync was issued since the last `All` one completed OK:
+    /// index appends may be unsynced (a clean stop syncs them).
+    index_sync_owed: bool,
     /// Meta.db writes in flight and what to do when each completes.
     pending_meta: BTreeMap<IoId, MetaAction>,
     /// Admin requests waiting for a topic's meta.db change in flight.
@@ -119,6 +134,7 @@ pub struct Broker {
 
 impl Broker {
     pub fn new(config: BrokerConfig) -> Self {
+        let checkpoints = Checkpoints::new(config.checkpoint_bytes, config.checkpoint_interval_ms);
         Self {
             groups: Coordinator::new(&config),
             config,
@@ -130,6 +146,10 @@ impl Broker {
             next_io: 1,
             dirty: BTreeSet::new(),
             sync_in_flight: None,
+            index_lagging: BTreeSet::new(),
+            checkpoints_after_index_sync: BTreeSet::new(),
+            all_sync_wanted: false,
+            index_sync_owed: false,
             pending_meta: BTreeMap::new(),
             deferred: Vec::new(),
             pending_produces: Vec::new(),
@@ -144,7 +164,7 @@ impl Broker {
             partition_txns: BTreeMap::new(),
             booting: None,
             offline: BTreeSet::new(),
-            checkpoints: Checkpoints::default(),
+            checkpoints,
             reading: Default::default(),
             cleaner: Default::default(),
             shutting_down: false,
@@ -333,7 +353,12 @@ impl Broker {
             let keys = self.topics.keys();
             self.write_due_checkpoints(keys, crate::checkpoint::Due::Now);
         }
-        if !self.checkpoints.in_flight() {
+        // Nothing is left unsynced at a clean stop, index appends included
+        // (a roll's last time entry may come after the last checkpoint).
+        if self.index_sync_owed {
+            self.request_all_sync();
+        }
+        if !self.checkpoints.in_flight() && self.sync_in_flight.is_none() {
             self.stopped = true;
             self.outputs.push_back(Output::Stopped);
         }

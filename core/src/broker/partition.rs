@@ -321,6 +321,16 @@ impl Broker {
         for op in ops {
             self.emit_disk(key.clone(), op);
         }
+        // Index appends of earlier segments a `SyncScope::Logs` sync left
+        // unsynced: the failure may have taken them too.
+        let unsynced = self
+            .topics
+            .partition_by_key(key)
+            .map(|log| log.segments_with_unsynced_indexes())
+            .unwrap_or_default();
+        for base in unsynced.into_iter().filter(|b| *b != hw_segment) {
+            self.repair_indexes(key, base);
+        }
     }
 
     /// Repairs a segment's index files from memory (after a failed sync).

@@ -33,7 +33,7 @@ pub use read::{Locate, ReadError, Reads, TimeSearch};
 pub use segment::Segment;
 
 use crate::batch::{self, BatchHeader};
-use crate::io::{DiskOp, PartitionDir, SegmentFile};
+use crate::io::{DiskOp, PartitionDir, SegmentFile, SyncScope};
 use crate::limits;
 use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
@@ -101,9 +101,9 @@ pub struct SyncPoint {
     /// The largest timestamp of the end's segment and the last offset of the
     /// batch holding it: once durable, what a later truncation keeps of it.
     max_timestamp: (i64, i64),
-    /// The index file lengths of the last two segments (the only ones index
-    /// entries are appended to: the active one, and the one a roll gave its
-    /// final time entry), durable once this sync is.
+    /// For a `SyncScope::All` sync, the index file lengths of every segment
+    /// with index bytes not known durable, durable once this sync is (a
+    /// `Logs` sync leaves index appends out, over many rolls).
     index_bytes: Vec<(i64, [u64; 3])>,
     /// Points captured before a `truncate_to_durable` are void: after a failed
     /// sync, a later sync's success says nothing about the pages lost earlier.
@@ -131,6 +131,11 @@ pub struct PartitionLog {
     /// may miss the batches after its last entry; a truncation and a
     /// checkpoint need this one.
     durable_max_timestamp: (i64, i64),
+    /// The high watermark as of the last `SyncScope::All` sync: the index
+    /// entries of the batches below it are durable. A `Logs` sync moves the
+    /// high watermark and leaves this behind; a checkpoint vouches for the
+    /// index entries below its offset, so it waits for this to catch up.
+    indexes_durable_offset: i64,
     sync_generation: u64,
     /// Bytes appended (or found by the start-up scan) since start-up, and how
     /// many of them are durable: what checkpoints are paced by.
@@ -177,6 +182,7 @@ impl PartitionLog {
                 position: 0,
             },
             durable_max_timestamp: (batch::NO_TIMESTAMP, -1),
+            indexes_durable_offset: offset,
             sync_generation: 0,
             appended_bytes: 0,
             durable_bytes: 0,
@@ -219,6 +225,12 @@ impl PartitionLog {
     /// Bytes made durable since start-up (a counter: checkpoints are paced by it).
     pub fn durable_bytes(&self) -> u64 {
         self.durable_bytes
+    }
+
+    /// Whether the index entries of every batch below the high watermark
+    /// are durable (a checkpoint at the high watermark may vouch for them).
+    pub fn indexes_durable(&self) -> bool {
+        self.indexes_durable_offset >= self.high_watermark
     }
 
     /// Segments, oldest first; the last is the active one.
@@ -420,7 +432,16 @@ impl PartitionLog {
 
     /// Captures the log end to pass to `mark_durable` once the `DiskOp::Sync`
     /// the caller emits now completes OK.
-    pub fn sync_point(&self) -> SyncPoint {
+    pub fn sync_point(&self, scope: SyncScope) -> SyncPoint {
+        let index_bytes = match scope {
+            SyncScope::Logs => Vec::new(),
+            SyncScope::All => self
+                .segments
+                .iter()
+                .filter(|s| s.durable_index_bytes != s.index_bytes())
+                .map(|s| (s.base_offset, s.index_bytes()))
+                .collect(),
+        };
         SyncPoint {
             log_end_offset: self.log_end_offset,
             end: self.end_position(),
@@ -428,21 +449,16 @@ impl PartitionLog {
             max_timestamp: self.segments.back().map_or((batch::NO_TIMESTAMP, -1), |s| {
                 (s.max_timestamp_ms, s.offset_of_max_timestamp)
             }),
-            index_bytes: self
-                .segments
-                .iter()
-                .rev()
-                .take(2)
-                .map(|s| (s.base_offset, s.index_bytes()))
-                .collect(),
+            index_bytes,
             generation: self.sync_generation,
         }
     }
 
     /// A sync emitted at `point` completed OK: the high watermark advances to
-    /// it (never backwards). A point from before a `truncate_to_durable` is
-    /// ignored.
-    pub fn mark_durable(&mut self, point: SyncPoint) {
+    /// it (never backwards), and with `SyncScope::All` the index entries
+    /// below it are durable too. A point from before a `truncate_to_durable`
+    /// is ignored.
+    pub fn mark_durable(&mut self, point: SyncPoint, scope: SyncScope) {
         if point.generation != self.sync_generation {
             return;
         }
@@ -456,6 +472,10 @@ impl PartitionLog {
             self.durable_max_timestamp = point.max_timestamp;
         }
         self.durable_bytes = self.durable_bytes.max(point.appended_bytes);
+        if scope == SyncScope::Logs {
+            return;
+        }
+        self.indexes_durable_offset = self.indexes_durable_offset.max(point.log_end_offset);
         for (base, bytes) in &point.index_bytes {
             if let Some(segment) = self.segments.iter_mut().find(|s| s.base_offset == *base) {
                 for (durable, now) in segment.durable_index_bytes.iter_mut().zip(bytes) {
@@ -530,6 +550,16 @@ impl PartitionLog {
             .position(|s| s.base_offset == segment_base)?;
         let next = self.segments.get(i + 1).map_or(i64::MAX, |s| s.base_offset);
         Some((segment_base, next))
+    }
+
+    /// Segments whose index files hold appends not known durable: after a
+    /// failed sync, each is repaired (`repair_indexes`).
+    pub fn segments_with_unsynced_indexes(&self) -> Vec<i64> {
+        self.segments
+            .iter()
+            .filter(|s| s.durable_index_bytes != s.index_bytes())
+            .map(|s| s.base_offset)
+            .collect()
     }
 
     /// Repairs a segment's index files from memory after a failed sync (see

@@ -498,6 +498,9 @@ impl LogRecovery {
             .front()
             .map_or(log.log_end_offset, |s| s.base_offset);
         log.high_watermark = log.log_end_offset;
+        // The boot sync is a `SyncScope::All` one: it makes the index
+        // entries recovery wrote durable before anything is served.
+        log.indexes_durable_offset = log.log_end_offset;
         log.high_watermark_position = log.end_position();
         log.durable_max_timestamp = log.segments.back().map_or((batch::NO_TIMESTAMP, -1), |s| {
             (s.max_timestamp_ms, s.offset_of_max_timestamp)

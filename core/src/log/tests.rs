@@ -7,7 +7,7 @@ use super::index::{self, OffsetEntry, TimeEntry};
 use super::recovery::{LogCheckpoint, LogRecovery, ScannedBatch};
 use super::*;
 use crate::batch::testing::{batch, TestBatch};
-use crate::io::{FileRange, RecoveredSegment};
+use crate::io::{FileRange, RecoveredSegment, SyncScope};
 use crate::txn::marker;
 use bytes::BytesMut;
 
@@ -352,9 +352,12 @@ fn append_counts(log: &mut PartitionLog, disk: &mut Disk, counts: &[usize]) -> V
 
 /// Emits a sync, lets it complete OK.
 fn sync(log: &mut PartitionLog, disk: &mut Disk) {
-    let point = log.sync_point();
-    disk.apply_one(&DiskOp::Sync { io: 0 });
-    log.mark_durable(point);
+    let point = log.sync_point(SyncScope::All);
+    disk.apply_one(&DiskOp::Sync {
+        io: 0,
+        scope: SyncScope::All,
+    });
+    log.mark_durable(point, SyncScope::All);
 }
 
 /// A batch whose records are stamped `base + delta` for each delta.
@@ -1063,13 +1066,13 @@ fn high_watermark_moves_only_on_mark_durable() {
     let mut log = PartitionLog::new(dir(), 1 << 20);
     let mut disk = Disk::default();
     append_counts(&mut log, &mut disk, &[1]);
-    let first = log.sync_point();
+    let first = log.sync_point(SyncScope::All);
     append_counts(&mut log, &mut disk, &[1]);
-    let second = log.sync_point();
+    let second = log.sync_point(SyncScope::All);
     assert_eq!(log.high_watermark(), 0);
-    log.mark_durable(second);
+    log.mark_durable(second, SyncScope::All);
     assert_eq!(log.high_watermark(), 2);
-    log.mark_durable(first);
+    log.mark_durable(first, SyncScope::All);
     assert_eq!(log.high_watermark(), 2, "never backwards");
     assert_eq!(log.high_watermark_position(), log.end_position());
 }
@@ -1081,13 +1084,13 @@ fn a_sync_point_from_before_a_truncation_is_ignored() {
     append_counts(&mut log, &mut disk, &[1]);
     sync(&mut log, &mut disk);
     append_counts(&mut log, &mut disk, &[1]);
-    let lost = log.sync_point();
+    let lost = log.sync_point(SyncScope::All);
     // That sync failed.
     disk.apply(&log.truncate_to_durable(&[]));
     assert_eq!(log.log_end_offset(), 1);
     append_counts(&mut log, &mut disk, &[1]);
     assert_eq!(log.log_end_offset(), 2, "the same end as the lost point");
-    log.mark_durable(lost);
+    log.mark_durable(lost, SyncScope::All);
     assert_eq!(
         log.high_watermark(),
         1,
@@ -2070,9 +2073,9 @@ fn retention_spares_data_that_is_not_durable() {
         log.apply_retention(1 << 40, 0, 0).is_empty(),
         "nothing is durable"
     );
-    let point = log.sync_point();
+    let point = log.sync_point(SyncScope::All);
     append_counts(&mut log, &mut disk, &[1]);
-    log.mark_durable(point);
+    log.mark_durable(point, SyncScope::All);
     // Segments 0 and 1 go; 2 stays because segment 3 holds nothing durable.
     let ops = log.apply_retention(1 << 40, 0, -1);
     assert_eq!(ops.len(), 2);

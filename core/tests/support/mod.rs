@@ -13,7 +13,7 @@ use bytes::{Bytes, BytesMut};
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
 use doze_core::{
     BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input,
-    IoError, IoId, MetaOp, Output, PartitionDir, SegmentFile,
+    IoError, IoId, MetaOp, Output, PartitionDir, SegmentFile, SyncScope,
 };
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
@@ -37,7 +37,7 @@ pub struct World {
     pub staged: BTreeMap<(PartitionDir, i64, SegmentFile, FileStage), File>,
     pub meta: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Syncs and meta writes issued but not completed yet.
-    pub pending_syncs: VecDeque<IoId>,
+    pub pending_syncs: VecDeque<(IoId, SyncScope)>,
     pub pending_meta: VecDeque<(IoId, Vec<MetaOp>)>,
     pub pending_reads: VecDeque<(IoId, FileRange)>,
     /// Inputs the world owes the broker (a response whose file range failed).
@@ -265,7 +265,7 @@ impl World {
                     .or_default()
                     .data
                     .extend_from_slice(&doze_core::batch::with_base_offset(&batch, base_offset)),
-                DiskOp::Sync { io } => self.pending_syncs.push_back(io),
+                DiskOp::Sync { io, scope } => self.pending_syncs.push_back((io, scope)),
                 DiskOp::Truncate {
                     dir,
                     segment_base,
@@ -376,11 +376,17 @@ impl World {
                 self.apply(out);
             }
         }
-        for io in syncs {
+        for (io, scope) in syncs {
             let result = if std::mem::take(&mut self.fail_next_sync) {
                 Err(doze_core::IoError("injected".into()))
             } else {
-                for f in self.files.values_mut().chain(self.staged.values_mut()) {
+                // A `Logs` sync leaves the live index files unsynced.
+                for ((_, _, kind), f) in self.files.iter_mut() {
+                    if scope == SyncScope::All || *kind == SegmentFile::Log {
+                        f.synced_len = f.data.len();
+                    }
+                }
+                for f in self.staged.values_mut() {
                     f.synced_len = f.data.len();
                 }
                 Ok(())

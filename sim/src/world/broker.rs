@@ -151,7 +151,7 @@ impl World {
                     return self.kill_at_cleaner_op(what, power);
                 }
                 let sync_io = match &op {
-                    DiskOp::Sync { io } => Some(*io),
+                    DiskOp::Sync { io, .. } => Some(*io),
                     _ => None,
                 };
                 if let DiskOp::Rename {

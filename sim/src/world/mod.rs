@@ -231,6 +231,19 @@ pub struct RunResult {
 const SWARM_COMPACTED_P: f64 = 0.25;
 /// log.cleaner.backoff.ms when the main topic is compacted: passes often.
 const CLEANER_BACKOFF_MS: i64 = 300;
+/// Recovery checkpoints a run may be given: (bytes, interval). A run lasts
+/// tens of simulated seconds and writes little, so with the broker's
+/// defaults (the last pair) a start almost never finds a checkpoint taken
+/// on the way; the others make starts from checkpoints, and the index
+/// syncs they wait for, common.
+const CHECKPOINT_CHOICES: [(u64, i64); 3] = [
+    (16 * 1024, 500),
+    (256 * 1024, 3_000),
+    (
+        doze_core::limits::CHECKPOINT_BYTES,
+        doze_core::limits::CHECKPOINT_INTERVAL_MS,
+    ),
+];
 
 /// The main topic's configs when it is compacted: every closed segment is
 /// worth a pass, and markers and tombstones may go soon after.
@@ -273,6 +286,10 @@ impl World {
         if compacted {
             broker_config.cleaner_backoff_ms = CLEANER_BACKOFF_MS;
         }
+        let (bytes, interval_ms) =
+            CHECKPOINT_CHOICES[own_rng.random_range(0..CHECKPOINT_CHOICES.len())];
+        broker_config.checkpoint_bytes = bytes;
+        broker_config.checkpoint_interval_ms = interval_ms;
         let trace = Trace::new(cfg.keep_trace, cfg.echo_trace);
         let ignore_adopt = cfg.plant == Some(PlantedBug::IgnoreAdopt);
         Self {
