@@ -65,7 +65,7 @@
 //! clients keep in flight (each produce is answered after its sync); the core
 //! does not hold produces back yet.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::mem;
@@ -106,8 +106,52 @@ pub struct DiskWorker {
 
 /// What goes through the worker's queue, in the broker task's order.
 enum Job {
+    /// Ops queued together (`DiskQueue::submit_all`); the worker takes
+    /// them one by one (`Inbox`).
+    Ops(Vec<DiskOp>),
     Op(DiskOp),
     Pin(PinJob),
+}
+
+/// The worker's end of its queue: a job of many ops is handed out one op
+/// at a time, so the worker sees one op per job as before.
+struct Inbox {
+    queue: mpsc::Receiver<Job>,
+    /// The rest of the last `Job::Ops` taken, in order.
+    taken: VecDeque<DiskOp>,
+}
+
+impl Inbox {
+    /// The next job, waiting for one; `None` once the queue is closed and
+    /// empty.
+    fn recv(&mut self) -> Option<Job> {
+        match self.taken.pop_front() {
+            Some(op) => Some(Job::Op(op)),
+            None => self.queue.recv().ok().map(|job| self.split(job)),
+        }
+    }
+
+    /// The next job if one is queued.
+    fn try_recv(&mut self) -> Option<Job> {
+        match self.taken.pop_front() {
+            Some(op) => Some(Job::Op(op)),
+            None => self.queue.try_recv().ok().map(|job| self.split(job)),
+        }
+    }
+
+    fn split(&mut self, job: Job) -> Job {
+        match job {
+            Job::Ops(ops) => {
+                self.taken.extend(ops);
+                match self.taken.pop_front() {
+                    Some(op) => Job::Op(op),
+                    // An empty batch: nothing to do, as an empty pin.
+                    None => Job::Ops(Vec::new()),
+                }
+            }
+            other => other,
+        }
+    }
 }
 
 impl DiskWorker {
@@ -182,21 +226,30 @@ impl DiskQueue {
     /// Queues one op. Fails only if the worker thread is gone (it panicked),
     /// after which nothing can be made durable.
     pub fn submit(&self, op: DiskOp) -> Result<(), IoError> {
-        let appended = match &op {
-            DiskOp::Append { bytes, .. } | DiskOp::AppendCleaned { bytes, .. } => bytes.len(),
-            DiskOp::AppendBatch { batch, .. } => batch.len(),
-            _ => 0,
-        };
-        // Counted before it can run, so that no pin after it takes a cached
-        // descriptor it is about to make stale.
-        let name_change = changes_live_names(&op);
-        if name_change {
+        self.submit_all(vec![op])
+    }
+
+    /// Queues ops, in order, as one job: a worker waiting on its queue
+    /// wakes once for them all.
+    pub fn submit_all(&self, ops: Vec<DiskOp>) -> Result<(), IoError> {
+        let appended: usize = ops
+            .iter()
+            .map(|op| match op {
+                DiskOp::Append { bytes, .. } | DiskOp::AppendCleaned { bytes, .. } => bytes.len(),
+                DiskOp::AppendBatch { batch, .. } => batch.len(),
+                _ => 0,
+            })
+            .sum();
+        // Counted before they can run, so that no pin after them takes a
+        // cached descriptor they are about to make stale.
+        let name_changes = ops.iter().filter(|op| changes_live_names(op)).count();
+        for _ in 0..name_changes {
             self.reader.name_change_queued();
         }
         self.backlog.add(appended);
-        self.ops.send(Job::Op(op)).map_err(|_| {
+        self.ops.send(Job::Ops(ops)).map_err(|_| {
             self.backlog.done(appended);
-            if name_change {
+            for _ in 0..name_changes {
                 self.reader.name_change_done();
             }
             IoError("the disk worker has stopped".into())
@@ -439,19 +492,23 @@ impl Disk {
             .name("doze-sync".into())
             .spawn(move || run_syncer(syncer_queue, syncer_completions, retry, pool, &metrics))
             .expect("spawn the syncer thread");
+        let mut inbox = Inbox {
+            queue,
+            taken: VecDeque::new(),
+        };
         // A job taken from the queue while gathering appends, not run yet.
         let mut held = None;
-        while let Some(job) = held.take().or_else(|| queue.recv().ok()) {
+        while let Some(job) = held.take().or_else(|| inbox.recv()) {
             // Syncs reached this round, each with the error it must report
             // regardless of how the fsyncs go.
             let mut syncs = Vec::new();
-            self.run_job(job, &queue, &mut held, &mut syncs, &completions);
+            self.run_job(job, &mut inbox, &mut held, &mut syncs, &completions);
             if syncs.is_empty() {
                 continue;
             }
             for _ in 1..limits::ROUND_OPS_MAX {
-                match held.take().or_else(|| queue.try_recv().ok()) {
-                    Some(job) => self.run_job(job, &queue, &mut held, &mut syncs, &completions),
+                match held.take().or_else(|| inbox.try_recv()) {
+                    Some(job) => self.run_job(job, &mut inbox, &mut held, &mut syncs, &completions),
                     None => break,
                 }
             }
@@ -482,7 +539,7 @@ impl Disk {
     fn run_job(
         &mut self,
         job: Job,
-        queue: &mpsc::Receiver<Job>,
+        inbox: &mut Inbox,
         held: &mut Option<Job>,
         syncs: &mut Vec<(IoId, Option<IoError>)>,
         completions: &UnboundedSender<Input>,
@@ -491,18 +548,21 @@ impl Disk {
             Job::Op(op) if is_append(&op) => {
                 let mut appends = vec![op];
                 while appends.len() < limits::DISK_APPENDS_GATHERED_MAX {
-                    match queue.try_recv() {
-                        Ok(Job::Op(op)) if is_append(&op) => appends.push(op),
-                        Ok(other) => {
+                    match inbox.try_recv() {
+                        Some(Job::Op(op)) if is_append(&op) => appends.push(op),
+                        Some(other) => {
                             *held = Some(other);
                             break;
                         }
-                        Err(_) => break,
+                        None => break,
                     }
                 }
                 self.append_all(appends);
             }
             Job::Op(op) => self.execute(op, syncs, completions),
+            Job::Ops(ops) => {
+                debug_assert!(ops.is_empty(), "the inbox splits a batch into ops");
+            }
             Job::Pin(PinJob { keys, reply }) => {
                 // The writer may have gone meanwhile; then nobody reads.
                 let _ = reply.send(self.reader.pin_in_order(keys));
@@ -1276,6 +1336,39 @@ mod tests {
     }
 
     #[test]
+    fn ops_queued_together_run_in_order() {
+        let logs = temp_logs("together");
+        let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
+        let p = PartitionDir::new("t", 0);
+        let all = |io| DiskOp::Sync {
+            io,
+            scope: SyncScope::All,
+        };
+        queue.submit_all(Vec::new()).unwrap();
+        queue
+            .submit_all(vec![
+                log(&p, 0, b"hello"),
+                all(1),
+                truncate(&p, 0, SegmentFile::Log, 4),
+                log(&p, 0, b"!"),
+                append(&p, 0, SegmentFile::OffsetIndex, b"12345678"),
+                all(2),
+            ])
+            .unwrap();
+        queue.submit(log(&p, 0, b"?")).unwrap();
+        queue.submit_all(vec![all(3)]).unwrap();
+        for io in 1..=3 {
+            assert_eq!(sync_result(&mut done, io), Ok(()));
+        }
+        let read = |kind| fs::read(path(&logs, "t-0", 0, kind)).unwrap();
+        assert_eq!(read(SegmentFile::Log), b"hell!?");
+        assert_eq!(read(SegmentFile::OffsetIndex), b"12345678");
+        drop(queue);
+        assert_eq!(thread.join().unwrap(), Ok(()));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[test]
     fn append_sync_truncate_delete() {
         let logs = temp_logs("ops");
         let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
@@ -2014,7 +2107,7 @@ mod tests {
     /// runs before what is certain.
     struct HandDriven {
         queue: DiskQueue,
-        jobs: mpsc::Receiver<Job>,
+        jobs: Inbox,
         disk: Disk,
         reader: FileReader,
         completions: UnboundedSender<Input>,
@@ -2037,6 +2130,10 @@ mod tests {
                 reader: reader.clone(),
             };
             let (completions, _) = unbounded_channel();
+            let jobs = Inbox {
+                queue: jobs,
+                taken: VecDeque::new(),
+            };
             Self {
                 queue,
                 jobs,
@@ -2050,9 +2147,14 @@ mod tests {
         fn run(&mut self) {
             let mut syncs = Vec::new();
             let mut held = None;
-            while let Some(job) = held.take().or_else(|| self.jobs.try_recv().ok()) {
-                self.disk
-                    .run_job(job, &self.jobs, &mut held, &mut syncs, &self.completions);
+            while let Some(job) = held.take().or_else(|| self.jobs.try_recv()) {
+                self.disk.run_job(
+                    job,
+                    &mut self.jobs,
+                    &mut held,
+                    &mut syncs,
+                    &self.completions,
+                );
             }
             assert!(self.disk.error.is_none(), "{:?}", self.disk.error);
         }

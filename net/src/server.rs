@@ -606,7 +606,15 @@ impl<Q: StorageQueue> Driver<Q> {
     /// Feeds one input to the core and carries out everything it asks for.
     fn handle(&mut self, input: Input) -> anyhow::Result<()> {
         self.broker.handle(now_ms(), input);
+        // Disk ops go to the worker together, in order, before any output
+        // that must come after them (a response's pins) and at the end.
+        let mut disk_ops = Vec::new();
         while let Some(output) = self.broker.poll_output() {
+            if !matches!(output, Output::Disk(_)) && !disk_ops.is_empty() {
+                self.storage
+                    .submit_disks(std::mem::take(&mut disk_ops))
+                    .map_err(|e| anyhow!(e.0))?;
+            }
             match output {
                 Output::Response { conn, frame } => {
                     let timing = self.answered(conn, &frame);
@@ -630,7 +638,7 @@ impl<Q: StorageQueue> Driver<Q> {
                         debug!(conn, "closing at the broker's request");
                     }
                 }
-                Output::Disk(op) => self.storage.submit_disk(op).map_err(|e| anyhow!(e.0))?,
+                Output::Disk(op) => disk_ops.push(op),
                 Output::Meta { io, ops } => self
                     .storage
                     .submit_meta(MetaWrite { io, ops })
@@ -638,6 +646,11 @@ impl<Q: StorageQueue> Driver<Q> {
                 Output::Stopped if self.stopping => self.stopped = true,
                 Output::Stopped => warn!("the broker said Stopped unasked; ignored"),
             }
+        }
+        if !disk_ops.is_empty() {
+            self.storage
+                .submit_disks(disk_ops)
+                .map_err(|e| anyhow!(e.0))?;
         }
         Ok(())
     }

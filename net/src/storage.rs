@@ -116,6 +116,13 @@ pub trait StorageQueue: Send + 'static {
     /// Queues one disk op, in order. Fails only if the storage is gone, after
     /// which nothing can be made durable.
     fn submit_disk(&self, op: DiskOp) -> Result<(), IoError>;
+    /// Queues disk ops, in order, as `submit_disk` one by one would. The
+    /// broker task hands over what one input produced at once, so a worker
+    /// blocked on its queue wakes once for them (a marker's append, its
+    /// index entries and the sync that follows them).
+    fn submit_disks(&self, ops: Vec<DiskOp>) -> Result<(), IoError> {
+        ops.into_iter().try_for_each(|op| self.submit_disk(op))
+    }
     /// Queues one meta.db batch. Fails only if the storage is gone.
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError>;
     /// The frame of an `Output::ResponseParts`, its files pinned at this
@@ -270,6 +277,10 @@ mod production {
     impl StorageQueue for Workers {
         fn submit_disk(&self, op: DiskOp) -> Result<(), IoError> {
             self.disk.submit(op)
+        }
+
+        fn submit_disks(&self, ops: Vec<DiskOp>) -> Result<(), IoError> {
+            self.disk.submit_all(ops)
         }
 
         fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError> {
