@@ -119,6 +119,11 @@ pub const DISK_APPEND_LANES: usize = 2;
 /// A run of appends smaller than this is written by the worker alone:
 /// handing a share to another thread costs more than the copy it saves.
 pub const DISK_APPEND_PARALLEL_BYTES_MIN: usize = 256 * 1024;
+/// A sync round with at most this many log bytes, reached while the
+/// syncer thread is idle and nothing else is queued, is fsynced by the disk
+/// worker itself: handing it over costs a thread wake-up on the commit path
+/// (a marker, a small produce), and there is nothing to write meanwhile.
+pub const DISK_INLINE_SYNC_BYTES_MAX: u64 = 64 * 1024;
 /// Appends the disk worker gathers from its queue into one run.
 pub const DISK_APPENDS_GATHERED_MAX: usize = 1024;
 /// The driver's meta.db journal (net's `metajournal.rs`) holds at most this

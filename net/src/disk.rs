@@ -71,6 +71,7 @@ use std::io::{self, Write};
 use std::mem;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -488,9 +489,18 @@ impl Disk {
         let syncer_completions = completions.clone();
         let retry = Arc::clone(&self.dirs_to_retry);
         let pool = Arc::clone(&self.pool);
+        // Rounds handed to the syncer and not reported yet.
+        let at_syncer = Arc::new(AtomicUsize::new(0));
+        let syncer_metrics = Arc::clone(&metrics);
+        let syncer_rounds = Arc::clone(&at_syncer);
         let syncer = thread::Builder::new()
             .name("doze-sync".into())
-            .spawn(move || run_syncer(syncer_queue, syncer_completions, retry, pool, &metrics))
+            .spawn(move || {
+                while let Ok(round) = syncer_queue.recv() {
+                    finish_round(round, &syncer_completions, &retry, &pool, &syncer_metrics);
+                    syncer_rounds.fetch_sub(1, Ordering::Release);
+                }
+            })
             .expect("spawn the syncer thread");
         let mut inbox = Inbox {
             queue,
@@ -513,6 +523,18 @@ impl Disk {
                 }
             }
             let round = self.take_round(syncs);
+            // Rounds are reported in order: inline only behind none, and
+            // only with nothing queued to write meanwhile.
+            held = held.take().or_else(|| inbox.try_recv());
+            let inline = at_syncer.load(Ordering::Acquire) == 0
+                && round.log_append_bytes <= limits::DISK_INLINE_SYNC_BYTES_MAX
+                && held.is_none();
+            if inline {
+                let retry = &self.dirs_to_retry;
+                finish_round(round, &completions, retry, &self.pool, &metrics);
+                continue;
+            }
+            at_syncer.fetch_add(1, Ordering::Release);
             if rounds.send(round).is_err() {
                 break; // the syncer died (a panic): nothing more can be promised
             }
@@ -1064,28 +1086,27 @@ impl Disk {
     }
 }
 
-/// The syncer thread: fsyncs each round and reports its `Sync`s, in order.
-fn run_syncer(
-    rounds: mpsc::Receiver<SyncRound>,
-    completions: UnboundedSender<Input>,
-    dirs_to_retry: Arc<Mutex<Vec<PathBuf>>>,
-    pool: Arc<SyncPool>,
+/// Fsyncs a round and reports its `Sync`s, in order: on the syncer thread,
+/// or on the worker's own (`limits::DISK_INLINE_SYNC_BYTES_MAX`).
+fn finish_round(
+    round: SyncRound,
+    completions: &UnboundedSender<Input>,
+    dirs_to_retry: &Mutex<Vec<PathBuf>>,
+    pool: &SyncPool,
     metrics: &NetMetrics,
 ) {
-    while let Ok(round) = rounds.recv() {
-        let started = Instant::now();
-        let synced = sync_round(&round, &dirs_to_retry, &pool);
-        metrics.group_commit(started.elapsed(), round.log_appends, round.log_append_bytes);
-        for (io, earlier) in round.syncs {
-            let result = match (earlier, &synced) {
-                (Some(e), _) => Err(e),
-                (None, Err(e)) => Err(e.clone()),
-                (None, Ok(())) => Ok(()),
-            };
-            // The broker task is gone only during shutdown, when nobody
-            // waits for the answer any more.
-            let _ = completions.send(Input::SyncDone { io, result });
-        }
+    let started = Instant::now();
+    let synced = sync_round(&round, dirs_to_retry, pool);
+    metrics.group_commit(started.elapsed(), round.log_appends, round.log_append_bytes);
+    for (io, earlier) in round.syncs {
+        let result = match (earlier, &synced) {
+            (Some(e), _) => Err(e),
+            (None, Err(e)) => Err(e.clone()),
+            (None, Ok(())) => Ok(()),
+        };
+        // The broker task is gone only during shutdown, when nobody
+        // waits for the answer any more.
+        let _ = completions.send(Input::SyncDone { io, result });
     }
 }
 
