@@ -1220,6 +1220,14 @@ mod tests {
         append(dir, base, SegmentFile::Log, bytes)
     }
 
+    /// A sync of every scope (what the tests before `SyncScope` meant).
+    fn full_sync(io: IoId) -> DiskOp {
+        DiskOp::Sync {
+            io,
+            scope: SyncScope::All,
+        }
+    }
+
     fn truncate(dir: &PartitionDir, base: i64, file: SegmentFile, len: u64) -> DiskOp {
         DiskOp::Truncate {
             dir: dir.clone(),
@@ -1288,20 +1296,10 @@ mod tests {
         queue
             .submit(append(&p, 0, SegmentFile::OffsetIndex, b"12345678"))
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(metrics.group_commit_totals(), (1, 2, 11));
-        queue
-            .submit(DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(2)).unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(
             metrics.group_commit_totals(),
@@ -1324,12 +1322,7 @@ mod tests {
             backlog.queued_bytes() <= 5,
             "only appends count, until written"
         );
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(
             backlog.queued_bytes(),
@@ -1340,12 +1333,7 @@ mod tests {
         let bad = PartitionDir::new("orders", 1);
         fs::write(logs.join(bad.dir_name()), b"a file, not a directory").unwrap();
         queue.submit(log(&bad, 0, b"lost")).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(2)).unwrap();
         assert!(sync_result(&mut done, 2).is_err());
         assert_eq!(
             backlog.queued_bytes(),
@@ -1361,23 +1349,19 @@ mod tests {
         let logs = temp_logs("together");
         let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
         let p = PartitionDir::new("t", 0);
-        let all = |io| DiskOp::Sync {
-            io,
-            scope: SyncScope::All,
-        };
         queue.submit_all(Vec::new()).unwrap();
         queue
             .submit_all(vec![
                 log(&p, 0, b"hello"),
-                all(1),
+                full_sync(1),
                 truncate(&p, 0, SegmentFile::Log, 4),
                 log(&p, 0, b"!"),
                 append(&p, 0, SegmentFile::OffsetIndex, b"12345678"),
-                all(2),
+                full_sync(2),
             ])
             .unwrap();
         queue.submit(log(&p, 0, b"?")).unwrap();
-        queue.submit_all(vec![all(3)]).unwrap();
+        queue.submit_all(vec![full_sync(3)]).unwrap();
         for io in 1..=3 {
             assert_eq!(sync_result(&mut done, io), Ok(()));
         }
@@ -1399,23 +1383,13 @@ mod tests {
 
         queue.submit(log(&p, 0, b"hello")).unwrap();
         queue.submit(log(&p, 0, b" world")).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(fs::read(&seg0).unwrap(), b"hello world");
 
         queue.submit(truncate(&p, 0, SegmentFile::Log, 5)).unwrap();
         queue.submit(log(&p, 0, b"!")).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(2)).unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(fs::read(&seg0).unwrap(), b"hello!");
 
@@ -1432,12 +1406,7 @@ mod tests {
                 segment_base: 7,
             })
             .unwrap(); // absent: fine
-        queue
-            .submit(DiskOp::Sync {
-                io: 3,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(3)).unwrap();
         assert_eq!(sync_result(&mut done, 3), Ok(()));
         assert!(!seg0.exists());
         assert_eq!(fs::read(&seg100).unwrap(), b"x");
@@ -1450,12 +1419,7 @@ mod tests {
                 dir: PartitionDir::new("never", 1),
             })
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 4,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(4)).unwrap();
         assert_eq!(sync_result(&mut done, 4), Ok(()));
         assert!(!logs.join("orders-0").exists());
 
@@ -1465,30 +1429,15 @@ mod tests {
         queue
             .submit(log(&PartitionDir::new("blocked", 0), 0, b"x"))
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 5,
-                scope: SyncScope::All,
-            })
-            .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 6,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(5)).unwrap();
+        queue.submit(full_sync(6)).unwrap();
         assert!(sync_result(&mut done, 5).is_err());
         assert_eq!(sync_result(&mut done, 6), Ok(()));
 
         // A name that would escape logs/ is refused, not acted on.
         let evil = PartitionDir::new("../../etc", 0);
         queue.submit(DiskOp::DeletePartition { dir: evil }).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 7,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(7)).unwrap();
         assert!(sync_result(&mut done, 7).is_err());
 
         drop(queue);
@@ -1522,12 +1471,7 @@ mod tests {
             .submit(truncate(&p, 50, SegmentFile::TimeIndex, 4))
             .unwrap();
         queue.submit(log(&p, 50, b"batches")).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(
             fs::read(path(&logs, "t-2", 50, SegmentFile::OffsetIndex)).unwrap(),
@@ -1552,12 +1496,7 @@ mod tests {
                 segment_base: 50,
             })
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(2)).unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         let mut left: Vec<_> = fs::read_dir(logs.join("t-2"))
             .unwrap()
@@ -1599,12 +1538,7 @@ mod tests {
         );
 
         // A failed read is its own answer: the next sync is not failed by it.
-        queue
-            .submit(DiskOp::Sync {
-                io: 7,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(7)).unwrap();
         assert_eq!(sync_result(&mut done, 7), Ok(()));
 
         drop(queue);
@@ -1656,12 +1590,7 @@ mod tests {
         // And through the worker, the sync after them succeeds.
         let (queue, mut done, thread) = start(&logs, OPEN_FILES_MAX);
         queue.submit(adopt(0)).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
@@ -1799,12 +1728,7 @@ mod tests {
         queue
             .submit(cleaned(&p, 0, SegmentFile::OffsetIndex, b"idx"))
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         assert_eq!(sync_result(&mut done, 1), Ok(()));
         assert_eq!(backlog.queued_bytes(), 0);
         assert_eq!(fs::read(&live_log).unwrap(), b"old-old-old");
@@ -1823,12 +1747,7 @@ mod tests {
                 .submit(rename(&p, 0, SegmentFile::Log, from, to))
                 .unwrap();
         }
-        queue
-            .submit(DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(2)).unwrap();
         assert_eq!(sync_result(&mut done, 2), Ok(()));
         assert_eq!(fs::read(&live_log).unwrap(), b"newer");
         assert_eq!(
@@ -1849,18 +1768,8 @@ mod tests {
         queue
             .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 4,
-                scope: SyncScope::All,
-            })
-            .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 5,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(4)).unwrap();
+        queue.submit(full_sync(5)).unwrap();
         let missing = sync_result(&mut done, 4).unwrap_err();
         assert!(missing.0.contains("rename"), "{}", missing.0);
         assert_eq!(sync_result(&mut done, 5), Ok(()));
@@ -1877,12 +1786,7 @@ mod tests {
         queue
             .submit(rename(&p, 0, SegmentFile::TimeIndex, Cleaned, Swap))
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 6,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(6)).unwrap();
         assert_eq!(sync_result(&mut done, 6), Ok(()));
         assert_eq!(listing(&logs.join("c-0")).len(), 4);
         let discard = DiskOp::DiscardStaged {
@@ -1891,12 +1795,7 @@ mod tests {
         };
         queue.submit(discard.clone()).unwrap();
         queue.submit(discard).unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 7,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(7)).unwrap();
         assert_eq!(sync_result(&mut done, 7), Ok(()));
         assert_eq!(
             listing(&logs.join("c-0")),
@@ -1925,12 +1824,7 @@ mod tests {
                 segment_base: 0,
             })
             .unwrap();
-        queue
-            .submit(DiskOp::Sync {
-                io: 8,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(8)).unwrap();
         assert_eq!(sync_result(&mut done, 8), Ok(()));
         assert_eq!(
             listing(&logs.join("c-0")),
@@ -2008,14 +1902,7 @@ mod tests {
         let mut syncs = Vec::new();
         let op = swap_in(&mut disk);
         disk.execute(op, &mut syncs, &tx);
-        disk.execute(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut syncs,
-            &tx,
-        );
+        disk.execute(full_sync(1), &mut syncs, &tx);
         assert_eq!(syncs.len(), 1);
         assert!(syncs[0].1.is_some(), "the sync carries the rename's error");
         let round = disk.take_round(syncs);
@@ -2454,12 +2341,7 @@ mod tests {
             .submit(rename(&p, 0, SegmentFile::Log, Swap, Live))
             .unwrap();
         let after = queue.response_frame(vec![log_part(&p, 0, 0, 3)]);
-        queue
-            .submit(DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            })
-            .unwrap();
+        queue.submit(full_sync(1)).unwrap();
         // The sync answered: the swap has run, and neither frame is read yet.
         synced(&mut done, 1).await;
         assert_eq!(frame_bytes(before).await.unwrap(), &b"old"[..]);

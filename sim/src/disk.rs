@@ -933,6 +933,14 @@ mod tests {
         disk.apply(op, rng);
     }
 
+    /// A sync of every scope (what the tests before `SyncScope` meant).
+    fn full_sync(io: IoId) -> DiskOp {
+        DiskOp::Sync {
+            io,
+            scope: SyncScope::All,
+        }
+    }
+
     fn append(disk: &mut SimDisk, rng: &mut ChaCha8Rng, bytes: &[u8]) {
         append_to(disk, rng, SegmentFile::Log, bytes);
     }
@@ -961,13 +969,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(1), &mut rng);
         append(&mut disk, &mut rng, b"def");
         disk.complete_sync(1, false, false).unwrap();
         assert_eq!(
@@ -1028,23 +1030,11 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(1), &mut rng);
         assert!(disk.complete_sync(1, true, false).is_err());
         assert_eq!(file(&disk).synced_len, 0);
         append(&mut disk, &mut rng, b"d");
-        disk.apply(
-            DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(2), &mut rng);
         assert!(disk.complete_sync(2, false, true).is_ok());
         assert_eq!(file(&disk).synced_len, 0);
         assert!(!file(&disk).durable);
@@ -1058,23 +1048,11 @@ mod tests {
             ..Default::default()
         };
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(1), &mut rng);
         assert!(disk.complete_sync(1, false, false).is_err());
         disk.full = false;
         append(&mut disk, &mut rng, b"x");
-        disk.apply(
-            DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(2), &mut rng);
         assert!(disk.complete_sync(2, false, false).is_ok());
     }
 
@@ -1141,13 +1119,7 @@ mod tests {
         append(&mut disk, &mut rng, b"abc");
         append_to(&mut disk, &mut rng, SegmentFile::TimeIndex, b"t");
         disk.crash();
-        disk.apply(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(1), &mut rng);
         disk.complete_sync(1, false, false).unwrap();
         assert_eq!(file(&disk).synced_len, 0, "the new process touched nothing");
         let adopt = DiskOp::Adopt {
@@ -1168,13 +1140,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append(&mut disk, &mut rng, b"abc");
-        disk.apply(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(1), &mut rng);
         disk.apply(DiskOp::DeletePartition { dir: dir() }, &mut rng);
         append(&mut disk, &mut rng, b"xyzw");
         disk.complete_sync(1, false, false).unwrap();
@@ -1210,13 +1176,7 @@ mod tests {
         );
 
         disk.apply(cut_log_to(2), &mut rng);
-        disk.apply(
-            DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(2), &mut rng);
         disk.apply(
             DiskOp::DeleteSegment {
                 dir: dir(),
@@ -1418,13 +1378,7 @@ mod tests {
     fn a_rename_issued_while_a_sync_is_in_flight_rides_the_next_one() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
-        disk.apply(
-            DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(2), &mut rng);
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
         disk.complete_sync(2, false, false).unwrap();
         assert_eq!(
@@ -1439,13 +1393,7 @@ mod tests {
         // Renamed again while the sync that covers the first rename is in
         // flight: durable where it was when that sync was issued.
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
-        disk.apply(
-            DiskOp::Sync {
-                io: 3,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(3), &mut rng);
         rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Live);
         disk.complete_sync(3, false, false).unwrap();
         disk.power_cut(&mut rng);
@@ -1459,13 +1407,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
-        disk.apply(
-            DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(2), &mut rng);
         assert!(disk.complete_sync(2, true, false).is_err());
         assert_eq!(disk.unsynced().1.len(), 1);
         sync(&mut disk, &mut rng, 3);
@@ -1523,13 +1465,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = SimDisk::default();
         append_cleaned(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"12345678");
-        disk.apply(
-            DiskOp::Sync {
-                io: 1,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(1), &mut rng);
         rename(&mut disk, &mut rng, SegmentFile::OffsetIndex, Cleaned, Swap);
         disk.complete_sync(1, false, false).unwrap();
         let f = &disk.files()[&(dir(), 0, (SegmentFile::OffsetIndex, Swap))];
@@ -1563,25 +1499,13 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
         rename(&mut disk, &mut rng, SegmentFile::TimeIndex, Cleaned, Swap);
-        disk.apply(
-            DiskOp::Sync {
-                io: 2,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(2), &mut rng);
         let error = disk.complete_sync(2, false, false).unwrap_err();
         assert!(error.0.starts_with("ENOENT"), "{error:?}");
         assert!(error.0.contains(".timeindex.cleaned"), "{error:?}");
         sync(&mut disk, &mut rng, 3);
         rename(&mut disk, &mut rng, SegmentFile::Log, Swap, Swap);
-        disk.apply(
-            DiskOp::Sync {
-                io: 4,
-                scope: SyncScope::All,
-            },
-            &mut rng,
-        );
+        disk.apply(full_sync(4), &mut rng);
         assert!(disk.complete_sync(4, false, false).is_err(), "onto itself");
         assert_eq!(disk.files().len(), 2, "a failed rename changes nothing");
     }
@@ -1867,13 +1791,7 @@ mod tests {
             // saw when it was issued, but for unsynced tails written back.
             let count = rng.random_range(0..6);
             apply_valid_ops(&mut disk, &mut rng, count, &mut trace);
-            trace.push(disk.apply(
-                DiskOp::Sync {
-                    io: 2,
-                    scope: SyncScope::All,
-                },
-                &mut rng,
-            ));
+            trace.push(disk.apply(full_sync(2), &mut rng));
             let synced = listing(&disk);
             let mut pending = Some(2);
             let mut in_flight = VecDeque::new();
@@ -1882,13 +1800,7 @@ mod tests {
                 match rng.random_range(0..12) {
                     0 => {
                         issued += 1;
-                        trace.push(disk.apply(
-                            DiskOp::Sync {
-                                io: issued,
-                                scope: SyncScope::All,
-                            },
-                            &mut rng,
-                        ));
+                        trace.push(disk.apply(full_sync(issued), &mut rng));
                         in_flight.push_back(issued);
                     }
                     1 => {
