@@ -32,6 +32,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -324,10 +325,8 @@ async fn stream_frame(parts: Vec<FramePart>, pinned: Pinned) -> Result<Frame, Fr
                             len: n,
                             ..range.clone()
                         };
-                        let start = chunk.len();
-                        chunk.resize(start + n as usize, 0);
                         let read = pinned_file(&pinned, &piece)
-                            .and_then(|file| read_range(file, &piece, &mut chunk[start..]));
+                            .and_then(|file| append_range(file, &piece, &mut chunk));
                         if let Err(error) = read {
                             let _ = chunks.blocking_send(Err(FrameReadError::Part {
                                 range: range.clone(),
@@ -355,6 +354,55 @@ async fn stream_frame(parts: Vec<FramePart>, pinned: Pinned) -> Result<Frame, Fr
         Some(Err(e)) => Err(e),
         None => Err(FrameReadError::Frame("the read stopped".into())),
     }
+}
+
+/// Appends exactly `range.len` bytes of `range` to `chunk` (a short file
+/// is an error), read by pread(2) straight into its spare capacity. A
+/// chunk zero-filled and then overwritten cost about 7% of the broker's CPU
+/// while serving a cold fetch (perf: memset beside the page-cache copy).
+fn append_range(file: &File, range: &FileRange, chunk: &mut BytesMut) -> Result<(), IoError> {
+    use std::os::fd::AsRawFd;
+    let failed = |e: io::Error| {
+        IoError(format!(
+            "cannot read {} bytes at {} of {}/{}: {e}",
+            range.len,
+            range.position,
+            range.dir.dir_name(),
+            range.file.file_name(range.segment_base)
+        ))
+    };
+    let len = usize::try_from(range.len).map_err(|_| failed(io::ErrorKind::InvalidInput.into()))?;
+    chunk.reserve(len);
+    let mut done = 0usize;
+    while done < len {
+        let want = len - done;
+        let at = libc::off_t::try_from(range.position + done as u64)
+            .map_err(|_| failed(io::ErrorKind::InvalidInput.into()))?;
+        let spare = chunk.spare_capacity_mut();
+        assert!(
+            spare.len() >= want,
+            "reserved above, filled only by this loop"
+        );
+        // SAFETY: `spare` is writable memory of at least `want` bytes, and
+        // pread(2) writes at most `want` bytes to it.
+        let n = unsafe { libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), want, at) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(failed(e));
+        }
+        if n == 0 {
+            return Err(failed(io::ErrorKind::UnexpectedEof.into()));
+        }
+        let n = n as usize;
+        // SAFETY: pread(2) initialized the first `n` bytes of the spare
+        // capacity, right after the chunk's length.
+        unsafe { chunk.set_len(chunk.len() + n) };
+        done += n;
+    }
+    Ok(())
 }
 
 /// Reads exactly `buf.len()` bytes of `range` (a short file is an error).
