@@ -47,9 +47,23 @@ def _set_pdeathsig():
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n):
+    """`n` distinct free ports: each socket stays bound until all are
+    chosen (ports taken one at a time can repeat, and a broker given one
+    port for two listeners refuses to start)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class BrokerStartError(RuntimeError):
@@ -68,7 +82,10 @@ class Broker:
         self.sets = list(sets)
         self.extra_args = list(extra_args)
         # A console setting in `sets` wins (later --set flags override).
-        self.console_port = free_port() if console else None
+        # Not the broker's port (a port left to the broker is drawn apart).
+        self.console_port = None
+        while console and self.console_port in (None, self.port):
+            self.console_port = free_port()
         # The URL of the console's own line, once printed.
         self.console_url = None
         self.proc = None

@@ -36,7 +36,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import free_port
+from conftest import free_port, free_ports
 from txnutil import TXN_BROKER_SETS, end_offsets, txn_producer_conf, wait_until
 from wireutil import consumer, create_topic, unique_topic
 
@@ -335,7 +335,7 @@ def test_console_sees_everything_behind_sasl_and_acls(start_broker, broker_binar
     """Only a SASL listener, the authorizer on and no ACL (nobody but the
     super user may do anything): the console, which has no credentials,
     still shows the topic, its records and its open transaction."""
-    sasl_port, console_port = free_port(), free_port()
+    sasl_port, console_port = free_ports(2)
     users_add(broker_binary, tmp_path / "secure-data", "admin", "admin-secret")
     b = start_broker(name="secure", listen_port=sasl_port, sets=[
         *TXN_BROKER_SETS,

@@ -24,7 +24,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from conftest import free_port
+from conftest import free_ports
 
 ADMIN_PW = "admin-secret"
 SUPER_SETS = (
@@ -76,8 +76,7 @@ class Secure:
 
     def __init__(self, start_broker, broker_binary, tmp_path, pki, mtls=False, extra_sets=()):
         self.pki = pki
-        self.plain_port, self.sasl_port, self.ssl_port, self.mtls_port = (
-            free_port(), free_port(), free_port(), free_port())
+        self.plain_port, self.sasl_port, self.ssl_port, self.mtls_port = free_ports(4)
         listeners = [f"PLAINTEXT://127.0.0.1:{self.plain_port}",
                      f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
                      f"SASL_SSL://127.0.0.1:{self.ssl_port}"]
