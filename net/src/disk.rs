@@ -99,26 +99,30 @@ use crate::syncpool::SyncPool;
 pub const OPEN_FILES_MAX: usize = 512;
 
 pub struct DiskWorker {
-    ops: mpsc::Sender<Job>,
+    ops: mpsc::Sender<Queued>,
     thread: thread::JoinHandle<Result<(), IoError>>,
     backlog: Arc<Backlog>,
     reader: FileReader,
 }
 
 /// What goes through the worker's queue, in the broker task's order.
-enum Job {
-    /// Ops queued together (`DiskQueue::submit_all`); the worker takes
-    /// them one by one (`Inbox`).
+enum Queued {
+    /// Ops queued together (`DiskQueue::submit_all`).
     Ops(Vec<DiskOp>),
+    Pin(PinJob),
+}
+
+/// What the worker runs next: one op, or one pin.
+enum Job {
     Op(DiskOp),
     Pin(PinJob),
 }
 
-/// The worker's end of its queue: a job of many ops is handed out one op
-/// at a time, so the worker sees one op per job as before.
+/// The worker's end of its queue: ops queued together are handed out one
+/// at a time (an empty batch is skipped), so the worker sees one op per job.
 struct Inbox {
-    queue: mpsc::Receiver<Job>,
-    /// The rest of the last `Job::Ops` taken, in order.
+    queue: mpsc::Receiver<Queued>,
+    /// The rest of the last batch taken, in order.
     taken: VecDeque<DiskOp>,
 }
 
@@ -126,31 +130,23 @@ impl Inbox {
     /// The next job, waiting for one; `None` once the queue is closed and
     /// empty.
     fn recv(&mut self) -> Option<Job> {
-        match self.taken.pop_front() {
-            Some(op) => Some(Job::Op(op)),
-            None => self.queue.recv().ok().map(|job| self.split(job)),
-        }
+        self.next(|queue| queue.recv().ok())
     }
 
     /// The next job if one is queued.
     fn try_recv(&mut self) -> Option<Job> {
-        match self.taken.pop_front() {
-            Some(op) => Some(Job::Op(op)),
-            None => self.queue.try_recv().ok().map(|job| self.split(job)),
-        }
+        self.next(|queue| queue.try_recv().ok())
     }
 
-    fn split(&mut self, job: Job) -> Job {
-        match job {
-            Job::Ops(ops) => {
-                self.taken.extend(ops);
-                match self.taken.pop_front() {
-                    Some(op) => Job::Op(op),
-                    // An empty batch: nothing to do, as an empty pin.
-                    None => Job::Ops(Vec::new()),
-                }
+    fn next(&mut self, take: impl Fn(&mpsc::Receiver<Queued>) -> Option<Queued>) -> Option<Job> {
+        loop {
+            if let Some(op) = self.taken.pop_front() {
+                return Some(Job::Op(op));
             }
-            other => other,
+            match take(&self.queue)? {
+                Queued::Ops(ops) => self.taken.extend(ops),
+                Queued::Pin(pin) => return Some(Job::Pin(pin)),
+            }
         }
     }
 }
@@ -218,7 +214,7 @@ impl DiskWorker {
 
 /// The broker task's end of the worker's queue.
 pub struct DiskQueue {
-    ops: mpsc::Sender<Job>,
+    ops: mpsc::Sender<Queued>,
     backlog: Arc<Backlog>,
     reader: FileReader,
 }
@@ -248,7 +244,7 @@ impl DiskQueue {
             self.reader.name_change_queued();
         }
         self.backlog.add(appended);
-        self.ops.send(Job::Ops(ops)).map_err(|_| {
+        self.ops.send(Queued::Ops(ops)).map_err(|_| {
             self.backlog.done(appended);
             for _ in 0..name_changes {
                 self.reader.name_change_done();
@@ -271,7 +267,7 @@ impl DiskQueue {
         }
         let (reply, pinned) = oneshot::channel();
         // A worker gone drops the reply, and the frame fails as a whole.
-        let _ = self.ops.send(Job::Pin(PinJob { keys, reply }));
+        let _ = self.ops.send(Queued::Pin(PinJob { keys, reply }));
         read_pinned(parts, PinSource::Queued(pinned))
     }
 }
@@ -481,7 +477,7 @@ impl Disk {
 
     fn run(
         mut self,
-        queue: mpsc::Receiver<Job>,
+        queue: mpsc::Receiver<Queued>,
         completions: UnboundedSender<Input>,
         metrics: Arc<NetMetrics>,
     ) -> Result<(), IoError> {
@@ -582,9 +578,6 @@ impl Disk {
                 self.append_all(appends);
             }
             Job::Op(op) => self.execute(op, syncs, completions),
-            Job::Ops(ops) => {
-                debug_assert!(ops.is_empty(), "the inbox splits a batch into ops");
-            }
             Job::Pin(PinJob { keys, reply }) => {
                 // The writer may have gone meanwhile; then nobody reads.
                 let _ = reply.send(self.reader.pin_in_order(keys));
@@ -1612,12 +1605,7 @@ mod tests {
                     queue.submit(append(&p, 0, kind, b"ab")).unwrap();
                 }
                 io += 1;
-                queue
-                    .submit(DiskOp::Sync {
-                        io,
-                        scope: SyncScope::All,
-                    })
-                    .unwrap();
+                queue.submit(full_sync(io)).unwrap();
                 io += 1;
                 queue.submit(read(io, &p, 0, 0, 2)).unwrap();
             }

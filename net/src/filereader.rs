@@ -362,15 +362,7 @@ async fn stream_frame(parts: Vec<FramePart>, pinned: Pinned) -> Result<Frame, Fr
 /// while serving a cold fetch (perf: memset beside the page-cache copy).
 fn append_range(file: &File, range: &FileRange, chunk: &mut BytesMut) -> Result<(), IoError> {
     use std::os::fd::AsRawFd;
-    let failed = |e: io::Error| {
-        IoError(format!(
-            "cannot read {} bytes at {} of {}/{}: {e}",
-            range.len,
-            range.position,
-            range.dir.dir_name(),
-            range.file.file_name(range.segment_base)
-        ))
-    };
+    let failed = |e: io::Error| read_failed(range, e);
     let len = usize::try_from(range.len).map_err(|_| failed(io::ErrorKind::InvalidInput.into()))?;
     chunk.reserve(len);
     let mut done = 0usize;
@@ -407,13 +399,16 @@ fn append_range(file: &File, range: &FileRange, chunk: &mut BytesMut) -> Result<
 
 /// Reads exactly `buf.len()` bytes of `range` (a short file is an error).
 fn read_range(file: &File, range: &FileRange, buf: &mut [u8]) -> Result<(), IoError> {
-    file.read_exact_at(buf, range.position).map_err(|e| {
-        IoError(format!(
-            "cannot read {} bytes at {} of {}/{}: {e}",
-            range.len,
-            range.position,
-            range.dir.dir_name(),
-            range.file.file_name(range.segment_base)
-        ))
-    })
+    file.read_exact_at(buf, range.position)
+        .map_err(|e| read_failed(range, e))
+}
+
+fn read_failed(range: &FileRange, e: io::Error) -> IoError {
+    IoError(format!(
+        "cannot read {} bytes at {} of {}/{}: {e}",
+        range.len,
+        range.position,
+        range.dir.dir_name(),
+        range.file.file_name(range.segment_base)
+    ))
 }

@@ -45,13 +45,13 @@ impl Broker {
             Ok(()) => {
                 let mut moved = Vec::with_capacity(inflight.points.len());
                 for (key, point) in inflight.points {
+                    if inflight.scope == SyncScope::All {
+                        self.index_lagging.remove(&key);
+                    }
                     let Some(log) = self.topics.partition_mut_by_key(&key) else {
                         continue;
                     };
                     log.mark_durable(point, inflight.scope);
-                    if inflight.scope == SyncScope::All {
-                        self.index_lagging.remove(&key);
-                    }
                     let hw = log.high_watermark();
                     if let Some(txns) = self.partition_txns.get_mut(&key) {
                         txns.mark_durable(hw);
@@ -61,7 +61,6 @@ impl Broker {
                 self.write_due_checkpoints(moved, Due::Bytes);
                 if inflight.scope == SyncScope::All {
                     self.all_sync_wanted = false;
-                    self.index_sync_owed = false;
                     // They were due when they asked for this sync.
                     let waiting = std::mem::take(&mut self.checkpoints_after_index_sync);
                     self.write_due_checkpoints(waiting.into_iter().collect(), Due::Now);
@@ -195,7 +194,6 @@ impl Broker {
         let scope = if booting || self.all_sync_wanted {
             SyncScope::All
         } else {
-            self.index_sync_owed = true;
             SyncScope::Logs
         };
         let io = self.take_io();

@@ -68,8 +68,8 @@ pub struct Broker {
     sync_in_flight: Option<SyncInFlight>,
     /// Partitions a `SyncScope::Logs` sync covered since the last `All`
     /// one that did: they may hold unsynced index appends, which an `All`
-    /// sync covers (even when they are not dirty) and a failed sync has
-    /// them repair.
+    /// sync covers (even when they are not dirty), a failed sync has them
+    /// repair, and a clean stop syncs.
     index_lagging: BTreeSet<PartitionKey>,
     /// Partitions whose due checkpoint waits for an `All` sync; the next
     /// sync is one, and its completion writes them.
@@ -77,9 +77,6 @@ pub struct Broker {
     /// The next sync is a `SyncScope::All` one, even with nothing dirty;
     /// until one completes OK.
     all_sync_wanted: bool,
-    /// A `Logs` sync was issued since the last `All` one completed OK:
-    /// index appends may be unsynced (a clean stop syncs them).
-    index_sync_owed: bool,
     /// Meta.db writes in flight and what to do when each completes.
     pending_meta: BTreeMap<IoId, MetaAction>,
     /// Admin requests waiting for a topic's meta.db change in flight.
@@ -149,7 +146,6 @@ impl Broker {
             index_lagging: BTreeSet::new(),
             checkpoints_after_index_sync: BTreeSet::new(),
             all_sync_wanted: false,
-            index_sync_owed: false,
             pending_meta: BTreeMap::new(),
             deferred: Vec::new(),
             pending_produces: Vec::new(),
@@ -355,7 +351,7 @@ impl Broker {
         }
         // Nothing is left unsynced at a clean stop, index appends included
         // (a roll's last time entry may come after the last checkpoint).
-        if self.index_sync_owed {
+        if !self.index_lagging.is_empty() {
             self.request_all_sync();
         }
         if !self.checkpoints.in_flight() && self.sync_in_flight.is_none() {

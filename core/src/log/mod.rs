@@ -438,7 +438,7 @@ impl PartitionLog {
             SyncScope::All => self
                 .segments
                 .iter()
-                .filter(|s| s.durable_index_bytes != s.index_bytes())
+                .filter(|s| s.indexes_unsynced())
                 .map(|s| (s.base_offset, s.index_bytes()))
                 .collect(),
         };
@@ -557,7 +557,7 @@ impl PartitionLog {
     pub fn segments_with_unsynced_indexes(&self) -> Vec<i64> {
         self.segments
             .iter()
-            .filter(|s| s.durable_index_bytes != s.index_bytes())
+            .filter(|s| s.indexes_unsynced())
             .map(|s| s.base_offset)
             .collect()
     }

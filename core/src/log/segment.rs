@@ -292,6 +292,12 @@ impl Segment {
         ]
     }
 
+    /// Whether the index files hold bytes not known durable (appends a
+    /// `SyncScope::Logs` sync left out, or a repair's).
+    pub(super) fn indexes_unsynced(&self) -> bool {
+        self.durable_index_bytes != self.index_bytes()
+    }
+
     /// Repairs the segment's index files after a failed sync, from what
     /// memory holds (and `aborted`, the segment's aborted transactions): the
     /// sync may have lost appends or left torn ones, and truncating a file
