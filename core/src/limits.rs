@@ -107,6 +107,11 @@ pub const ROUND_OPS_MAX: usize = 4096;
 /// A response frame with more file bytes than this is read and written in
 /// chunks of this size (net's `filereader.rs`), not read whole first.
 pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;
+/// A response frame with at least this many file bytes goes from the page
+/// cache to a plain TCP socket by sendfile(2) (net's `filereader.rs`),
+/// never copied through the broker's memory; a smaller one is read into one
+/// buffer and written with the responses around it.
+pub const RESPONSE_SPLICE_BYTES_MIN: u64 = 64 * 1024;
 /// Chunks of one response read ahead of the socket: the disk reads overlap
 /// the writes, and a response holds at most this many chunks in memory.
 pub const RESPONSE_CHUNKS_AHEAD: usize = 4;

@@ -12,11 +12,14 @@
 //! from the storage (`StorageQueue::response_frame`), which pinned its files
 //! when the broker task dispatched it; the writer awaits it (the reads run
 //! off the broker task) before writing; a large one comes in chunks read
-//! ahead while the first ones are written (`storage::Frame`). If a part
-//! cannot be read, the writer stops, and the broker task hears of it
+//! ahead while the first ones are written (`storage::Frame`), or, on a
+//! plain TCP socket, goes from the page cache with sendfile(2)
+//! (`ReadyFrame::Pinned`, `filereader.rs`). If a part cannot be read, the
+//! writer stops, and the broker task hears of it
 //! (`Event::ResponseReadFailed`) and closes the connection: nothing of that
-//! frame is sent if its first chunk failed, and a later chunk's failure cuts
-//! it short (the client sees the connection close mid-response).
+//! frame is sent if its first chunk failed (or, spliced, if its file is
+//! too short), and a later failure cuts it short (the client sees the
+//! connection close mid-response).
 //!
 //! The socket is a plain TCP stream or a TLS stream over one (`Socket`);
 //! the reader and writer are the same code for both, compiled for each, so
@@ -53,8 +56,10 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::console::metrics::{NetMetrics, OpenConnection};
+#[cfg(not(madsim))]
+use crate::filereader::SpliceError;
 use crate::server::Event;
-use crate::storage::{recycle_chunk, Backlog, FrameFuture, FrameReadError};
+use crate::storage::{recycle_chunk, Backlog, Frame, FrameFuture, FrameReadError, ReadyFrame};
 
 /// Responses queued for one connection before it is closed as not reading
 /// them. A client waiting for this many answers is stuck or hostile.
@@ -163,8 +168,34 @@ impl Slot {
 /// A connection's byte stream, split in two for its reader and writer.
 pub trait Socket: Send + 'static {
     type Read: AsyncRead + Unpin + Send + 'static;
-    type Write: AsyncWrite + Unpin + Send + 'static;
+    type Write: AsyncWrite + SpliceTarget + Unpin + Send + 'static;
     fn split(self) -> (Self::Read, Self::Write);
+}
+
+/// A writer half that large file-backed responses can be spliced into.
+pub trait SpliceTarget {
+    /// A descriptor of the socket of its own (dup(2)), for sendfile(2) on
+    /// the blocking pool (`PinnedFrame::splice`); `None` where the bytes
+    /// must pass through this process: TLS encrypts them, and madsim's and
+    /// the in-process pipes have no socket.
+    fn splice_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
+}
+
+impl<T> SpliceTarget for tokio::io::WriteHalf<T> {}
+
+/// Its own descriptor, so that the blocking task never writes to a number
+/// the connection has closed and the kernel has reused; the socket stays
+/// open until both are closed, and the task stops soon after its future is
+/// dropped.
+#[cfg(not(madsim))]
+impl SpliceTarget for tokio::net::tcp::OwnedWriteHalf {
+    fn splice_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        let stream: &TcpStream = self.as_ref();
+        stream.as_fd().try_clone_to_owned().ok()
+    }
 }
 
 impl Socket for TcpStream {
@@ -359,7 +390,7 @@ struct PartFailed {
     error: IoError,
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
+async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
     writer: Writer,
     write_half: W,
     mut queued: mpsc::Receiver<Reply>,
@@ -374,46 +405,35 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         // when the flush does.
         let mut unflushed: Vec<RequestTiming> = Vec::new();
         while let Some(Reply { response, timing }) = queued.recv().await {
-            match response {
-                Response::Frame(frame) => write_frame(&mut socket, &frame).await?,
+            let failed = match response {
+                Response::Frame(frame) => {
+                    write_frame(&mut socket, &frame).await?;
+                    None
+                }
                 Response::Parts(frame) => match frame.await {
-                    // Its first bytes (with the size prefix), then the chunks
-                    // read meanwhile.
-                    Ok(frame) => {
-                        socket.write_all(&frame.head).await?;
-                        if let Some(mut rest) = frame.rest {
-                            while let Some(chunk) = rest.recv().await {
-                                match chunk {
-                                    Ok(chunk) => {
-                                        socket.write_all(&chunk).await?;
-                                        recycle_chunk(chunk);
-                                    }
-                                    // Part of the frame is out: the client
-                                    // sees it cut short when the connection
-                                    // closes; the failure is reported.
-                                    Err(FrameReadError::Part { range, error }) => {
-                                        let _ = socket.flush().await;
-                                        return Ok(Some(PartFailed { range, error }));
-                                    }
-                                    Err(FrameReadError::Frame(why)) => {
-                                        return Err(io::Error::other(format!(
-                                            "cannot send a response: {why}"
-                                        )))
-                                    }
-                                }
+                    Ok(ReadyFrame::Read(frame)) => write_read_frame(&mut socket, frame).await?,
+                    #[cfg(not(madsim))]
+                    Ok(ReadyFrame::Pinned(frame)) => match socket.get_ref().splice_fd() {
+                        Some(fd) => {
+                            // What is buffered goes first: the frame goes
+                            // around the buffer.
+                            socket.flush().await?;
+                            match frame.splice(fd).await {
+                                Ok(()) => None,
+                                Err(SpliceError::Read(e)) => frame_failed(&mut socket, e).await?,
+                                Err(SpliceError::Socket(e)) => return Err(e),
                             }
                         }
-                    }
-                    Err(FrameReadError::Part { range, error }) => {
-                        // The responses before it are whole: they go out if
-                        // they can; the failure is reported either way.
-                        let _ = socket.flush().await;
-                        return Ok(Some(PartFailed { range, error }));
-                    }
-                    Err(FrameReadError::Frame(why)) => {
-                        return Err(io::Error::other(format!("cannot send a response: {why}")))
-                    }
+                        None => match frame.read().await {
+                            Ok(frame) => write_read_frame(&mut socket, frame).await?,
+                            Err(e) => frame_failed(&mut socket, e).await?,
+                        },
+                    },
+                    Err(e) => frame_failed(&mut socket, e).await?,
                 },
+            };
+            if failed.is_some() {
+                return Ok(failed);
             }
             unflushed.extend(timing);
             // Flush when nothing else is waiting: a burst of responses leaves
@@ -457,6 +477,46 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     // Closes our side; the broker task stops the reader, and the socket is
     // gone once both have.
     drop(socket);
+}
+
+/// A frame read into memory: its first bytes (with the size prefix), then
+/// the chunks read meanwhile. A part that fails after the first chunk went
+/// out cuts the frame short: the client sees that when the connection
+/// closes, and the failure is reported.
+async fn write_read_frame<W: AsyncWrite + Unpin>(
+    socket: &mut BufWriter<W>,
+    frame: Frame,
+) -> io::Result<Option<PartFailed>> {
+    socket.write_all(&frame.head).await?;
+    if let Some(mut rest) = frame.rest {
+        while let Some(chunk) = rest.recv().await {
+            match chunk {
+                Ok(chunk) => {
+                    socket.write_all(&chunk).await?;
+                    recycle_chunk(chunk);
+                }
+                Err(e) => return frame_failed(socket, e).await,
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A frame could not be read (whole or from some point on): the responses
+/// before it go out if they can, and a part's failure is reported.
+async fn frame_failed<W: AsyncWrite + Unpin>(
+    socket: &mut BufWriter<W>,
+    e: FrameReadError,
+) -> io::Result<Option<PartFailed>> {
+    match e {
+        FrameReadError::Part { range, error } => {
+            let _ = socket.flush().await;
+            Ok(Some(PartFailed { range, error }))
+        }
+        FrameReadError::Frame(why) => {
+            Err(io::Error::other(format!("cannot send a response: {why}")))
+        }
+    }
 }
 
 /// The two halves of a socket. Real tokio splits a `TcpStream` without a

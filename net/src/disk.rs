@@ -1162,7 +1162,8 @@ fn failed(what: &str, path: &Path, e: io::Error) -> IoError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::FrameReadError;
+    use crate::filereader::SpliceError;
+    use crate::storage::{Frame, FrameReadError, ReadyFrame};
     use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
     fn temp_logs(name: &str) -> PathBuf {
@@ -1963,9 +1964,17 @@ mod tests {
     }
 
     /// The response's frame, with its 4-byte size prefix removed.
+    /// The frame in memory: a pinned one read as a TLS writer has it read.
+    async fn in_memory(frame: FrameFuture) -> Result<Frame, FrameReadError> {
+        match frame.await? {
+            ReadyFrame::Read(frame) => Ok(frame),
+            ReadyFrame::Pinned(frame) => frame.read().await,
+        }
+    }
+
     async fn frame_bytes(frame: FrameFuture) -> Result<Bytes, FrameReadError> {
         let read = async {
-            let frame = frame.await?;
+            let frame = in_memory(frame).await?;
             let mut bytes = frame.head.to_vec();
             if let Some(mut rest) = frame.rest {
                 while let Some(chunk) = rest.recv().await {
@@ -2265,7 +2274,7 @@ mod tests {
         };
         let frame = w.queue.response_frame(parts());
         w.run();
-        let frame = frame.await.unwrap();
+        let frame = in_memory(frame).await.unwrap();
         assert_eq!(frame.head.len(), chunk, "the first chunk is whole");
         assert_eq!(
             &frame.head[..4],
@@ -2282,7 +2291,7 @@ mod tests {
         // A range past the end of the file: the first chunk is read and
         // sent, then the part's error ends the chunks.
         let past = w.queue.response_frame(vec![log_part(&p, 0, 0, len + 10)]);
-        let past = past.await.unwrap();
+        let past = in_memory(past).await.unwrap();
         assert_eq!(past.head.len(), chunk);
         let mut rest = past.rest.expect("chunks");
         let mut failed = false;
@@ -2297,7 +2306,142 @@ mod tests {
         let none = w
             .queue
             .response_frame(vec![log_part(&p, 0, len, chunk as u64 * 2)]);
-        assert!(matches!(none.await, Err(FrameReadError::Part { .. })));
+        assert!(matches!(
+            in_memory(none).await,
+            Err(FrameReadError::Part { .. })
+        ));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    /// A connected pair of loopback TCP sockets: (the broker's, the client's).
+    async fn socket_pair() -> (tokio::net::TcpStream, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        (accepted.unwrap().0, client.unwrap())
+    }
+
+    /// The frame a pinned response splices into a socket: what the client
+    /// reads, and how the splice ended.
+    async fn spliced(frame: FrameFuture) -> (Vec<u8>, Result<(), SpliceError>) {
+        use std::os::fd::AsFd;
+        use tokio::io::AsyncReadExt;
+        let ReadyFrame::Pinned(frame) = frame.await.unwrap() else {
+            panic!("a large frame comes pinned");
+        };
+        let (server, mut client) = socket_pair().await;
+        let fd = server.as_fd().try_clone_to_owned().unwrap();
+        let sent = tokio::spawn(async move {
+            let sent = frame.splice(fd).await;
+            drop(server);
+            sent
+        });
+        let mut got = Vec::new();
+        let read = client.read_to_end(&mut got);
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the client reads the frame within 10 s")
+            .unwrap();
+        (got, sent.await.unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_large_response_is_spliced_from_the_file_and_a_short_file_sends_none_of_it() {
+        let logs = temp_logs("splice");
+        let mut w = HandDriven::new(&logs);
+        let p = PartitionDir::new("s", 0);
+        let len = limits::RESPONSE_CHUNK_BYTES * 5 / 2;
+        let data: &'static [u8] = Vec::leak((0..len).map(|i| (i % 251) as u8).collect());
+        w.queue.submit(log(&p, 0, data)).unwrap();
+        w.run();
+        let len = len as u64;
+        let half = len / 2;
+        // Byte parts around and between two ranges, the second before the
+        // first in the file.
+        let parts = vec![
+            FramePart::Bytes(Bytes::from_static(b"<")),
+            log_part(&p, 0, half, len - half),
+            FramePart::Bytes(Bytes::from_static(b"|")),
+            log_part(&p, 0, 0, half),
+            FramePart::Bytes(Bytes::from_static(b">")),
+        ];
+        let frame = w.queue.response_frame(parts);
+        w.run();
+        let (got, sent) = spliced(frame).await;
+        sent.unwrap();
+        assert_eq!(&got[..4], &(len as i32 + 3).to_be_bytes(), "size prefix");
+        let body = &got[4..];
+        assert_eq!(body.len(), len as usize + 3);
+        let half = half as usize;
+        let mut want = vec![b'<'];
+        want.extend_from_slice(&data[half..]);
+        want.push(b'|');
+        want.extend_from_slice(&data[..half]);
+        want.push(b'>');
+        assert!(body == &want[..], "the spliced frame is the parts in order");
+
+        // A small frame is read at once, never spliced.
+        let small = w.queue.response_frame(vec![log_part(&p, 0, 0, 10)]);
+        w.run();
+        assert!(matches!(small.await, Ok(ReadyFrame::Read(_))));
+
+        // A range past the end of its file: the frame fails on that part
+        // before a byte of it is sent.
+        let past = vec![
+            FramePart::Bytes(Bytes::from_static(b"<")),
+            log_part(&p, 0, 0, len + 1),
+        ];
+        let frame = w.queue.response_frame(past);
+        w.run();
+        let (got, sent) = spliced(frame).await;
+        assert!(got.is_empty(), "{} bytes of a failed frame sent", got.len());
+        match sent {
+            Err(SpliceError::Read(FrameReadError::Part { range, .. })) => {
+                assert_eq!(range.len, len + 1)
+            }
+            other => panic!("a short file spliced: {other:?}"),
+        }
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_splice_to_a_client_that_stopped_reading_ends_when_its_writer_goes() {
+        use std::os::fd::AsFd;
+        use tokio::io::AsyncReadExt;
+        let logs = temp_logs("splice-stop");
+        let mut w = HandDriven::new(&logs);
+        let p = PartitionDir::new("t", 0);
+        // More than both socket buffers on loopback hold.
+        let len = 64 * 1024 * 1024;
+        w.queue
+            .submit(log(&p, 0, Vec::leak(vec![7u8; len])))
+            .unwrap();
+        w.run();
+        let frame = w.queue.response_frame(vec![log_part(&p, 0, 0, len as u64)]);
+        w.run();
+        let ReadyFrame::Pinned(frame) = frame.await.unwrap() else {
+            panic!("a large frame comes pinned");
+        };
+        let (server, mut client) = socket_pair().await;
+        let fd = server.as_fd().try_clone_to_owned().unwrap();
+        // The client reads nothing: the splice waits on a full socket until
+        // its future is dropped (as the writer's linger drops it).
+        let splice = tokio::time::timeout(std::time::Duration::from_millis(300), frame.splice(fd));
+        assert!(
+            splice.await.is_err(),
+            "64 MiB spliced to a client not reading"
+        );
+        // The blocking task stopped and closed its descriptor: with the
+        // connection's own closed too, the client reads what got through,
+        // then the end of the stream.
+        drop(server);
+        let mut got = Vec::new();
+        let read = client.read_to_end(&mut got);
+        tokio::time::timeout(std::time::Duration::from_secs(10), read)
+            .await
+            .expect("the socket closes once the splice has stopped")
+            .unwrap();
+        assert!(got.len() < len + 4, "{} bytes arrived", got.len());
         fs::remove_dir_all(&logs).unwrap();
     }
 

@@ -367,7 +367,7 @@ impl StorageQueue for SimQueue {
         let has_files = parts.iter().any(|p| matches!(p, FramePart::File(_)));
         if !has_files {
             let frame = assemble_frame(&parts, |_, _| unreachable!("no file part"));
-            return Box::pin(async move { frame.map(Frame::whole) });
+            return Box::pin(async move { frame.map(|bytes| Frame::whole(bytes).into()) });
         }
         let (reply, frame) = oneshot::channel();
         // A worker gone drops the reply, and the frame fails as a whole.
@@ -378,7 +378,7 @@ impl StorageQueue for SimQueue {
                 FrameReadError::Frame("the simulated disk worker stopped before the read".into())
             })?;
             tokio::time::sleep(latency).await;
-            frame.map(Frame::whole)
+            frame.map(|bytes| Frame::whole(bytes).into())
         })
     }
 

@@ -134,7 +134,25 @@ pub trait StorageQueue: Send + 'static {
 }
 
 /// A response frame being pinned and read; see `StorageQueue::response_frame`.
-pub type FrameFuture = Pin<Box<dyn Future<Output = Result<Frame, FrameReadError>> + Send>>;
+pub type FrameFuture = Pin<Box<dyn Future<Output = Result<ReadyFrame, FrameReadError>> + Send>>;
+
+/// A response frame as its future hands it to the connection's writer.
+pub enum ReadyFrame {
+    /// In memory, or being read into memory chunk by chunk.
+    Read(Frame),
+    /// A large frame whose files are pinned and not read: the writer sends
+    /// it from the page cache with sendfile(2) when its socket is plain TCP
+    /// (`PinnedFrame::splice`), else has it read like any other
+    /// (`PinnedFrame::read`).
+    #[cfg(not(madsim))]
+    Pinned(crate::filereader::PinnedFrame),
+}
+
+impl From<Frame> for ReadyFrame {
+    fn from(frame: Frame) -> Self {
+        Self::Read(frame)
+    }
+}
 
 /// A response frame for the socket: its first bytes (the size prefix with
 /// them), then, for a frame too large to read in one go, the rest in chunks
