@@ -55,7 +55,8 @@ Everything is measured in one run, on one filesystem (the work dir's):
               produce latency p50/p99 at half its own max, consume from offset 0
               of a `--peer-consume-mib` topic (read_uncommitted and
               read_committed, warm; cold too where the page cache can be
-              dropped), transactions at 64 producers and one producer's commit
+              dropped; doze-bench figures are medians of `--peer-read-reps`,
+              doze's cold ones interleaved with raw cold reads), transactions at 64 producers and one producer's commit
               latency. A workload a peer cannot do is printed "n/a: why". Every
               figure beside the broker's CPU seconds, / the best peer's and / the
               raw disk's (write+fdatasync, sequential read, fdatasync latency)
@@ -1919,14 +1920,30 @@ def peer_consume(args, work, b, res, can_drop, why_not):
         else:
             res.put(f"consume/ck/{iso}", b.name, best[0], best[1], best[2],
                     f"MB/s of record values delivered, best of {args.peer_reps}")
+    def median_of(runs):
+        """The run of median MB/s among `runs` of (result, why, cpu), and all
+        their MB/s; (None, why, None, []) if any failed."""
+        for r, why, cpu in runs:
+            if not r:
+                return None, why, None, []
+        ordered = sorted(runs, key=lambda run: run[0]["mbps"])
+        r, _, cpu = ordered[len(ordered) // 2]
+        return r, None, cpu, [run[0]["mbps"] for run in runs]
+
+    # Medians of `peer_read_reps` reads: one read of this topic lasts about
+    # a second, and the disk and loopback figures of one such second moved
+    # by 1.5x from run to run here.
+    reps = args.peer_read_reps
     for iso, level in (("read_uncommitted", "0"), ("read_committed", "1")):
-        r, why, cpu = loadgen_read(level, args.peer_fetch_repeat)
+        r, why, cpu, all_mbps = median_of(
+            [loadgen_read(level, args.peer_fetch_repeat) for _ in range(reps)])
         if not r:
             res.na(f"consume/lg/{iso}", b.name, why)
         else:
             res.put(f"consume/lg/{iso}", b.name, r["mbps"], cpu, r["seconds"],
                     f"MB/s of record batches, Fetch v12 (max_wait_ms 100, min_bytes 1), the topic "
-                    f"{args.peer_fetch_repeat} time(s), {r['fetches']} fetches")
+                    f"{args.peer_fetch_repeat} time(s), {r['fetches']} fetches; median of {reps}: "
+                    + ", ".join(f"{m:.0f}" for m in all_mbps))
     if b.name == "doze" and files:
         mbps, n, el, complete = raw_read(files, args.max_s)
         res.raw["read/warm"] = (mbps, f"raw sequential read, warm, of doze's {len(files)} .log files "
@@ -1937,18 +1954,28 @@ def peer_consume(args, work, b, res, can_drop, why_not):
     elif not can_drop:
         res.na("consume/lg/cold", b.name, f"cannot drop the page cache ({why_not})")
     else:
-        drop_page_cache()
-        r, why, cpu = loadgen_read("0", 1)
+        # For doze, each cold read is followed by a cold raw read of the
+        # same files, so that both medians come from the same minutes of
+        # this (noisy) disk.
+        runs, raws = [], []
+        for _ in range(reps):
+            drop_page_cache()
+            runs.append(loadgen_read("0", 1))
+            if b.name == "doze" and files:
+                drop_page_cache()
+                raws.append(raw_read(files, args.max_s)[0])
+        r, why, cpu, all_mbps = median_of(runs)
         if not r:
             res.na("consume/lg/cold", b.name, why)
         else:
             res.put("consume/lg/cold", b.name, r["mbps"], cpu, r["seconds"],
-                    f"page cache dropped first; {log_bytes / MiB:.0f} MiB of .log files")
-        if b.name == "doze" and files:
-            drop_page_cache()
-            mbps, n, el, complete = raw_read(files, args.max_s)
-            res.raw["read/cold"] = (mbps, "raw sequential read, cold, of the same .log files")
-            say(f"   raw cold read of doze's .log files: {mbps:.1f} MB/s")
+                    f"page cache dropped first; {log_bytes / MiB:.0f} MiB of .log files; median "
+                    f"of {reps}: " + ", ".join(f"{m:.0f}" for m in all_mbps))
+        if raws:
+            raw = sorted(raws)[len(raws) // 2]
+            res.raw["read/cold"] = (raw, "raw sequential read, cold, of the same .log files, "
+                                         f"median of {reps}: " + ", ".join(f"{m:.0f}" for m in raws))
+            say(f"   raw cold read of doze's .log files: {raw:.1f} MB/s (median of {reps})")
 
 
 def txn_probe(bootstrap, topic, timeout_s):
@@ -2330,7 +2357,7 @@ QUICK = {
     "txn_producers": [1, 64], "txn_warmup_s": 1.0, "txn_s": 3.0, "fetch_mib": 32, "fetch_reps": 1,
     "fetch_repeat": 2, "retained_gib": 0.25, "retained_topup_mib": 16, "cleaner_mib": 32,
     "cleaner_segment_mib": 4, "peer_warmup_s": 1.0, "peer_s": 3.0, "peer_consume_mib": 64,
-    "peer_reps": 1, "peer_fetch_repeat": 1, "callgrind_fetch_repeat": 2,
+    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "callgrind_fetch_repeat": 2,
 }
 
 def main():
@@ -2405,7 +2432,9 @@ def main():
     ap.add_argument("--peer-reps", type=int, default=1,
                     help="peers: confluent-kafka reads per isolation level (best taken)")
     ap.add_argument("--peer-fetch-repeat", type=int, default=2,
-                    help="peers: whole-topic reads per doze-bench figure")
+                    help="peers: whole-topic reads per doze-bench read")
+    ap.add_argument("--peer-read-reps", type=int, default=3,
+                    help="peers: doze-bench reads per figure (warm and cold; median taken)")
     ap.add_argument("--peer-txn-probe-s", type=float, default=60,
                     help="peers: time limit of each step of the transactional probe")
     ap.add_argument("--kafka-heap", default="-Xmx1G -Xms1G", help="peers: Kafka's heap (Kafka's default)")
