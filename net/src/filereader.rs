@@ -46,7 +46,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::{BufMut, BytesMut};
@@ -55,6 +55,8 @@ use doze_core::{limits, FileRange, FramePart, IoError, PartitionDir, SegmentFile
 use tokio::sync::{mpsc, oneshot};
 
 use crate::datadir::segment_path;
+use crate::splice;
+pub use crate::splice::SpliceError;
 use crate::storage::{
     assemble_frame, chunk_buffer, frame_size, Frame, FrameFuture, FrameReadError, ReadyFrame,
 };
@@ -279,15 +281,6 @@ pub struct PinnedFrame {
     pinned: Pinned,
 }
 
-/// Why a spliced frame did not go out whole.
-#[derive(Debug)]
-pub enum SpliceError {
-    /// A file part could not be read, or the frame cannot be sent at all.
-    Read(FrameReadError),
-    /// The socket failed, or the writer stopped waiting for it.
-    Socket(io::Error),
-}
-
 impl PinnedFrame {
     fn file_bytes(&self) -> u64 {
         self.parts
@@ -336,20 +329,7 @@ impl PinnedFrame {
     /// fails the frame before any of it is sent; a read error in the middle
     /// (EIO) cuts the frame short, as a failed chunk does (`read`).
     pub async fn splice(self, socket: OwnedFd) -> Result<(), SpliceError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let _stop_on_drop = StopOnDrop(Arc::clone(&stop));
-        let send = move || {
-            let out = SpliceOut {
-                socket: &socket,
-                stop: &stop,
-            };
-            out.frame(&self.parts, &self.pinned)
-        };
-        tokio::task::spawn_blocking(send).await.unwrap_or_else(|e| {
-            Err(SpliceError::Read(FrameReadError::Frame(format!(
-                "the send stopped: {e}"
-            ))))
-        })
+        splice::send_frame(self.parts, self.pinned, socket).await
     }
 }
 
@@ -365,20 +345,26 @@ impl PinnedFrame {
 /// above it (645–730 MB/s against 478) with the next ones too. What is
 /// read ahead is at most the frame's size again per response, and a hint
 /// for pages already cached costs a lookup.
-fn start_reads(parts: &[FramePart], pinned: &Pinned) {
-    for part in parts {
-        if let FramePart::File(range) = part {
-            if let Ok(file) = pinned_file(pinned, range) {
-                will_need(file, range);
-                // The consumer's next Fetch of this partition starts where
-                // this range ends, and most likely asks for as much.
-                let next = FileRange {
-                    position: range.position.saturating_add(range.len),
-                    ..range.clone()
-                };
-                will_need(file, &next);
-            }
-        }
+pub(crate) fn start_reads(parts: &[FramePart], pinned: &Pinned) {
+    let files = || {
+        parts.iter().filter_map(|part| match part {
+            FramePart::File(range) => Some((pinned_file(pinned, range).ok()?, range)),
+            FramePart::Bytes(_) => None,
+        })
+    };
+    // The frame's own ranges first: the disk serves hints roughly in
+    // order, and this frame is waited for before the next one.
+    for (file, range) in files() {
+        will_need(file, range);
+    }
+    // The consumer's next Fetch of each partition starts where its range
+    // ends, and most likely asks for as much.
+    for (file, range) in files() {
+        let next = FileRange {
+            position: range.position.saturating_add(range.len),
+            ..range.clone()
+        };
+        will_need(file, &next);
     }
 }
 
@@ -396,181 +382,8 @@ fn will_need(file: &File, range: &FileRange) {
     unsafe { libc::posix_fadvise(file.as_raw_fd(), at, len, libc::POSIX_FADV_WILLNEED) };
 }
 
-/// Sets its flag when dropped: the splice's future went away.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
-}
-
-/// How long a splice waits for the socket between looks at its stop flag.
-const SPLICE_POLL_MS: libc::c_int = 100;
-
-/// One frame's way out to a non-blocking socket, on a blocking-pool thread.
-struct SpliceOut<'a> {
-    socket: &'a OwnedFd,
-    stop: &'a AtomicBool,
-}
-
-impl SpliceOut<'_> {
-    fn frame(&self, parts: &[FramePart], pinned: &Pinned) -> Result<(), SpliceError> {
-        let size = frame_size(parts).map_err(SpliceError::Read)?;
-        for part in parts {
-            if let FramePart::File(range) = part {
-                let part_failed = |error| {
-                    SpliceError::Read(FrameReadError::Part {
-                        range: range.clone(),
-                        error,
-                    })
-                };
-                let file = pinned_file(pinned, range).map_err(part_failed)?;
-                let file_len = file
-                    .metadata()
-                    .map_err(|e| part_failed(read_failed(range, e)))?
-                    .len();
-                if range.position.saturating_add(range.len) > file_len {
-                    let short = io::Error::from(io::ErrorKind::UnexpectedEof);
-                    return Err(part_failed(read_failed(range, short)));
-                }
-            }
-        }
-        start_reads(parts, pinned);
-        self.send(&size.to_be_bytes(), !parts.is_empty())?;
-        for (i, part) in parts.iter().enumerate() {
-            match part {
-                FramePart::Bytes(bytes) => self.send(bytes, i + 1 < parts.len())?,
-                FramePart::File(range) => {
-                    let file = pinned_file(pinned, range).map_err(|error| {
-                        SpliceError::Read(FrameReadError::Part {
-                            range: range.clone(),
-                            error,
-                        })
-                    })?;
-                    self.send_file(file, range)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// All of `bytes`; `more` tells TCP that more of the frame follows, so
-    /// that a part header and the records after it share packets.
-    fn send(&self, mut bytes: &[u8], more: bool) -> Result<(), SpliceError> {
-        let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
-        while !bytes.is_empty() {
-            self.check_stop()?;
-            // SAFETY: `bytes` is readable for its length.
-            let n = unsafe {
-                libc::send(
-                    self.socket.as_raw_fd(),
-                    bytes.as_ptr().cast(),
-                    bytes.len(),
-                    flags,
-                )
-            };
-            if n < 0 {
-                self.retry(io::Error::last_os_error())?;
-                continue;
-            }
-            bytes = &bytes[n as usize..];
-        }
-        Ok(())
-    }
-
-    /// All of `range`, from the page cache to the socket.
-    fn send_file(&self, file: &File, range: &FileRange) -> Result<(), SpliceError> {
-        let failed = |e: io::Error| {
-            SpliceError::Read(FrameReadError::Part {
-                range: range.clone(),
-                error: read_failed(range, e),
-            })
-        };
-        let end = range.position.saturating_add(range.len);
-        let mut at = libc::off_t::try_from(range.position)
-            .map_err(|_| failed(io::ErrorKind::InvalidInput.into()))?;
-        while (at as u64) < end {
-            self.check_stop()?;
-            // At most 1 GiB per call, as Linux sends at most about 2 GiB.
-            let want = (end - at as u64).min(1 << 30) as usize;
-            // SAFETY: plain descriptors; `at` is a valid off_t sendfile(2)
-            // advances by what it sent.
-            let n =
-                unsafe { libc::sendfile(self.socket.as_raw_fd(), file.as_raw_fd(), &mut at, want) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                // The socket's failures end the connection; any other is
-                // the file's (EIO).
-                let socket_gone = matches!(
-                    e.raw_os_error(),
-                    Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ETIMEDOUT)
-                );
-                if socket_gone {
-                    return Err(SpliceError::Socket(e));
-                }
-                match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => self.retry(e)?,
-                    _ => return Err(failed(e)),
-                }
-                continue;
-            }
-            if n == 0 {
-                // The file ended before the range did: cut since the check.
-                return Err(failed(io::ErrorKind::UnexpectedEof.into()));
-            }
-        }
-        Ok(())
-    }
-
-    /// After a failed call: waits for the socket to take more if it was
-    /// full (or returns at once if interrupted); any other error is the
-    /// socket's, and ends the frame.
-    fn retry(&self, e: io::Error) -> Result<(), SpliceError> {
-        match e.kind() {
-            io::ErrorKind::Interrupted => Ok(()),
-            io::ErrorKind::WouldBlock => self.wait_writable(),
-            _ => Err(SpliceError::Socket(e)),
-        }
-    }
-
-    /// The writer stopped waiting (its future was dropped): nothing more
-    /// of the frame goes out, and the descriptor closes.
-    fn check_stop(&self) -> Result<(), SpliceError> {
-        if self.stop.load(Ordering::Acquire) {
-            return Err(SpliceError::Socket(io::Error::other(
-                "the connection's writer stopped",
-            )));
-        }
-        Ok(())
-    }
-
-    fn wait_writable(&self) -> Result<(), SpliceError> {
-        loop {
-            self.check_stop()?;
-            let mut poll = libc::pollfd {
-                fd: self.socket.as_raw_fd(),
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut poll, 1, SPLICE_POLL_MS) };
-            if n > 0 {
-                // Writable, or failed: the next call says which.
-                return Ok(());
-            }
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(SpliceError::Socket(e));
-                }
-            }
-        }
-    }
-}
-
 /// The descriptor pinned for `range`'s file, or why it could not be opened.
-fn pinned_file<'a>(pinned: &'a Pinned, range: &FileRange) -> Result<&'a File, IoError> {
+pub(crate) fn pinned_file<'a>(pinned: &'a Pinned, range: &FileRange) -> Result<&'a File, IoError> {
     let key = (range.dir.clone(), range.segment_base, range.file);
     let file = pinned
         .iter()
@@ -698,7 +511,7 @@ fn read_range(file: &File, range: &FileRange, buf: &mut [u8]) -> Result<(), IoEr
         .map_err(|e| read_failed(range, e))
 }
 
-fn read_failed(range: &FileRange, e: io::Error) -> IoError {
+pub(crate) fn read_failed(range: &FileRange, e: io::Error) -> IoError {
     IoError(format!(
         "cannot read {} bytes at {} of {}/{}: {e}",
         range.len,

@@ -29,6 +29,8 @@ pub mod server;
 #[cfg(madsim)]
 pub mod simstore;
 pub mod sledsync;
+#[cfg(not(madsim))]
+mod splice;
 pub mod storage;
 pub mod syncpool;
 pub mod tls;
