@@ -2325,7 +2325,6 @@ mod tests {
     /// reads, and how the splice ended.
     async fn spliced(frame: FrameFuture) -> (Vec<u8>, Result<(), SpliceError>) {
         use std::os::fd::AsFd;
-        use tokio::io::AsyncReadExt;
         let ReadyFrame::Pinned(frame) = frame.await.unwrap() else {
             panic!("a large frame comes pinned");
         };
@@ -2336,13 +2335,21 @@ mod tests {
             drop(server);
             sent
         });
+        let got = read_to_end_within_10s(&mut client).await;
+        (got, sent.await.unwrap())
+    }
+
+    /// Everything the client gets until the socket closes, which must be
+    /// within 10 s.
+    async fn read_to_end_within_10s(client: &mut tokio::net::TcpStream) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
         let mut got = Vec::new();
         let read = client.read_to_end(&mut got);
         tokio::time::timeout(std::time::Duration::from_secs(10), read)
             .await
-            .expect("the client reads the frame within 10 s")
+            .expect("the socket closes within 10 s")
             .unwrap();
-        (got, sent.await.unwrap())
+        got
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -2407,7 +2414,6 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_splice_to_a_client_that_stopped_reading_ends_when_its_writer_goes() {
         use std::os::fd::AsFd;
-        use tokio::io::AsyncReadExt;
         let logs = temp_logs("splice-stop");
         let mut w = HandDriven::new(&logs);
         let p = PartitionDir::new("t", 0);
@@ -2435,12 +2441,7 @@ mod tests {
         // connection's own closed too, the client reads what got through,
         // then the end of the stream.
         drop(server);
-        let mut got = Vec::new();
-        let read = client.read_to_end(&mut got);
-        tokio::time::timeout(std::time::Duration::from_secs(10), read)
-            .await
-            .expect("the socket closes once the splice has stopped")
-            .unwrap();
+        let got = read_to_end_within_10s(&mut client).await;
         assert!(got.len() < len + 4, "{} bytes arrived", got.len());
         fs::remove_dir_all(&logs).unwrap();
     }

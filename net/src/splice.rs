@@ -10,7 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use doze_core::{FileRange, FramePart};
+use doze_core::{FileRange, FramePart, IoError};
 
 use crate::filereader::{pinned_file, read_failed, start_reads, Pinned};
 use crate::storage::{frame_size, FrameReadError};
@@ -47,6 +47,14 @@ pub(crate) async fn send_frame(
     })
 }
 
+/// `range` could not be read, or not whole: the frame fails on that part.
+fn part_failed(range: &FileRange, error: IoError) -> SpliceError {
+    SpliceError::Read(FrameReadError::Part {
+        range: range.clone(),
+        error,
+    })
+}
+
 /// Sets its flag when dropped: the splice's future went away.
 struct StopOnDrop(Arc<AtomicBool>);
 
@@ -70,20 +78,14 @@ impl SpliceOut<'_> {
         let size = frame_size(parts).map_err(SpliceError::Read)?;
         for part in parts {
             if let FramePart::File(range) = part {
-                let part_failed = |error| {
-                    SpliceError::Read(FrameReadError::Part {
-                        range: range.clone(),
-                        error,
-                    })
-                };
-                let file = pinned_file(pinned, range).map_err(part_failed)?;
+                let file = pinned_file(pinned, range).map_err(|e| part_failed(range, e))?;
                 let file_len = file
                     .metadata()
-                    .map_err(|e| part_failed(read_failed(range, e)))?
+                    .map_err(|e| part_failed(range, read_failed(range, e)))?
                     .len();
                 if range.position.saturating_add(range.len) > file_len {
                     let short = io::Error::from(io::ErrorKind::UnexpectedEof);
-                    return Err(part_failed(read_failed(range, short)));
+                    return Err(part_failed(range, read_failed(range, short)));
                 }
             }
         }
@@ -93,12 +95,7 @@ impl SpliceOut<'_> {
             match part {
                 FramePart::Bytes(bytes) => self.send(bytes, i + 1 < parts.len())?,
                 FramePart::File(range) => {
-                    let file = pinned_file(pinned, range).map_err(|error| {
-                        SpliceError::Read(FrameReadError::Part {
-                            range: range.clone(),
-                            error,
-                        })
-                    })?;
+                    let file = pinned_file(pinned, range).map_err(|e| part_failed(range, e))?;
                     self.send_file(file, range)?;
                 }
             }
@@ -132,12 +129,7 @@ impl SpliceOut<'_> {
 
     /// All of `range`, from the page cache to the socket.
     fn send_file(&self, file: &File, range: &FileRange) -> Result<(), SpliceError> {
-        let failed = |e: io::Error| {
-            SpliceError::Read(FrameReadError::Part {
-                range: range.clone(),
-                error: read_failed(range, e),
-            })
-        };
+        let failed = |e: io::Error| part_failed(range, read_failed(range, e));
         let end = range.position.saturating_add(range.len);
         let mut at = libc::off_t::try_from(range.position)
             .map_err(|_| failed(io::ErrorKind::InvalidInput.into()))?;
