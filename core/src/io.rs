@@ -3,6 +3,8 @@
 //! (the tokio adapter in `net`, or the simulator in `sim`) carries these out
 //! and reports completions back as inputs.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 /// A connection, numbered by the driver. Never reused within one run.
@@ -11,14 +13,16 @@ pub type ConnId = u64;
 pub type IoId = u64;
 
 /// A partition's directory on disk, named `{topic}-{partition}` as in Kafka.
+/// The name is shared (`Arc`): every disk operation of the partition carries
+/// its directory, and a clone must not allocate on the produce path.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PartitionDir {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: i32,
 }
 
 impl PartitionDir {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
         Self {
             topic: topic.into(),
             partition,

@@ -946,6 +946,47 @@ impl CleanupConfig {
     }
 }
 
+/// What a produce checks of one topic's configs. The topic keeps it and
+/// reads it again only when its configs change, so an append neither looks
+/// configs up by name nor parses them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AppendConfig {
+    /// max.message.bytes: the largest batch taken.
+    pub message_bytes_max: usize,
+    /// segment.bytes: a batch larger than a segment is refused too.
+    pub segment_bytes: usize,
+    /// message.timestamp.type is LogAppendTime: the broker stamps batches.
+    pub log_append_time: bool,
+    /// message.timestamp.before.max.ms (CreateTime only).
+    pub timestamp_before_max_ms: i64,
+    /// message.timestamp.after.max.ms (CreateTime only).
+    pub timestamp_after_max_ms: i64,
+    /// cleanup.policy has `compact`: every record needs a key.
+    pub compact: bool,
+}
+
+impl AppendConfig {
+    /// The view of a topic's effective configs; `value(key)` is the override
+    /// or the broker default, checked when stored.
+    pub fn from_values(value: impl Fn(&str) -> String) -> Self {
+        let long = |key: &str| {
+            let v = value(key);
+            v.trim()
+                .parse::<i64>()
+                .unwrap_or_else(|_| panic!("topic config {key} holds {v:?}, not a number"))
+        };
+        let size = |key: &str| usize::try_from(long(key).max(0)).unwrap_or(usize::MAX);
+        Self {
+            message_bytes_max: size("max.message.bytes"),
+            segment_bytes: size("segment.bytes"),
+            log_append_time: value(MESSAGE_TIMESTAMP_TYPE) == "LogAppendTime",
+            timestamp_before_max_ms: long(MESSAGE_TIMESTAMP_BEFORE_MAX_MS),
+            timestamp_after_max_ms: long(MESSAGE_TIMESTAMP_AFTER_MAX_MS),
+            compact: cleanup_policy(&value(CLEANUP_POLICY)).0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,6 +2,7 @@
 //! Changes arrive here only after meta.db has stored them.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use uuid::Uuid;
 
@@ -14,17 +15,26 @@ use crate::topic_config;
 
 /// Names one partition of one incarnation of a topic: a topic deleted and
 /// created again under the same name has a new id, so a sync point or a
-/// waiting request of the old one never lands on the new one.
+/// waiting request of the old one never lands on the new one. The name is
+/// the topic's own, shared: keys are cloned for every append (sync points,
+/// disk operations), and a clone must not allocate.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PartitionKey {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub id: Uuid,
     pub partition: i32,
 }
 
 pub(crate) struct Topic {
     pub id: Uuid,
+    /// The topic's name, shared by its partitions' keys and directories.
+    pub name: Arc<str>,
+    /// The same name as a protocol string, which responses share.
+    pub name_bytes: kafka_protocol::protocol::StrBytes,
     pub record: TopicRecord,
+    /// The configs a produce checks, read from `record` and the broker's
+    /// defaults whenever `record` changes (never per request).
+    pub append: topic_config::AppendConfig,
     pub partitions: Vec<PartitionLog>,
     /// Bytes and records in and out, for operators (`crate::metrics`).
     pub counters: TopicCounters,
@@ -61,17 +71,26 @@ impl Topic {
         (segment_bytes, self.config_i64(broker, "segment.ms"))
     }
 
+    /// What a produce checks, from the effective configs.
+    fn append_config(&self, broker: &BrokerConfig) -> topic_config::AppendConfig {
+        topic_config::AppendConfig::from_values(|key| {
+            self.config(broker, key)
+                .unwrap_or_else(|| panic!("topic config {key} is unknown"))
+        })
+    }
+
     /// A new, empty log for partition `p`, with the topic's roll limits.
-    fn new_log(&self, broker: &BrokerConfig, name: &str, p: i32) -> PartitionLog {
+    fn new_log(&self, broker: &BrokerConfig, p: i32) -> PartitionLog {
         let (segment_bytes, segment_ms) = self.roll_limits(broker);
-        let mut log = PartitionLog::new(PartitionDir::new(name, p), segment_bytes);
+        let dir = PartitionDir::new(Arc::clone(&self.name), p);
+        let mut log = PartitionLog::new(dir, segment_bytes);
         log.set_segment_ms(segment_ms);
         log
     }
 
-    pub fn key(&self, name: &str, partition: i32) -> PartitionKey {
+    pub fn key(&self, partition: i32) -> PartitionKey {
         PartitionKey {
-            topic: name.to_string(),
+            topic: Arc::clone(&self.name),
             id: self.id,
             partition,
         }
@@ -135,12 +154,12 @@ impl Topics {
     }
 
     pub fn partition_by_key(&self, key: &PartitionKey) -> Option<&PartitionLog> {
-        let topic = self.map.get(&key.topic).filter(|t| t.id == key.id)?;
+        let topic = self.map.get(&*key.topic).filter(|t| t.id == key.id)?;
         topic.partitions.get(usize::try_from(key.partition).ok()?)
     }
 
     pub fn partition_mut_by_key(&mut self, key: &PartitionKey) -> Option<&mut PartitionLog> {
-        let topic = self.map.get_mut(&key.topic).filter(|t| t.id == key.id)?;
+        let topic = self.map.get_mut(&*key.topic).filter(|t| t.id == key.id)?;
         topic
             .partitions
             .get_mut(usize::try_from(key.partition).ok()?)
@@ -152,7 +171,7 @@ impl Topics {
         &mut self,
         key: &PartitionKey,
     ) -> Option<(&mut PartitionLog, &mut TopicCounters)> {
-        let topic = self.map.get_mut(&key.topic).filter(|t| t.id == key.id)?;
+        let topic = self.map.get_mut(&*key.topic).filter(|t| t.id == key.id)?;
         let log = topic
             .partitions
             .get_mut(usize::try_from(key.partition).ok()?)?;
@@ -169,12 +188,16 @@ impl Topics {
         let id = parse_id(&record.id);
         let mut topic = Topic {
             id,
+            name: Arc::from(name),
+            name_bytes: kafka_protocol::protocol::StrBytes::from_string(name.to_owned()),
             record: record.clone(),
+            append: Default::default(),
             partitions: Vec::new(),
             counters: TopicCounters::default(),
         };
+        topic.append = topic.append_config(config);
         for p in 0..record.partitions {
-            let log = topic.new_log(config, name, p);
+            let log = topic.new_log(config, p);
             topic.partitions.push(log);
         }
         let previous = self.map.insert(name.to_string(), topic);
@@ -189,8 +212,9 @@ impl Topics {
             "partitions never shrink"
         );
         topic.record = record;
+        topic.append = topic.append_config(config);
         for p in topic.partitions.len() as i32..topic.record.partitions {
-            let log = topic.new_log(config, name, p);
+            let log = topic.new_log(config, p);
             topic.partitions.push(log);
         }
     }
@@ -212,6 +236,7 @@ impl Topics {
             "a config change keeps the partitions"
         );
         topic.record = record;
+        topic.append = topic.append_config(config);
         let (segment_bytes, segment_ms) = topic.roll_limits(config);
         for log in topic.partitions.iter_mut() {
             log.set_segment_bytes(segment_bytes);
@@ -228,7 +253,7 @@ impl Topics {
             .partitions
             .iter()
             .enumerate()
-            .map(|(p, log)| (topic.key(name, p as i32), log.delete_all()))
+            .map(|(p, log)| (topic.key(p as i32), log.delete_all()))
             .collect()
     }
 
@@ -251,11 +276,11 @@ impl Topics {
         config: &BrokerConfig,
         dir: &PartitionDir,
     ) -> Option<(PartitionKey, u64)> {
-        let topic = self.map.get(&dir.topic)?;
+        let topic = self.map.get(&*dir.topic)?;
         let p = usize::try_from(dir.partition).ok()?;
         topic.partitions.get(p)?;
         let (segment_bytes, _) = topic.roll_limits(config);
-        Some((topic.key(&dir.topic, dir.partition), segment_bytes))
+        Some((topic.key(dir.partition), segment_bytes))
     }
 
     /// Puts a recovered log in its partition's place. It takes the roll
@@ -273,8 +298,8 @@ impl Topics {
     /// Every partition's key.
     pub fn keys(&self) -> Vec<PartitionKey> {
         self.map
-            .iter()
-            .flat_map(|(name, t)| (0..t.partitions.len() as i32).map(|p| t.key(name, p)))
+            .values()
+            .flat_map(|t| (0..t.partitions.len() as i32).map(|p| t.key(p)))
             .collect()
     }
 
@@ -291,7 +316,7 @@ impl Topics {
         skip: Option<&PartitionKey>,
     ) -> Vec<(PartitionKey, DiskOp)> {
         let mut ops = Vec::new();
-        for (name, topic) in self.map.iter_mut() {
+        for topic in self.map.values_mut() {
             let (retention_ms, retention_bytes) = if topic.cleanup_config(config).delete {
                 (
                     topic.config_i64(config, "retention.ms"),
@@ -300,10 +325,10 @@ impl Topics {
             } else {
                 (-1, -1)
             };
-            let id = topic.id;
+            let (id, name) = (topic.id, &topic.name);
             for (p, log) in topic.partitions.iter_mut().enumerate() {
                 let key = PartitionKey {
-                    topic: name.clone(),
+                    topic: Arc::clone(name),
                     id,
                     partition: p as i32,
                 };

@@ -358,14 +358,14 @@ fn retention_deletes_old_segments_by_size_and_time() {
     let files = w
         .files
         .keys()
-        .filter(|(d, _, kind)| d.topic == "r" && *kind == SegmentFile::Log)
+        .filter(|(d, _, kind)| &*d.topic == "r" && *kind == SegmentFile::Log)
         .count();
     assert!(files <= 4, "deleted segments left the disk ({files} files)");
     let orphans = w
         .files
         .keys()
         .filter(|(d, base, _)| {
-            d.topic == "r" && !w.files.contains_key(&(d.clone(), *base, SegmentFile::Log))
+            &*d.topic == "r" && !w.files.contains_key(&(d.clone(), *base, SegmentFile::Log))
         })
         .count();
     assert_eq!(orphans, 0, "a segment's index files go with its .log");

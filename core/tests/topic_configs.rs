@@ -11,6 +11,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 use doze_core::topic_config::CleanupConfig;
 use doze_core::BrokerConfig;
@@ -704,6 +705,46 @@ fn segment_bytes_and_timestamp_type_change_live() {
         "still LogAppendTime after a restart"
     );
     assert_eq!(w.broker.partition("t", 0).unwrap().segments().count(), 3);
+}
+
+/// A produce checks the topic's configs as they are now: the broker keeps
+/// them typed (`AppendConfig`) and reads them again at every change, so a
+/// change must reach the next append, and a deleted override must give the
+/// default back.
+#[test]
+fn append_checks_follow_config_changes() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let produce = |w: &mut World| {
+        let ts = w.now_ms;
+        w.send(1, 9, &produce_req("t", 0, batch(&[&[1u8; 600]], ts), -1));
+        match w.recv(1) {
+            Some((_, ResponseKind::Produce(r))) => r.responses[0].partition_responses[0].error_code,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(produce(&mut w), 0);
+    let set = |w: &mut World, key: &str, op: i8, value: Option<&str>| {
+        assert_eq!(inc(w, &[(TOPIC, "t", &[(key, op, value)])]), vec![ok("t")]);
+    };
+    set(&mut w, "max.message.bytes", SET, Some("500"));
+    assert_eq!(produce(&mut w), ResponseError::MessageTooLarge.code());
+    set(&mut w, "max.message.bytes", DELETE, None);
+    assert_eq!(produce(&mut w), 0, "the default is back");
+    set(&mut w, "cleanup.policy", SET, Some("compact"));
+    assert_eq!(
+        produce(&mut w),
+        ResponseError::InvalidRecord.code(),
+        "a keyless record on a compacted topic"
+    );
+    w.restart(true);
+    assert_eq!(
+        produce(&mut w),
+        ResponseError::InvalidRecord.code(),
+        "after a restart"
+    );
+    set(&mut w, "cleanup.policy", SET, Some("delete"));
+    assert_eq!(produce(&mut w), 0);
 }
 
 /// DescribeConfigs of a topic, with what it asks besides the values.

@@ -116,7 +116,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteRecordsRequest)
     if moves.is_empty() {
         return b.respond(&ctx, ResponseKind::DeleteRecords(response));
     }
-    let topics: BTreeSet<String> = moves.iter().map(|(_, _, k, _)| k.topic.clone()).collect();
+    let topics: BTreeSet<String> = moves
+        .iter()
+        .map(|(_, _, k, _)| k.topic.to_string())
+        .collect();
     for name in &topics {
         b.mark_topic_busy(name);
     }
@@ -229,5 +232,5 @@ fn decide(b: &Broker, topic: &str, partition: i32, offset: i64) -> Decision {
     if offset <= start {
         return Decision::Already(start);
     }
-    Decision::Move(t.key(topic, partition), offset)
+    Decision::Move(t.key(partition), offset)
 }

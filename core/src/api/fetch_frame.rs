@@ -485,7 +485,7 @@ mod tests {
     fn range(topic: &str, partition: i32, len: u64) -> FileRange {
         FileRange {
             dir: PartitionDir {
-                topic: topic.to_owned(),
+                topic: topic.into(),
                 partition,
             },
             segment_base: 0,
@@ -586,7 +586,7 @@ mod tests {
                             let mut data = data.clone();
                             if let Some((segment_base, position)) = file {
                                 let dir = PartitionDir {
-                                    topic: name.clone(),
+                                    topic: name.as_str().into(),
                                     partition: p as i32,
                                 };
                                 let records = data
@@ -886,7 +886,7 @@ mod tests {
 
         let mut disk = FakeDisk::default();
         let dir = PartitionDir {
-            topic: "orders".to_owned(),
+            topic: "orders".into(),
             partition: 1,
         };
         let files = BTreeMap::from([((0, 1), disk.put(dir, 40, 17, &batch))]);

@@ -38,9 +38,7 @@ use crate::broker::Broker;
 use crate::limits;
 use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
-use crate::topic_config::{
-    MESSAGE_TIMESTAMP_AFTER_MAX_MS, MESSAGE_TIMESTAMP_BEFORE_MAX_MS, MESSAGE_TIMESTAMP_TYPE,
-};
+use crate::topic_config::AppendConfig;
 use crate::topics::{PartitionKey, Topics};
 
 /// A produce request waiting for its data to be durable.
@@ -69,14 +67,17 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     let mut waits = Vec::new();
     let mut refused_a_topic = false;
     for (ti, topic_data) in req.topic_data.iter().enumerate() {
-        let name = topic_data.name.0.to_string();
-        let writable = b.authorized(&ctx, Op::Write, resource::TOPIC, &name);
+        let name: &str = &topic_data.name.0;
+        let writable = b.authorized(&ctx, Op::Write, resource::TOPIC, name);
         refused_a_topic |= !writable;
-        // An owned copy of the name: the decoded one is a slice of the
-        // request frame, which a response waiting for its fsync would keep
-        // whole (every batch of the request) until then.
-        let owned_name = TopicName(StrBytes::from_string(name.clone()));
-        let mut topic_response = TopicProduceResponse::default().with_name(owned_name);
+        // Not the decoded name: it is a slice of the request frame, which a
+        // response waiting for its fsync would keep whole (every batch of
+        // the request) until then. A known topic lends its own.
+        let owned_name = b.topics().get(name).map_or_else(
+            || StrBytes::from_string(name.to_owned()),
+            |t| t.name_bytes.clone(),
+        );
+        let mut topic_response = TopicProduceResponse::default().with_name(TopicName(owned_name));
         for (pi, part) in topic_data.partition_data.iter().enumerate() {
             let mut pr = PartitionProduceResponse::default()
                 .with_index(part.index)
@@ -84,7 +85,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let appended = if writable {
-                append_partition(b, &name, part.index, part.records.as_ref())
+                append_partition(b, name, part.index, part.records.as_ref())
             } else {
                 Err(refused(ResponseError::TopicAuthorizationFailed, None))
             };
@@ -114,7 +115,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                     }
                     if refusal.by_log {
                         pr.log_start_offset = b
-                            .partition_view(&name, part.index)
+                            .partition_view(name, part.index)
                             .map_or(-1, |view| view.log.log_start_offset());
                     }
                 }
@@ -313,7 +314,8 @@ fn append_partition(
     if partition < 0 || partition as usize >= topic.partitions.len() {
         return Err(refused(ResponseError::UnknownTopicOrPartition, None));
     }
-    if b.is_offline(&topic.key(topic_name, partition)) {
+    let key = topic.key(partition);
+    if b.is_offline(&key) {
         return Err(refused(ResponseError::KafkaStorageError, None));
     }
     let Some(records) = records else {
@@ -325,18 +327,19 @@ fn append_partition(
     if records.len() > limits::RECORD_LIST_BYTES_MAX {
         return Err(refused(ResponseError::RecordListTooLarge, None));
     }
-    let config = b.config();
-    let message_bytes_max = topic.config_i64(config, "max.message.bytes").max(0) as usize;
-    let segment_bytes = topic.config_i64(config, "segment.bytes") as usize;
-    let log_append_time =
-        topic.config(config, MESSAGE_TIMESTAMP_TYPE).as_deref() == Some("LogAppendTime");
+    let AppendConfig {
+        message_bytes_max,
+        segment_bytes,
+        log_append_time,
+        timestamp_before_max_ms,
+        timestamp_after_max_ms,
+        compact: compacted,
+    } = topic.append;
     let timestamp_bounds = (!log_append_time).then(|| TimestampBounds {
         now_ms: b.now_ms(),
-        before_max_ms: topic.config_i64(config, MESSAGE_TIMESTAMP_BEFORE_MAX_MS),
-        after_max_ms: topic.config_i64(config, MESSAGE_TIMESTAMP_AFTER_MAX_MS),
+        before_max_ms: timestamp_before_max_ms,
+        after_max_ms: timestamp_after_max_ms,
     });
-    let key = topic.key(topic_name, partition);
-    let compacted = topic.cleanup_config(config).compact;
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
         BatchError::CrcMismatch { .. } => {
             refused(ResponseError::CorruptMessage, Some(e.to_string()))

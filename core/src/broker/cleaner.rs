@@ -155,7 +155,7 @@ impl Cleaner {
 impl Broker {
     /// What the cleaner has done for a partition (`None`: no pass yet).
     pub fn cleaner_progress(&self, topic: &str, partition: i32) -> Option<CleanerProgress> {
-        let key = self.topics.get(topic)?.key(topic, partition);
+        let key = self.topics.get(topic)?.key(partition);
         self.cleaner.progress.get(&key).cloned()
     }
 

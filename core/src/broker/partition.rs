@@ -94,7 +94,7 @@ impl Broker {
             .get(topic)
             .filter(|_| self.topics.partition(topic, partition).is_some())
             .ok_or(ResponseError::UnknownTopicOrPartition)?;
-        let key = t.key(topic, partition);
+        let key = t.key(partition);
         if self.offline.contains(&key) {
             return Err(ResponseError::KafkaStorageError);
         }
@@ -362,7 +362,7 @@ impl Broker {
         let Some(topic) = self.topics.get(&dir.topic) else {
             return;
         };
-        let key = topic.key(&dir.topic, dir.partition);
+        let key = topic.key(dir.partition);
         let held = self
             .topics
             .partition_by_key(&key)

@@ -136,7 +136,7 @@ fn begin(b: &mut Broker, id: &str, responder: Option<RequestCtx>, skip_present: 
         // A partition whose topic was deleted has nothing left to mark.
         if let Some(t) = b.topics().get(topic) {
             if (*partition as usize) < t.partitions.len() {
-                let key = t.key(topic, *partition);
+                let key = t.key(*partition);
                 if skip_present && b.txn_closed_at(&key, pid, epoch) {
                     continue;
                 }
