@@ -65,7 +65,9 @@
 //! clients keep in flight (each produce is answered after its sync); the core
 //! does not hold produces back yet.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::mem;
@@ -396,10 +398,11 @@ struct OpenFile {
 
 /// One round of fsyncs, handed to the syncer thread.
 struct SyncRound {
-    /// Dirty files, named for the log, each with its own descriptor (a
-    /// duplicate where the worker has the file open, so it may close its own
-    /// meanwhile), or the error that kept it from being opened.
-    files: Vec<(String, Result<File, IoError>)>,
+    /// Dirty files, each with its own descriptor (a duplicate where the
+    /// worker has the file open, so it may close its own meanwhile), or the
+    /// error that kept it from being opened. Named (`describe`) only in a
+    /// failure's message: a round is taken for every sync.
+    files: Vec<(FileKey, Result<File, IoError>)>,
     dirs: Vec<PathBuf>,
     /// The `Sync`s the round answers, each with an error it must report
     /// whatever the fsyncs do.
@@ -413,13 +416,13 @@ struct SyncRound {
 struct Disk {
     logs_dir: PathBuf,
     reader: FileReader,
-    open: HashMap<FileKey, OpenFile>,
+    open: FxHashMap<FileKey, OpenFile>,
     open_files_max: usize,
     uses: u64,
-    dirty_files: HashSet<FileKey>,
+    dirty_files: FxHashSet<FileKey>,
     /// Live index files not in `dirty_files` whose only change since their
     /// last fdatasync is appends: synced by `SyncScope::All` rounds only.
-    index_appends: HashSet<FileKey>,
+    index_appends: FxHashSet<FileKey>,
     /// The widest scope of the `Sync`s gathered into the round being built.
     round_scope: SyncScope,
     dirty_dirs: HashSet<PathBuf>,
@@ -456,11 +459,11 @@ impl Disk {
         Self {
             logs_dir,
             reader,
-            open: HashMap::new(),
+            open: FxHashMap::default(),
             open_files_max,
             uses: 0,
-            dirty_files: HashSet::new(),
-            index_appends: HashSet::new(),
+            dirty_files: FxHashSet::default(),
+            index_appends: FxHashSet::default(),
             round_scope: SyncScope::Logs,
             dirty_dirs: HashSet::new(),
             dirs_to_retry: Arc::default(),
@@ -724,11 +727,10 @@ impl Disk {
                 mine.push(at);
                 continue;
             }
-            let opened = self.path(key).and_then(|path| {
-                let file = self.file(key, true);
-                file.and_then(|f| f.try_clone())
-                    .map_err(|e| failed("open", &path, e))
-            });
+            let opened = match self.file(key, true).and_then(|f| f.try_clone()) {
+                Ok(file) => Ok(file),
+                Err(e) => Err(self.failed_at("open", key, e)),
+            };
             match opened {
                 Ok(file) => {
                     self.appended(key);
@@ -747,13 +749,15 @@ impl Disk {
         let mut failures = Vec::new();
         for at in mine {
             let (key, parts, _) = &files[at];
-            let written = self.path(key).and_then(|path| {
-                let file = self.file(key, true).map_err(|e| failed("open", &path, e))?;
-                let written = write_all_vectored(file, parts);
-                // Open, so dirty, whatever the write did.
-                self.appended(key);
-                written.map_err(|e| failed("append to", &path, e))
-            });
+            let written = match self.file(key, true) {
+                Ok(file) => {
+                    let written = write_all_vectored(file, parts);
+                    // Open, so dirty, whatever the write did.
+                    self.appended(key);
+                    written.map_err(|e| self.failed_at("append to", key, e))
+                }
+                Err(e) => Err(self.failed_at("open", key, e)),
+            };
             self.keep_error(written);
         }
         for reply in replies {
@@ -1046,7 +1050,7 @@ impl Disk {
                         .path(&key)
                         .and_then(|path| File::open(&path).map_err(|e| failed("open", &path, e))),
                 };
-                (describe(&key), file)
+                (key, file)
             })
             .collect();
         let retry = mem::take(&mut *self.dirs_to_retry.lock().unwrap_or_else(|e| e.into_inner()));
@@ -1076,6 +1080,15 @@ impl Disk {
 
     fn path(&self, key: &FileKey) -> Result<PathBuf, IoError> {
         staged_path(&self.logs_dir, &key.0, key.1, key.2, key.3)
+    }
+
+    /// The error of `what` failing on the file of `key`, naming its path
+    /// (made only now: appends name no path when they succeed).
+    fn failed_at(&self, what: &str, key: &FileKey, e: io::Error) -> IoError {
+        match self.path(key) {
+            Ok(path) => failed(what, &path, e),
+            Err(bad_name) => bad_name,
+        }
     }
 }
 
@@ -1111,21 +1124,20 @@ fn sync_round(
     pool: &SyncPool,
 ) -> Result<(), IoError> {
     let started = Instant::now();
-    let opened: Vec<(&String, &File)> = round
+    let opened: Vec<(&FileKey, &File)> = round
         .files
         .iter()
-        .filter_map(|(name, file)| file.as_ref().ok().map(|f| (name, f)))
+        .filter_map(|(key, file)| file.as_ref().ok().map(|f| (key, f)))
         .collect();
     let files: Vec<&File> = opened.iter().map(|(_, f)| *f).collect();
     let synced = pool.sync_all(&files);
-    let results =
-        round
-            .files
-            .iter()
-            .filter_map(|(_, file)| file.as_ref().err().cloned().map(Err))
-            .chain(opened.iter().zip(synced).map(|((name, _), r)| {
-                r.map_err(|e| IoError(format!("cannot fdatasync {name}: {e}")))
-            }));
+    let results = round
+        .files
+        .iter()
+        .filter_map(|(_, file)| file.as_ref().err().cloned().map(Err))
+        .chain(opened.iter().zip(synced).map(|((key, _), r)| {
+            r.map_err(|e| IoError(format!("cannot fdatasync {}: {e}", describe(key))))
+        }));
     let mut first_error = results.into_iter().find_map(Result::err);
     for dir in &round.dirs {
         if let Err(e) = sync_dir(dir) {
@@ -1567,7 +1579,7 @@ mod tests {
         disk.execute(adopt(99), &mut syncs, &tx); // nothing there: nothing to sync
         assert!(disk.error.is_none());
         let round = disk.take_round(syncs);
-        let mut names: Vec<_> = round.files.iter().map(|(name, _)| name.clone()).collect();
+        let mut names: Vec<_> = round.files.iter().map(|(name, _)| describe(name)).collect();
         names.sort();
         assert_eq!(
             names,
@@ -1842,7 +1854,7 @@ mod tests {
             rename(&p, 0, SegmentFile::Log, Swap, Live)
         };
         let names = |round: &SyncRound| {
-            let mut names: Vec<_> = round.files.iter().map(|(n, _)| n.clone()).collect();
+            let mut names: Vec<_> = round.files.iter().map(|(n, _)| describe(n)).collect();
             names.sort();
             names
         };
@@ -1920,7 +1932,7 @@ mod tests {
             assert!(disk.error.is_none());
             let round = disk.take_round(syncs);
             sync_round(&round, &disk.dirs_to_retry, &disk.pool).unwrap();
-            let mut names: Vec<_> = round.files.iter().map(|(n, _)| n.clone()).collect();
+            let mut names: Vec<_> = round.files.iter().map(|(n, _)| describe(n)).collect();
             names.sort();
             (names, round.dirs.len())
         };

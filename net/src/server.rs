@@ -46,7 +46,6 @@
 //! Completions go through an unbounded one: there are few of them (the core
 //! has one sync in flight at a time) and a worker thread must never block.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +58,7 @@ use doze_core::security::{Listener, SecurityProtocol};
 use doze_core::{
     BootState, Broker, BrokerConfig, ConnId, FileRange, FramePart, Input, IoError, Output,
 };
+use rustc_hash::FxHashMap;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -212,7 +212,7 @@ pub async fn serve<S: Storage>(
     let settings_seen = settings.clone();
     let mut driver = Driver {
         broker: Broker::new(settings),
-        conns: HashMap::new(),
+        conns: FxHashMap::default(),
         storage,
         backlog: Arc::clone(&backlog),
         stopping: false,
@@ -488,7 +488,7 @@ struct Driver<Q> {
     broker: Broker,
     /// Live connections. Absent: never seen, disconnected, or closed by us;
     /// frames still in flight from such a connection are dropped.
-    conns: HashMap<ConnId, ConnHandle>,
+    conns: FxHashMap<ConnId, ConnHandle>,
     storage: Q,
     /// Request bytes read and not yet taken by the core, with the appends
     /// not yet written: the readers' back-pressure.
