@@ -100,10 +100,6 @@ pub const CHECKPOINT_INTERVAL_MS: i64 = 30_000;
 /// `queued.max.request.bytes` makes it) instead of in the broker's memory.
 pub const QUEUED_BYTES_MAX: usize = 64 * 1024 * 1024;
 
-/// Disk ops the storage carries out in one group-commit round before its
-/// fsyncs start, so that a queue that never empties still gets its syncs
-/// answered (net's disk worker, and its madsim store).
-pub const ROUND_OPS_MAX: usize = 4096;
 /// A response frame with more file bytes than this is read and written in
 /// chunks of this size (net's `filereader.rs`), not read whole first.
 pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;

@@ -515,12 +515,12 @@ impl Disk {
             if syncs.is_empty() {
                 continue;
             }
-            for _ in 1..limits::ROUND_OPS_MAX {
-                match held.take().or_else(|| inbox.try_recv()) {
-                    Some(job) => self.run_job(job, &mut inbox, &mut held, &mut syncs, &completions),
-                    None => break,
-                }
-            }
+            // The round starts at once: nothing queued behind the sync is
+            // written into it first. The core keeps one sync in flight, so
+            // what follows is appends, which its next sync covers; writing
+            // them first only delays this one (by seconds when the page
+            // cache takes writes slowly and the queue never empties), and the
+            // syncer thread fsyncs while this thread goes on writing.
             let round = self.take_round(syncs);
             // Rounds are reported in order: inline only behind none, and
             // only with nothing queued to write meanwhile.

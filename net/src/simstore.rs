@@ -44,7 +44,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use doze_core::limits::ROUND_OPS_MAX;
 use doze_core::{
     BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, SegmentFile, SyncScope,
 };
@@ -476,13 +475,8 @@ async fn disk_worker(
         if syncs.is_empty() {
             continue;
         }
-        // Group commit: what is already queued rides along with this sync.
-        for _ in 1..ROUND_OPS_MAX {
-            match queue.try_recv() {
-                Ok(job) => step(job, &mut syncs),
-                Err(_) => break,
-            }
-        }
+        // As in production (disk.rs), the sync starts at once: what is
+        // queued behind it is the next sync's.
         let Some(disk_sync) = store.issue_sync(generation, scope) else {
             return;
         };

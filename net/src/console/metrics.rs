@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use doze_core::limits::ROUND_OPS_MAX;
 use doze_core::metrics::Snapshot;
 use doze_core::versions;
 
@@ -81,24 +80,10 @@ const FSYNC_BOUNDS_NS: &[u64] = &[
     10_000 * MS,
 ];
 
-/// Appends per group commit: powers of two up to the most ops one round
-/// carries out (`ROUND_OPS_MAX`). Zero: a sync of renames or deletions only.
-const APPENDS_BOUNDS: &[u64] = &[
-    0,
-    1,
-    2,
-    4,
-    8,
-    16,
-    32,
-    64,
-    128,
-    256,
-    512,
-    1024,
-    2048,
-    ROUND_OPS_MAX as u64,
-];
+/// Appends per group commit: powers of two up to 4096 (the queue's
+/// `QUEUED_BYTES_MAX` bounds a round). Zero: a sync of renames or deletions
+/// only.
+const APPENDS_BOUNDS: &[u64] = &[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 
 /// Bytes per group commit: powers of four from 1 KiB to 256 MiB.
 const BYTES_BOUNDS: &[u64] = &[
@@ -188,6 +173,10 @@ pub struct NetMetrics {
     group_commit_bytes: Histogram,
     connections_accepted: AtomicU64,
     connections_open: AtomicU64,
+    /// Nanoseconds the broker task spent in the core and carrying out its
+    /// outputs: one task does all of the core's work, so this over the
+    /// wall time is how near the core is to being the bottleneck.
+    core_busy_ns: AtomicU64,
 }
 
 impl Default for NetMetrics {
@@ -211,6 +200,7 @@ impl Default for NetMetrics {
             group_commit_bytes: Histogram::new(BYTES_BOUNDS),
             connections_accepted: AtomicU64::new(0),
             connections_open: AtomicU64::new(0),
+            core_busy_ns: AtomicU64::new(0),
         }
     }
 }
@@ -242,6 +232,12 @@ impl NetMetrics {
         let appends = self.group_commit_appends.read().1;
         let bytes = self.group_commit_bytes.read().1;
         (self.fsync.count(), appends, bytes)
+    }
+
+    /// The broker task spent `elapsed` on one input to the core.
+    pub fn core_busy(&self, elapsed: Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.core_busy_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// A connection was accepted; it counts as open until the guard drops.
@@ -434,6 +430,18 @@ pub fn render(core: &Snapshot, net: &NetMetrics) -> String {
     );
     let accepted = net.connections_accepted.load(Ordering::Relaxed);
     out.sample("doze_connections_accepted_total", &[], accepted);
+    out.family(
+        "doze_core_busy_seconds_total",
+        "counter",
+        "Time the broker task spent in the core and carrying out its outputs (one task does all \
+         of the core's work: its rate is the share of one CPU the core takes).",
+    );
+    let busy_ns = net.core_busy_ns.load(Ordering::Relaxed);
+    out.sample(
+        "doze_core_busy_seconds_total",
+        &[],
+        busy_ns as f64 / NANOS_PER_SECOND,
+    );
 
     out.0
 }
