@@ -57,7 +57,11 @@ Everything is measured in one run, on one filesystem (the work dir's):
               read_committed, warm; cold too where the page cache can be
               dropped; doze-bench figures are medians of `--peer-read-reps`,
               doze's cold ones interleaved with raw cold reads), transactions at 64 producers and one producer's commit
-              latency. A workload a peer cannot do is printed "n/a: why". Every
+              latency; doze's produce and 64-producer transaction runs also
+              give its core task's busy time (doze_core_busy_seconds_total)
+              as a share of one CPU, target <= 0.5 (two cores: the core must
+              not be the bottleneck). A workload a peer cannot do is printed
+              "n/a: why". Every
               figure beside the broker's CPU seconds, / the best peer's and / the
               raw disk's (write+fdatasync, sequential read, fdatasync latency)
   8. callgrind  instructions per produced 1 KiB record, per produce request
@@ -101,6 +105,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MiB = 1024 * 1024
@@ -214,9 +219,11 @@ class BrokerProc:
         os.makedirs(data_dir, exist_ok=True)
         self.log_path = data_dir.rstrip("/") + ".log"
         # `wrapper`: a command the broker runs under (valgrind for callgrind).
-        # No console: the bench may run beside another broker that has port 8092.
+        # The console on a free port (not 8092: the bench may run beside
+        # another broker), for doze_core_busy_seconds_total (`core_busy_s`).
+        self.console = f"127.0.0.1:{free_port()}"
         args = list(wrapper) + [binary, "--listen", self.bootstrap, "--data-dir", data_dir,
-                                "--set", "doze.console.listen=none"]
+                                "--set", f"doze.console.listen={self.console}"]
         for s in sets:
             args += ["--set", s]
         env = dict(os.environ, NO_COLOR="1",
@@ -270,6 +277,18 @@ class BrokerProc:
 
     def cpu_seconds(self):
         return proc_cpu_seconds(self.proc.pid)
+
+    def core_busy_s(self):
+        """Seconds the broker task has spent in the core and carrying out its
+        outputs (the console's doze_core_busy_seconds_total); None if the
+        page cannot be read."""
+        try:
+            with urllib.request.urlopen(f"http://{self.console}/metrics", timeout=5) as page:
+                text = page.read().decode()
+        except OSError:
+            return None
+        m = re.search(r"^doze_core_busy_seconds_total (\S+)$", text, re.M)
+        return float(m.group(1)) if m else None
 
     def status_mib(self):
         """VmRSS, VmHWM (peak RSS), RssAnon and RssFile of the broker in MiB."""
@@ -1721,6 +1740,25 @@ def fmt_value(unit, v):
     return f"{v:.1f} {unit}"
 
 
+class CoreMeter:
+    """How busy doze's broker task (the core and what carries out its
+    outputs) was over a workload, as a share of one CPU: one task does all of
+    the core's work, so 1.0 would make it the bottleneck. None for a peer."""
+
+    def __init__(self, b):
+        self.b = b
+        self.busy0 = b.core_busy_s() if hasattr(b, "core_busy_s") else None
+        self.t0 = time.monotonic()
+
+    def share(self):
+        if self.busy0 is None:
+            return None
+        busy = self.b.core_busy_s()
+        if busy is None:
+            return None
+        return (busy - self.busy0) / max(1e-9, time.monotonic() - self.t0)
+
+
 class PeerResults:
     def __init__(self):
         self.fig = {}   # metric -> broker -> {"v", "cpu", "span", "note"} or {"na"}
@@ -1728,10 +1766,13 @@ class PeerResults:
         self.max_rate = {}  # broker -> records/s of its confluent-kafka produce
         self.caveat = {}  # (broker, workload) -> what its figures do not cover
 
-    def put(self, metric, broker, value, cpu, span, note=""):
-        self.fig.setdefault(metric, {})[broker] = {"v": value, "cpu": cpu, "span": span, "note": note}
+    def put(self, metric, broker, value, cpu, span, note="", core=None):
+        """`core`: doze's CoreMeter share over the workload, if metered."""
+        self.fig.setdefault(metric, {})[broker] = {"v": value, "cpu": cpu, "span": span, "note": note,
+                                                   "core": core}
         _, label, unit, _, _ = PEER_METRIC[metric]
         say(f"   {label}: {fmt_value(unit, value)}; broker CPU {cpu:.1f} s in ~{span:.0f} s"
+            + (f"; core task busy {core:.2f} of one CPU" if core is not None else "")
             + (f"; {note}" if note else ""))
 
     def na(self, metric, broker, reason):
@@ -1784,8 +1825,10 @@ def peer_produce(args, work, b, res):
              "--seconds", str(args.peer_s), "--record-bytes", str(args.record_bytes),
              "--linger-ms", str(args.linger_ms)] for k in range(procs)]
     cpu0 = b.cpu_seconds()
+    core = CoreMeter(b)
     results, cpu_clients = run_workers(cmds, span + 120)
     cpu = b.cpu_seconds() - cpu0
+    core = core.share()
     in_window = sum(r["in_window"] for r in results)
     errors = [e for r in results for e in r["errors"]]
     if not results or not in_window:
@@ -1796,7 +1839,7 @@ def peer_produce(args, work, b, res):
         res.max_rate[b.name] = rate
         res.put("produce/ck", b.name, in_window * args.record_bytes / args.peer_s / 1e6, cpu, span + 3,
                 f"{rate:,.0f} records/s; producer processes CPU {cpu_clients:.1f} s"
-                + (f"; errors: {errors[:3]}" if errors else ""))
+                + (f"; errors: {errors[:3]}" if errors else ""), core=core)
         if doze:
             chunk, raw = group_commit_report(b, log0, dir_bytes(logs) - bytes0, work, args)
             res.raw["write+fsync"] = (raw, f"raw write+fdatasync at the bytes one doze sync round "
@@ -1810,6 +1853,7 @@ def peer_produce(args, work, b, res):
     bytes0 = dir_bytes(logs) if doze else 0
     log0 = b.log_offset()
     cpu0 = b.cpu_seconds()
+    core = CoreMeter(b)
     r, why = run_loadgen_why(args, ["produce", "--bootstrap", b.bootstrap, "--topic", topic,
                                     "--partitions", str(parts), "--producers", str(parts),
                                     "--inflight", str(args.loadgen_inflight),
@@ -1817,11 +1861,13 @@ def peer_produce(args, work, b, res):
                                     "--warmup-s", str(args.peer_warmup_s),
                                     "--seconds", str(args.peer_s)], span + 120)
     cpu = b.cpu_seconds() - cpu0
+    core = core.share()
     if not r:
         res.na("produce/lg", b.name, why)
     else:
         res.put("produce/lg", b.name, r["mbps"], cpu, span,
-                f"{r.get('retries', 0)} requests retried (not served yet)" if r.get("retries") else "")
+                f"{r.get('retries', 0)} requests retried (not served yet)" if r.get("retries") else "",
+                core=core)
         if doze:
             chunk, raw = group_commit_report(b, log0, dir_bytes(logs) - bytes0, work, args)
             res.raw["write+fsync/lg"] = (raw, f"raw write+fdatasync at the bytes one doze sync "
@@ -2060,19 +2106,23 @@ def peer_txn(args, work, b, res, fsync):
         f"{args.peer_s:g} s measured")
     span = args.peer_warmup_s + args.peer_s
     for n, metric in ((64, "txn64"), (1, "commit1")):
+        core = CoreMeter(b)
         r = txn_round(args, b, topic, n, args.peer_s, f"peer-{b.name}-{n}", args.peer_warmup_s)
+        core = core.share()
         if not r["in_window"]:
             res.na(f"{metric}/ck", b.name, f"no commit in the window ({r['producers']} of {n} "
                                            f"producers came up; see the warnings above)")
         elif n == 64:
             res.put("txn64/ck", b.name, r["in_window"] / args.peer_s, r["cpu_broker"], span + 2,
                     f"{r['producers']} producers up; commit_transaction p50 "
-                    f"{pct(r['commit_lat'], 50) * 1e3:.1f} ms p99 {pct(r['commit_lat'], 99) * 1e3:.1f} ms")
+                    f"{pct(r['commit_lat'], 50) * 1e3:.1f} ms p99 {pct(r['commit_lat'], 99) * 1e3:.1f} ms",
+                    core=core)
         else:
             res.put("commit1/ck", b.name, pct(r["commit_lat"], 50), r["cpu_broker"], span + 2,
                     f"p99 {pct(r['commit_lat'], 99) * 1e3:.2f} ms; {r['in_window'] / args.peer_s:,.0f} "
                     f"commits/s; produce+flush p50 {pct(r['flush_lat'], 50) * 1e3:.2f} ms")
         cpu0 = b.cpu_seconds()
+        core = CoreMeter(b)
         lg, why = run_loadgen_why(args, ["txn", "--bootstrap", b.bootstrap, "--topic", topic,
                                          "--partitions", str(args.txn_partitions),
                                          "--producers", str(n), "--records", "10",
@@ -2081,12 +2131,13 @@ def peer_txn(args, work, b, res, fsync):
                                          "--seconds", str(args.peer_s),
                                          "--id-prefix", f"peer-lg-{b.name}-{n}"], span + 120)
         cpu = b.cpu_seconds() - cpu0
+        core = core.share()
         if not lg or not lg["commits"]:
             res.na(f"{metric}/lg", b.name, why or "no commit in the window")
         elif n == 64:
             res.put("txn64/lg", b.name, lg["rate"], cpu, span,
                     f"EndTxn p50 {lg['endtxn_p50_us'] / 1e3:.1f} ms p99 {lg['endtxn_p99_us'] / 1e3:.1f} ms; "
-                    f"retries {lg['retries']}")
+                    f"retries {lg['retries']}", core=core)
         else:
             res.put("commit1/lg", b.name, lg["endtxn_p50_us"] / 1e6, cpu, span,
                     f"p99 {lg['endtxn_p99_us'] / 1e3:.2f} ms; {lg['rate']:,.0f} commits/s")
@@ -2168,7 +2219,8 @@ def summary_peer_table(res):
     say("x best peer = the figure / the best of Kafka (default), Kafka (flush=1) and Tansu on it; "
         "x raw = the figure / the raw disk's. For ms figures lower is better, so there a ratio "
         "below 1 is the better one. Broker CPU = the broker process's user+system seconds "
-        "during that run (its whole span, warm-up included).")
+        "during that run (its whole span, warm-up included); core task = doze's broker task busy "
+        "over the same run, as a share of one CPU.")
     targets = peer_targets(res)
     for key, label, unit, higher, rawkey in PEER_METRICS:
         figs = res.fig.get(key)
@@ -2191,12 +2243,17 @@ def summary_peer_table(res):
             say(f"   {n:14s} {fmt_value(unit, v):>14s}  CPU {f['cpu']:6.1f} s"
                 + (f"  x best peer ({best[1]}) {v / best[0]:5.2f}" if best else "  x best peer: n/a")
                 + (f"  x raw {v / raw[0]:5.2f}" if raw else "  x raw: n/a")
+                + (f"  core task {f['core']:.2f} CPU" if f.get("core") is not None else "")
                 + "".join(f"  (!) {c}" for c in caveat))
         if raw:
             say(f"   {'raw disk':14s} {fmt_value(unit, raw[0]):>14s}  ({raw[1]})")
         for metric, verdict, text in targets:
             if metric == key:
                 say(f"   target: {verdict:4s} {text}")
+    say("doze's core task (doze_core_busy_seconds_total over each metered workload's run):")
+    for metric, verdict, text in targets:
+        if metric == "core":
+            say(f"   target: {verdict:4s} {text}")
 
 
 def peer_targets(res):
@@ -2248,6 +2305,14 @@ def peer_targets(res):
         else:
             out.append((m, "PASS" if d >= 5000 else "MISS",
                         f"transactions at 64 producers ({cname}): {d:,.0f} commits/s (target >= 5,000/s)"))
+    shares = [(m, f["doze"]["core"]) for m, f in res.fig.items()
+              if f.get("doze", {}).get("core") is not None]
+    if shares:
+        m, top = max(shares, key=lambda x: x[1])
+        out.append(("core", "PASS" if top <= 0.5 else "MISS",
+                    f"two cores, the core not the bottleneck: its task busiest in {m}, {top:.2f} of one "
+                    f"CPU (metered: {', '.join(f'{k} {v:.2f}' for k, v in shares)}; target <= 0.5, "
+                    f"1.0 would be the bottleneck)"))
     for client, cname in (("ck", "confluent-kafka commit_transaction"), ("lg", "doze-bench EndTxn")):
         m = f"commit1/{client}"
         d = res.get(m, "doze")

@@ -215,6 +215,7 @@ pub async fn serve<S: Storage>(
         conns: FxHashMap::default(),
         storage,
         backlog: Arc::clone(&backlog),
+        metrics: Arc::clone(&metrics),
         stopping: false,
         stopped: false,
     };
@@ -493,6 +494,8 @@ struct Driver<Q> {
     /// Request bytes read and not yet taken by the core, with the appends
     /// not yet written: the readers' back-pressure.
     backlog: Arc<Backlog>,
+    /// Where the time spent on each input is counted (`core_busy`).
+    metrics: Arc<NetMetrics>,
     /// `Input::Shutdown` was sent: no more frames go to the core.
     stopping: bool,
     /// The core answered `Output::Stopped`.
@@ -605,6 +608,13 @@ impl<Q: StorageQueue> Driver<Q> {
 
     /// Feeds one input to the core and carries out everything it asks for.
     fn handle(&mut self, input: Input) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
+        let handled = self.handle_and_carry_out(input);
+        self.metrics.core_busy(started.elapsed());
+        handled
+    }
+
+    fn handle_and_carry_out(&mut self, input: Input) -> anyhow::Result<()> {
         self.broker.handle(now_ms(), input);
         // Disk ops go to the worker together, in order, before any output
         // that must come after them (a response's pins) and at the end.

@@ -91,6 +91,10 @@ fn metrics_count_a_produce_and_unknown_paths_are_404() {
     assert!(sample(&page, "doze_group_commit_appends_sum") >= 2.0);
     assert_eq!(sample(&page, "doze_connections_open"), 1.0);
     assert_eq!(sample(&page, "doze_connections_accepted_total"), 1.0);
+    // The core handled the boot, the produce and its sync: some time,
+    // and never more than the broker has been up (this test is seconds).
+    let busy = sample(&page, "doze_core_busy_seconds_total");
+    assert!(busy > 0.0 && busy < 60.0, "core busy {busy} s");
     assert_eq!(
         sample(
             &page,
