@@ -918,17 +918,20 @@ pub struct CleanupConfig {
     pub delete_retention_ms: i64,
 }
 
+/// A numeric config's stored value. Values were checked when stored; one
+/// that is not a number now is a broken invariant.
+fn stored_long(key: &str, v: &str) -> i64 {
+    v.trim()
+        .parse::<i64>()
+        .unwrap_or_else(|_| panic!("topic config {key} holds {v:?}, not a number"))
+}
+
 impl CleanupConfig {
     /// The view of a topic's effective configs; `value(key)` is the override
     /// or the broker default. Values were checked when stored; one that is
     /// not a number now is a broken invariant.
     pub fn from_values(value: impl Fn(&str) -> String) -> Self {
-        let long = |key: &str| {
-            let v = value(key);
-            v.trim()
-                .parse::<i64>()
-                .unwrap_or_else(|_| panic!("topic config {key} holds {v:?}, not a number"))
-        };
+        let long = |key: &str| stored_long(key, &value(key));
         let ratio = value("min.cleanable.dirty.ratio");
         let ratio: f64 = ratio
             .trim()
@@ -969,12 +972,7 @@ impl AppendConfig {
     /// The view of a topic's effective configs; `value(key)` is the override
     /// or the broker default, checked when stored.
     pub fn from_values(value: impl Fn(&str) -> String) -> Self {
-        let long = |key: &str| {
-            let v = value(key);
-            v.trim()
-                .parse::<i64>()
-                .unwrap_or_else(|_| panic!("topic config {key} holds {v:?}, not a number"))
-        };
+        let long = |key: &str| stored_long(key, &value(key));
         let size = |key: &str| usize::try_from(long(key).max(0)).unwrap_or(usize::MAX);
         Self {
             message_bytes_max: size("max.message.bytes"),

@@ -661,21 +661,27 @@ fn segment_ms_after_a_restart_counts_from_the_first_append() {
     assert_eq!(segments(&w), 2);
 }
 
+/// One keyless 600-byte record to partition 0 of `topic`, stamped now: its
+/// partition's answer.
+fn produce_600_bytes(w: &mut World, topic: &str) -> produce_response::PartitionProduceResponse {
+    let ts = w.now_ms;
+    w.send(1, 9, &produce_req(topic, 0, batch(&[&[1u8; 600]], ts), -1));
+    match w.recv(1) {
+        Some((_, ResponseKind::Produce(mut r))) => {
+            r.responses.remove(0).partition_responses.remove(0)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn segment_bytes_and_timestamp_type_change_live() {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "t", 1);
     let produce = |w: &mut World| {
-        let ts = w.now_ms;
-        w.send(1, 9, &produce_req("t", 0, batch(&[&[1u8; 600]], ts), -1));
-        match w.recv(1) {
-            Some((_, ResponseKind::Produce(r))) => {
-                let p = &r.responses[0].partition_responses[0];
-                assert_eq!(p.error_code, 0);
-                p.log_append_time_ms
-            }
-            other => panic!("{other:?}"),
-        }
+        let p = produce_600_bytes(w, "t");
+        assert_eq!(p.error_code, 0);
+        p.log_append_time_ms
     };
     assert_eq!(produce(&mut w), -1);
     assert_eq!(
@@ -715,14 +721,7 @@ fn segment_bytes_and_timestamp_type_change_live() {
 fn append_checks_follow_config_changes() {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "t", 1);
-    let produce = |w: &mut World| {
-        let ts = w.now_ms;
-        w.send(1, 9, &produce_req("t", 0, batch(&[&[1u8; 600]], ts), -1));
-        match w.recv(1) {
-            Some((_, ResponseKind::Produce(r))) => r.responses[0].partition_responses[0].error_code,
-            other => panic!("{other:?}"),
-        }
-    };
+    let produce = |w: &mut World| produce_600_bytes(w, "t").error_code;
     assert_eq!(produce(&mut w), 0);
     let set = |w: &mut World, key: &str, op: i8, value: Option<&str>| {
         assert_eq!(inc(w, &[(TOPIC, "t", &[(key, op, value)])]), vec![ok("t")]);
