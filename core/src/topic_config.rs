@@ -952,7 +952,7 @@ impl CleanupConfig {
 /// What a produce checks of one topic's configs. The topic keeps it and
 /// reads it again only when its configs change, so an append neither looks
 /// configs up by name nor parses them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AppendConfig {
     /// max.message.bytes: the largest batch taken.
     pub message_bytes_max: usize,

@@ -43,11 +43,7 @@ pub(crate) struct Topic {
 impl Topic {
     /// The effective value of a topic config: the override, else the broker default.
     pub fn config(&self, broker: &BrokerConfig, key: &str) -> Option<String> {
-        self.record
-            .configs
-            .get(key)
-            .cloned()
-            .or_else(|| topic_config::default_value(broker, key))
+        effective_config(&self.record, broker, key)
     }
 
     pub fn config_i64(&self, broker: &BrokerConfig, key: &str) -> i64 {
@@ -71,12 +67,11 @@ impl Topic {
         (segment_bytes, self.config_i64(broker, "segment.ms"))
     }
 
-    /// What a produce checks, from the effective configs.
-    fn append_config(&self, broker: &BrokerConfig) -> topic_config::AppendConfig {
-        topic_config::AppendConfig::from_values(|key| {
-            self.config(broker, key)
-                .unwrap_or_else(|| panic!("topic config {key} is unknown"))
-        })
+    /// Puts a stored record in force, with the produce checks read from it
+    /// (`append`): where a topic's record changes after `insert`.
+    fn set_record(&mut self, broker: &BrokerConfig, record: TopicRecord) {
+        self.append = append_config(&record, broker);
+        self.record = record;
     }
 
     /// A new, empty log for partition `p`, with the topic's roll limits.
@@ -190,12 +185,11 @@ impl Topics {
             id,
             name: Arc::from(name),
             name_bytes: kafka_protocol::protocol::StrBytes::from_string(name.to_owned()),
+            append: append_config(&record, config),
             record: record.clone(),
-            append: Default::default(),
             partitions: Vec::new(),
             counters: TopicCounters::default(),
         };
-        topic.append = topic.append_config(config);
         for p in 0..record.partitions {
             let log = topic.new_log(config, p);
             topic.partitions.push(log);
@@ -211,8 +205,7 @@ impl Topics {
             record.partitions >= topic.partitions.len() as i32,
             "partitions never shrink"
         );
-        topic.record = record;
-        topic.append = topic.append_config(config);
+        topic.set_record(config, record);
         for p in topic.partitions.len() as i32..topic.record.partitions {
             let log = topic.new_log(config, p);
             topic.partitions.push(log);
@@ -235,8 +228,7 @@ impl Topics {
             topic.record.partitions, record.partitions,
             "a config change keeps the partitions"
         );
-        topic.record = record;
-        topic.append = topic.append_config(config);
+        topic.set_record(config, record);
         let (segment_bytes, segment_ms) = topic.roll_limits(config);
         for log in topic.partitions.iter_mut() {
             log.set_segment_bytes(segment_bytes);
@@ -342,6 +334,24 @@ impl Topics {
         }
         ops
     }
+}
+
+/// The effective value of a topic config: the record's override, else the
+/// broker default.
+fn effective_config(record: &TopicRecord, broker: &BrokerConfig, key: &str) -> Option<String> {
+    record
+        .configs
+        .get(key)
+        .cloned()
+        .or_else(|| topic_config::default_value(broker, key))
+}
+
+/// What a produce checks of a topic with `record`.
+fn append_config(record: &TopicRecord, broker: &BrokerConfig) -> topic_config::AppendConfig {
+    topic_config::AppendConfig::from_values(|key| {
+        effective_config(record, broker, key)
+            .unwrap_or_else(|| panic!("topic config {key} is unknown"))
+    })
 }
 
 /// A new topic id. The core has no OS randomness, so ids are derived from the

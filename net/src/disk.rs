@@ -66,8 +66,6 @@
 //! does not hold produces back yet.
 
 use std::collections::{HashSet, VecDeque};
-
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::mem;
@@ -85,6 +83,7 @@ use doze_core::{
     DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, PartitionDir, SegmentFile,
     SyncScope,
 };
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
@@ -727,10 +726,10 @@ impl Disk {
                 mine.push(at);
                 continue;
             }
-            let opened = match self.file(key, true).and_then(|f| f.try_clone()) {
-                Ok(file) => Ok(file),
-                Err(e) => Err(self.failed_at("open", key, e)),
-            };
+            let opened = self
+                .file(key, true)
+                .and_then(|f| f.try_clone())
+                .map_err(|e| self.failed_at("open", key, e));
             match opened {
                 Ok(file) => {
                     self.appended(key);

@@ -80,9 +80,8 @@ const FSYNC_BOUNDS_NS: &[u64] = &[
     10_000 * MS,
 ];
 
-/// Appends per group commit: powers of two up to 4096 (the queue's
-/// `QUEUED_BYTES_MAX` bounds a round). Zero: a sync of renames or deletions
-/// only.
+/// Appends per group commit: powers of two up to 4096; a larger round
+/// counts in +Inf. Zero: a sync of renames or deletions only.
 const APPENDS_BOUNDS: &[u64] = &[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 
 /// Bytes per group commit: powers of four from 1 KiB to 256 MiB.
