@@ -8,8 +8,8 @@
 //! becomes (or stays) Ongoing with the partitions added, stored in meta.db
 //! before the answer. Partitions of unknown topics get
 //! UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
-//! KafkaApis answers. A partition added for the first time is flagged in
-//! meta.db (same batch) so its transaction state is rebuilt at start-up.
+//! KafkaApis answers. (Each partition's transaction state is rebuilt at
+//! start-up from its own log, `broker::recovery`.)
 //!
 //! ACL: WRITE on the transactional id (else every partition
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic: a topic

@@ -188,11 +188,6 @@ impl Broker {
         }
     }
 
-    /// Appends a transaction marker of `producer_id` to a partition and
-    /// returns its offset. An abort of a transaction that wrote here is
-    /// booked in the segment's `.txnindex`; a marker of a producer with no
-    /// transaction open here changes no transaction state (Kafka's
-    /// appendEndTxnMarker completes no transaction then).
     /// Whether `producer_id`'s transaction is closed on this partition at
     /// `epoch`, durably: nothing of it open, no marker of it that a failed
     /// sync could still cut away, and a batch of `epoch` or later seen (its
@@ -214,6 +209,11 @@ impl Broker {
         !open && seen.is_some_and(|e| e >= epoch)
     }
 
+    /// Appends a transaction marker of `producer_id` to a partition and
+    /// returns its offset. An abort of a transaction that wrote here is
+    /// booked in the segment's `.txnindex`; a marker of a producer with no
+    /// transaction open here changes no transaction state (Kafka's
+    /// appendEndTxnMarker completes no transaction then).
     pub(crate) fn append_marker(
         &mut self,
         key: &PartitionKey,

@@ -19,11 +19,14 @@
 //!   those must be refused.
 //!
 //! A producer refused as fenced (and not a zombie) starts over as a new
-//! instance, as an application does after ProducerFencedException.
+//! instance, as an application does after ProducerFencedException; so,
+//! sometimes, does one whose EndTxn's connection was lost
+//! (`RESTART_ON_LOST_END_P`).
 
 use bytes::Bytes;
 use kafka_protocol::messages::ResponseKind;
-use rand::RngExt;
+use rand::rngs::ChaCha8Rng;
+use rand::{RngExt, SeedableRng};
 
 use super::txn_requests::{self as req, is_fenced, is_retry};
 use super::values::{self, RecordId};
@@ -34,6 +37,12 @@ const PARTITIONS_PER_TXN_MAX: i32 = 3;
 const RECORDS_PER_BATCH_MAX: u64 = 5;
 /// Requests a zombie sends after it learned it is fenced.
 const ZOMBIE_TRIES: u32 = 3;
+/// Chance that losing the connection with EndTxn in flight ends the
+/// application too (the machine it shares with the broker lost power): a
+/// new instance starts, and its InitProducerId has the broker abort
+/// whatever of the transaction it still holds open. The outcome must be
+/// whole either way.
+const RESTART_ON_LOST_END_P: f64 = 0.3;
 
 #[derive(Clone, Debug)]
 pub struct TxnProducerConfig {
@@ -50,6 +59,10 @@ pub struct TxnProducerConfig {
     pub zombie: bool,
     /// Records carry keys (the topic is compacted).
     pub keyed: bool,
+    /// Seeds the draws of `RESTART_ON_LOST_END_P`, apart from the run's
+    /// generator: added after the sweep's seeds were in use, they change a
+    /// run only when a restart strikes (as `FaultKind::own_draws`).
+    pub restart_seed: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +113,7 @@ pub struct TxnProducer {
     asked: Option<i32>,
     failures: u32,
     retry_at_ms: i64,
+    restart_rng: ChaCha8Rng,
 }
 
 struct Versions {
@@ -113,6 +127,7 @@ impl TxnProducer {
     pub fn new(client: u32, cfg: TxnProducerConfig, rng: &mut impl rand::Rng) -> Self {
         assert!(cfg.partitions > 0, "a topic has partitions");
         let partitions = cfg.partitions as usize;
+        let restart_seed = cfg.restart_seed;
         Self {
             client,
             versions: Versions {
@@ -131,6 +146,7 @@ impl TxnProducer {
             asked: None,
             failures: 0,
             retry_at_ms: 0,
+            restart_rng: ChaCha8Rng::seed_from_u64(restart_seed),
         }
     }
 
@@ -510,9 +526,22 @@ impl Client for TxnProducer {
     }
 
     fn on_disconnect(&mut self, cx: &mut Cx) {
+        self.asked = None;
+        if self.step == Step::EndTxn && self.restart_rng.random_bool(RESTART_ON_LOST_END_P) {
+            cx.note(
+                "EndTxn lost with the connection; the application starts over as a new instance"
+                    .to_string(),
+            );
+            self.txn = None;
+            self.finished_txns += 1;
+            self.session = None;
+            self.step = Step::Init;
+            self.failures += 1;
+            let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
+            return cx.wake_in(delay_ms);
+        }
         // Unknown outcome: the same request goes again (same batches, same
         // decision), as the Java client's Sender does.
-        self.asked = None;
         self.failures += 1;
         let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
         cx.wake_in(delay_ms);

@@ -3,6 +3,10 @@
 
 use rand::RngExt;
 
+/// Seeds each transactional producer's `restart_rng` apart from the run's
+/// generator.
+const RESTART_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0002;
+
 use super::{Role, World, GROUP_OUTPUT_TOPIC, OUTPUT_TOPIC, TOPIC, TXN_CHECK_INTERVAL_MS};
 use crate::client::consumer::{Consumer, Isolation, Mode};
 use crate::client::copier::{Copier, CopierConfig};
@@ -31,8 +35,9 @@ impl World {
             // second takes the id over a little later.
             let zombie = pair.is_some() && (i - producers).is_multiple_of(2);
             let usurper = pair.is_some() && !zombie;
-            let cfg = self.txn_config(transactional_id, zombie);
+            let mut cfg = self.txn_config(transactional_id, zombie);
             let client = self.slots.len() as u32;
+            cfg.restart_seed = self.cfg.seed ^ RESTART_RNG_SALT ^ u64::from(client);
             self.history.idempotent.insert(client);
             let producer = TxnProducer::new(client, cfg, &mut self.rng);
             let delay_ms = if usurper {
@@ -121,6 +126,7 @@ impl World {
             dead_at_end,
             zombie,
             keyed: self.compacted,
+            restart_seed: 0,
         }
     }
 
