@@ -1765,6 +1765,9 @@ class PeerResults:
         self.raw = {}   # raw key -> (value, what)
         self.max_rate = {}  # broker -> records/s of its confluent-kafka produce
         self.caveat = {}  # (broker, workload) -> what its figures do not cover
+        # doze's meta.db round p50 + sync round p50 during its one-producer
+        # EndTxn run: the two durable steps the seed orders one after the other.
+        self.commit_steps = None
 
     def put(self, metric, broker, value, cpu, span, note="", core=None):
         """`core`: doze's CoreMeter share over the workload, if metered."""
@@ -2123,6 +2126,7 @@ def peer_txn(args, work, b, res, fsync):
                     f"commits/s; produce+flush p50 {pct(r['flush_lat'], 50) * 1e3:.2f} ms")
         cpu0 = b.cpu_seconds()
         core = CoreMeter(b)
+        log0 = b.log_offset()
         lg, why = run_loadgen_why(args, ["txn", "--bootstrap", b.bootstrap, "--topic", topic,
                                          "--partitions", str(args.txn_partitions),
                                          "--producers", str(n), "--records", "10",
@@ -2139,8 +2143,15 @@ def peer_txn(args, work, b, res, fsync):
                     f"EndTxn p50 {lg['endtxn_p50_us'] / 1e3:.1f} ms p99 {lg['endtxn_p99_us'] / 1e3:.1f} ms; "
                     f"retries {lg['retries']}", core=core)
         else:
-            res.put("commit1/lg", b.name, lg["endtxn_p50_us"] / 1e6, cpu, span,
-                    f"p99 {lg['endtxn_p99_us'] / 1e3:.2f} ms; {lg['rate']:,.0f} commits/s")
+            note = f"p99 {lg['endtxn_p99_us'] / 1e3:.2f} ms; {lg['rate']:,.0f} commits/s"
+            syncs, metas = b.io_stats(log0)
+            if syncs and metas:
+                sync50 = pct([us / 1e6 for _, us in syncs], 50)
+                meta50 = pct([us / 1e6 for _, us in metas], 50)
+                res.commit_steps = (meta50, sync50)
+                note += (f"; meta.db round p50 {meta50 * 1e3:.2f} ms, sync round p50 "
+                         f"{sync50 * 1e3:.2f} ms")
+            res.put("commit1/lg", b.name, lg["endtxn_p50_us"] / 1e6, cpu, span, note)
 
 
 def run_loadgen_why(args, argv, timeout_s):
@@ -2294,6 +2305,13 @@ def peer_targets(res):
                          "kafka-default", 1.0)
     ratio_target("consume cold (doze-bench) vs raw sequential read, cold", "consume/lg/cold",
                  "raw:read/cold", 0.8, "raw cold read")
+    raw_cold, warm = res.raw.get("read/cold"), res.get("consume/lg/read_uncommitted", "doze")
+    if out and out[-1][0] == "consume/lg/cold" and raw_cold and warm:
+        # The cold target against what the same client gets from the page
+        # cache: a target above the warm figure cannot be met by disk reads.
+        m, verdict, text = out[-1]
+        out[-1] = (m, verdict, f"{text}; 0.8 x raw is {0.8 * raw_cold[0]:.1f} MB/s, doze's warm "
+                               f"read with the same client {warm:.1f} MB/s")
     for client, cname in (("ck", "confluent-kafka"), ("lg", "doze-bench")):
         m = f"txn64/{client}"
         ratio_target(f"transactions at 64 producers ({cname}) vs Kafka (default)", m, "kafka-default", 2.0)
@@ -2322,9 +2340,15 @@ def peer_targets(res):
         if d is None:
             out.append((m, "n/a", f"one commit ({cname}) <= 2 fdatasyncs: no figure from doze"))
         else:
+            steps = ""
+            if res.commit_steps:
+                meta50, sync50 = res.commit_steps
+                steps = (f"; its two durable steps, one after the other as the seed orders them: "
+                         f"meta.db round p50 {meta50 * 1e3:.2f} + sync round p50 "
+                         f"{sync50 * 1e3:.2f} ms = {(meta50 + sync50) / f50:.1f} x")
             out.append((m, "PASS" if d <= 2 * f50 else "MISS",
                         f"one commit p50 ({cname}) {d * 1e3:.2f} ms = {d / f50:.1f} x fdatasync p50 "
-                        f"{f50 * 1e3:.2f} ms (target <= 2)"))
+                        f"{f50 * 1e3:.2f} ms (target <= 2){steps}"))
     return out
 
 
