@@ -2019,9 +2019,11 @@ def peer_consume(args, work, b, res, can_drop, why_not):
         if not r:
             res.na("consume/lg/cold", b.name, why)
         else:
+            first = (f"; its first answer (64 MiB at most) after {r['first_s'] * 1e3:.0f} ms"
+                     if "first_s" in r else "")
             res.put("consume/lg/cold", b.name, r["mbps"], cpu, r["seconds"],
                     f"page cache dropped first; {log_bytes / MiB:.0f} MiB of .log files; median "
-                    f"of {reps}: " + ", ".join(f"{m:.0f}" for m in all_mbps))
+                    f"of {reps}: " + ", ".join(f"{m:.0f}" for m in all_mbps) + first)
         if raws:
             raw = sorted(raws)[len(raws) // 2]
             res.raw["read/cold"] = (raw, "raw sequential read, cold, of the same .log files, "

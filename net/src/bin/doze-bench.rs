@@ -549,6 +549,9 @@ mod real {
         // answers without records below the end would loop to the deadline.
         let mut stalled = 0u32;
         let start = Instant::now();
+        // Connecting and the first answer: what a read pays before its
+        // first bytes, beside the whole.
+        let mut first_s = 0f64;
         let deadline = start + Duration::from_secs_f64(args.seconds);
         for _ in 0..args.repeat {
             let mut offsets = vec![0i64; args.partitions as usize];
@@ -583,6 +586,9 @@ mod real {
                     bail!("not a Fetch answer");
                 };
                 fetches += 1;
+                if fetches == 1 {
+                    first_s = start.elapsed().as_secs_f64();
+                }
                 let before = (offsets.clone(), done.clone());
                 for t in &r.responses {
                     for p in &t.partitions {
@@ -628,7 +634,7 @@ mod real {
         }
         let elapsed = start.elapsed().as_secs_f64();
         println!(
-            "{{\"isolation\": {}, \"bytes\": {bytes}, \"fetches\": {fetches}, \"seconds\": {elapsed:.3}, \"mbps\": {:.1}}}",
+            "{{\"isolation\": {}, \"bytes\": {bytes}, \"fetches\": {fetches}, \"seconds\": {elapsed:.3}, \"first_s\": {first_s:.3}, \"mbps\": {:.1}}}",
             args.isolation,
             bytes as f64 / elapsed / 1e6
         );
