@@ -2120,8 +2120,8 @@ def peer_txn(args, work, b, res, fsync):
         elif n == 64:
             res.put("txn64/ck", b.name, r["in_window"] / args.peer_s, r["cpu_broker"], span + 2,
                     f"{r['producers']} producers up; commit_transaction p50 "
-                    f"{pct(r['commit_lat'], 50) * 1e3:.1f} ms p99 {pct(r['commit_lat'], 99) * 1e3:.1f} ms",
-                    core=core)
+                    f"{pct(r['commit_lat'], 50) * 1e3:.1f} ms p99 {pct(r['commit_lat'], 99) * 1e3:.1f} ms; "
+                    f"producer processes CPU {r['cpu_clients']:.1f} s", core=core)
         else:
             res.put("commit1/ck", b.name, pct(r["commit_lat"], 50), r["cpu_broker"], span + 2,
                     f"p99 {pct(r['commit_lat'], 99) * 1e3:.2f} ms; {r['in_window'] / args.peer_s:,.0f} "
