@@ -347,6 +347,12 @@ impl TxnProducer {
         cx.note(format!(
             "{what}: fenced ({code}); starts over as a new instance"
         ));
+        self.start_over();
+    }
+
+    /// A new instance of the application: its open transaction is given up
+    /// (the broker decides it), and it starts with InitProducerId.
+    fn start_over(&mut self) {
         self.txn = None;
         self.finished_txns += 1;
         self.session = None;
@@ -532,16 +538,10 @@ impl Client for TxnProducer {
                 "EndTxn lost with the connection; the application starts over as a new instance"
                     .to_string(),
             );
-            self.txn = None;
-            self.finished_txns += 1;
-            self.session = None;
-            self.step = Step::Init;
-            self.failures += 1;
-            let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
-            return cx.wake_in(delay_ms);
+            self.start_over();
         }
-        // Unknown outcome: the same request goes again (same batches, same
-        // decision), as the Java client's Sender does.
+        // Otherwise the outcome is unknown: the same request goes again
+        // (same batches, same decision), as the Java client's Sender does.
         self.failures += 1;
         let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
         cx.wake_in(delay_ms);
