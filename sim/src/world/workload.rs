@@ -3,15 +3,15 @@
 
 use rand::RngExt;
 
-/// Seeds each transactional producer's `restart_rng` apart from the run's
-/// generator.
-const RESTART_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0002;
-
 use super::{Role, World, GROUP_OUTPUT_TOPIC, OUTPUT_TOPIC, TOPIC, TXN_CHECK_INTERVAL_MS};
 use crate::client::consumer::{Consumer, Isolation, Mode};
 use crate::client::copier::{Copier, CopierConfig};
 use crate::client::group_copier::{GroupCopier, GroupCopierConfig};
 use crate::client::txn_producer::{TxnProducer, TxnProducerConfig};
+
+/// Seeds each transactional producer's `restart_rng` apart from the run's
+/// generator.
+const RESTART_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0002;
 
 /// After its timeout and the check interval, a silent producer waits this
 /// much more before it speaks again.
@@ -35,9 +35,8 @@ impl World {
             // second takes the id over a little later.
             let zombie = pair.is_some() && (i - producers).is_multiple_of(2);
             let usurper = pair.is_some() && !zombie;
-            let mut cfg = self.txn_config(transactional_id, zombie);
             let client = self.slots.len() as u32;
-            cfg.restart_seed = self.cfg.seed ^ RESTART_RNG_SALT ^ u64::from(client);
+            let cfg = self.txn_config(client, transactional_id, zombie);
             self.history.idempotent.insert(client);
             let producer = TxnProducer::new(client, cfg, &mut self.rng);
             let delay_ms = if usurper {
@@ -104,7 +103,12 @@ impl World {
         }
     }
 
-    fn txn_config(&mut self, transactional_id: String, zombie: bool) -> TxnProducerConfig {
+    fn txn_config(
+        &mut self,
+        client: u32,
+        transactional_id: String,
+        zombie: bool,
+    ) -> TxnProducerConfig {
         let s = &self.cfg.scenario;
         let timeout_ms = s.txn_timeout_ms.draw(&mut self.rng);
         let transactions = s.transactions.draw(&mut self.rng);
@@ -126,7 +130,7 @@ impl World {
             dead_at_end,
             zombie,
             keyed: self.compacted,
-            restart_seed: 0,
+            restart_seed: self.cfg.seed ^ RESTART_RNG_SALT ^ u64::from(client),
         }
     }
 
