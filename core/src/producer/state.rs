@@ -283,8 +283,10 @@ impl ProducerStates {
     /// Forgets producers idle for longer than `expiration_ms`
     /// (producer.id.expiration.ms).
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64) {
+        // Saturating: last_write_ms is a batch's timestamp as the client
+        // sent it, which may be anything (found by core/tests/fuzz_requests.rs).
         self.producers
-            .retain(|_, e| now_ms - e.last_write_ms <= expiration_ms);
+            .retain(|_, e| now_ms.saturating_sub(e.last_write_ms) <= expiration_ms);
     }
 
     pub fn len(&self) -> usize {
@@ -481,5 +483,17 @@ mod tests {
         s.expire(6_000, 2_000);
         assert_eq!(s.epoch(1), None);
         assert_eq!(s.epoch(2), Some(0));
+    }
+
+    #[test]
+    fn a_batch_timestamp_at_the_extremes_does_not_overflow_expiry() {
+        // The last write time is the batch's timestamp as the client sent
+        // it: the subtraction overflowed in a debug build (fuzz_requests).
+        let mut s = ProducerStates::default();
+        s.record(&header(1, 0, 0, 1), 0, 0, i64::MIN);
+        s.record(&header(2, 0, 0, 1), 1, 1, i64::MAX);
+        s.expire(1_700_000_000_000, 86_400_000);
+        assert_eq!(s.epoch(1), None, "a time far in the past is long idle");
+        assert_eq!(s.epoch(2), Some(0), "a time in the future is not idle");
     }
 }
