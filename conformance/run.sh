@@ -4,6 +4,8 @@
 # against both with the harness, and stops both whatever happens.
 #   conformance/run.sh            compare (fails on a difference not in DIFFERENCES.md)
 #   conformance/run.sh --record   also rewrite conformance/recordings/ from Kafka
+# ONLY=<script name> plays one script; SCRIPTS=<dir> plays the scripts of
+# another folder (a question for Kafka, asked once: conformance/README.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -29,8 +31,8 @@ RECORD=()
 H=conformance/harness
 status=0
 java -cp "$H/target/classes:$(cat $H/target/classpath.txt)" doze.conformance.Differ \
-  --kafka "$KAFKA" --doze "127.0.0.1:$DOZE_PORT" --scripts conformance/scripts \
-  --differences conformance/DIFFERENCES.md "${RECORD[@]}" || status=$?
+  --kafka "$KAFKA" --doze "127.0.0.1:$DOZE_PORT" --scripts "${SCRIPTS:-conformance/scripts}" \
+  --differences conformance/DIFFERENCES.md "${RECORD[@]}" ${ONLY:+--only "$ONLY"} || status=$?
 if [ $status -ne 0 ]; then
   echo "--- doze log (last 30 lines) ---"; tail -30 "$WORK/doze.log"
 fi

@@ -353,6 +353,23 @@ pub fn with_log_append_time(batch: &Bytes, now_ms: i64) -> Bytes {
     rewrite(batch, header.base_offset, Some(now_ms))
 }
 
+/// A copy of `batch` as Kafka stores a produced batch on a CreateTime
+/// topic: the timestamp type CreateTime and the max timestamp the records'
+/// own (`records_max_ms`), whatever the client wrote there, the CRC
+/// recomputed (LogValidator's `setMaxTimestamp(CREATE_TIME, ...)` after
+/// reading the records). Left as sent, a wrong max timestamp would mislead
+/// retention.ms, the time index and ListOffsets by timestamp.
+pub fn with_create_time_max(batch: &Bytes, records_max_ms: i64) -> Bytes {
+    let header = parse_header(batch).expect("with_create_time_max takes a validated batch");
+    let mut out = BytesMut::from(&batch[..]);
+    set_time(
+        &mut out,
+        header.attributes & !TIMESTAMP_TYPE_BIT,
+        records_max_ms,
+    );
+    out.freeze()
+}
+
 /// One copy that sets the base offset and, when `log_append_time_ms` is set,
 /// stamps the batch with it (see `with_log_append_time`).
 pub fn rewrite(batch: &Bytes, base_offset: i64, log_append_time_ms: Option<i64>) -> Bytes {
@@ -364,13 +381,18 @@ pub fn rewrite(batch: &Bytes, base_offset: i64, log_append_time_ms: Option<i64>)
     let mut out = BytesMut::from(&batch[..]);
     out[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&base_offset.to_be_bytes());
     if let Some(now_ms) = log_append_time_ms {
-        let attributes = header.attributes | TIMESTAMP_TYPE_BIT;
-        out[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
-        out[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
-        let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
-        out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        set_time(&mut out, header.attributes | TIMESTAMP_TYPE_BIT, now_ms);
     }
     out.freeze()
+}
+
+/// Sets a whole batch's attributes and max timestamp, then its CRC, which
+/// covers both.
+fn set_time(batch: &mut [u8], attributes: i16, max_timestamp: i64) {
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// One record's place and time, read from an uncompressed batch.

@@ -106,6 +106,51 @@ fn fetch_returns_compressed_batches_as_stored_in_order() {
     assert_eq!(values, expected);
 }
 
+/// A batch whose header disagrees with its records about time is stored
+/// as Kafka's LogValidator stores it on a CreateTime topic: the timestamp
+/// type CreateTime, the max timestamp the records' own (with a client's
+/// LogAppendTime bit, every record's time is the header's, as Kafka reads
+/// it), and a CRC that checks.
+#[test]
+fn a_wrong_max_timestamp_is_stored_as_the_records_say() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    // (the header's max timestamp, the LogAppendTime bit, what is stored)
+    let cases = [
+        (T0_MS + 1_000_000, false, T0_MS),
+        (T0_MS - 7, false, T0_MS),
+        (T0_MS + 3, true, T0_MS + 3),
+        (T0_MS, false, T0_MS),
+    ];
+    for (i, (header_max_ms, log_append_bit, _)) in cases.iter().enumerate() {
+        let mut b = batch(&[b"a", b"b"], T0_MS).to_vec();
+        b[35..43].copy_from_slice(&header_max_ms.to_be_bytes());
+        if *log_append_bit {
+            b[22] |= 0x08;
+        }
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        w.send(1, 9, &produce_req("t", 0, Bytes::from(b), -1));
+        assert_eq!(produce_answer(&mut w, 1), Some((0, 2 * i as i64)));
+    }
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let records = fetch_answer(&mut w, 1).unwrap().records.unwrap();
+    let mut at = 0;
+    for (header_max_ms, _, stored_ms) in cases {
+        let h = doze_core::batch::parse_header(&records[at..]).unwrap();
+        let whole = &records[at..at + h.total_bytes()];
+        doze_core::batch::verify_crc(whole).unwrap();
+        assert_eq!(
+            (h.max_timestamp, h.has_log_append_time()),
+            (stored_ms, false),
+            "sent with max timestamp {header_max_ms}"
+        );
+        at += h.total_bytes();
+    }
+    assert_eq!(at, records.len());
+    assert_eq!(decode_values(records).len(), 8);
+}
+
 #[test]
 fn unsynced_data_is_never_served() {
     let mut w = World::new(BrokerConfig::default());

@@ -23,7 +23,11 @@
 //! message.timestamp.before.max.ms before and message.timestamp.after.max.ms
 //! after the broker's clock (Kafka 4.x: at most an hour ahead by default),
 //! else the batch is INVALID_TIMESTAMP with the records out of range listed
-//! (`check_timestamps`).
+//! (`check_timestamps`). An accepted batch is stored with CreateTime and its
+//! records' own max timestamp, as Kafka's LogValidator stores it, even if
+//! the client wrote another (or the LogAppendTime bit) in its header; a
+//! compressed batch's records are read only when the bounds need it, so
+//! otherwise its header's max timestamp stays as sent.
 
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -239,11 +243,16 @@ impl TimestampBounds {
 /// bound or a lower bound is set (the max bounds every record of a
 /// well-formed batch, and Long.MAX before.max.ms, the default, refuses no
 /// timestamp).
+///
+/// Accepted, it gives the records' max timestamp as Kafka computes it (-1
+/// if none is above -1), which the batch is stored with: `None` for a
+/// compressed batch left unread, whose header is then trusted (Kafka
+/// decompresses every batch and would correct a wrong one).
 fn check_timestamps(
     header: &batch::BatchHeader,
     bytes: &[u8],
     bounds: &TimestampBounds,
-) -> Result<(), Refusal> {
+) -> Result<Option<i64>, Refusal> {
     let corrupt = |why: String| refused(ResponseError::CorruptMessage, Some(why));
     let times: Vec<(i32, i64)> = if header.compression_code() == 0 {
         batch::record_times(bytes)
@@ -252,7 +261,9 @@ fn check_timestamps(
             .collect::<Result<_, _>>()
             .map_err(|e| corrupt(e.to_string()))?
     } else if bounds.before_max_ms == i64::MAX && !bounds.refuse(header.max_timestamp) {
-        return Ok(());
+        // With the LogAppendTime bit a client set, every record's time is
+        // the header's: known without reading them.
+        return Ok(header.has_log_append_time().then_some(header.max_timestamp));
     } else {
         crate::log::clean::records::timestamps(bytes, header).map_err(|e| corrupt(e.0))?
     };
@@ -272,7 +283,11 @@ fn check_timestamps(
         })
         .collect();
     if record_errors.is_empty() {
-        return Ok(());
+        let records_max = times
+            .iter()
+            .map(|(_, t)| *t)
+            .fold(batch::NO_TIMESTAMP, i64::max);
+        return Ok(Some(records_max));
     }
     let message = "One or more records have been rejected due to invalid timestamp";
     Err(Refusal {
@@ -350,6 +365,8 @@ fn append_partition(
         let m = "Produce requests with version 3 and above carry exactly one record batch";
         return Err(refused(ResponseError::InvalidRecord, Some(m.into())));
     }
+    // The records' max timestamp, when read (`check_timestamps`).
+    let mut records_max_ms = None;
     for (header, bytes) in &batches {
         if header.is_control() {
             return Err(refused(
@@ -366,13 +383,22 @@ fn append_partition(
         // Kafka checks each record's key, then its timestamp, and refuses
         // the batch for a timestamp if any record has a bad one.
         if let Some(bounds) = &timestamp_bounds {
-            check_timestamps(header, bytes, bounds)?;
+            records_max_ms = check_timestamps(header, bytes, bounds)?;
         }
         if compacted {
             check_keys(header, bytes, topic_name, partition)?;
         }
     }
-    let (header, bytes) = batches.into_iter().next().expect("exactly one batch");
+    let (mut header, mut bytes) = batches.into_iter().next().expect("exactly one batch");
+    // Stored as Kafka stores it: CreateTime, with the records' own max
+    // timestamp (`batch::with_create_time_max`). Producers send exactly
+    // that, so this copies only a batch whose header was wrong.
+    if let Some(max_ms) = records_max_ms {
+        if max_ms != header.max_timestamp || header.has_log_append_time() {
+            bytes = batch::with_create_time_max(&bytes, max_ms);
+            header = batch::parse_header(&bytes).expect("a rewritten valid batch");
+        }
+    }
     check_transaction(b, &key, topic_name, partition, &header)?;
     if header.has_producer_id() {
         match b.check_producer(&key, &header) {

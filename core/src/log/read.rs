@@ -401,9 +401,9 @@ impl PartitionLog {
     /// ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp
     /// among batches below `upper_offset`, as (offset, timestamp); the first
     /// batch wins a tie, and inside it the first record carrying that
-    /// timestamp, as in Kafka. A compressed batch answers with its base
-    /// offset. Segments whose largest timestamp sits at or above the bound
-    /// (an open transaction's) are passed over.
+    /// timestamp, as in Kafka, or none if no record carries it. A compressed
+    /// batch answers with its base offset. Segments whose largest timestamp
+    /// sits at or above the bound (an open transaction's) are passed over.
     pub fn max_timestamp(&self, upper_offset: i64, reads: &Reads) -> TimeSearch {
         let best = self
             .segments
@@ -425,14 +425,24 @@ impl PartitionLog {
         let Some(bytes) = reads.get(&range) else {
             return TimeSearch::Need(range);
         };
-        let offset = batch::record_times(bytes)
-            .and_then(|times| {
-                times
-                    .map_while(Result::ok)
-                    .find(|t| t.timestamp == pos.max_timestamp_ms)
-                    .map(|t| pos.base_offset + i64::from(t.offset_delta))
-            })
-            .unwrap_or(pos.base_offset);
-        TimeSearch::Found(offset, pos.max_timestamp_ms)
+        let Some(times) = batch::record_times(bytes) else {
+            return TimeSearch::Found(pos.base_offset, pos.max_timestamp_ms);
+        };
+        // No record carrying the batch's max timestamp: Kafka then answers
+        // no offset (UnifiedLog's MAX_TIMESTAMP lookup, through
+        // RecordBatch.offsetOfMaxTimestamp). It happens when a client set
+        // the LogAppendTime bit on a CreateTime topic: the batch is stored
+        // with the header's time as its max, which its records, read
+        // without the bit, do not carry (`batch::with_create_time_max`).
+        match times
+            .map_while(Result::ok)
+            .find(|t| t.timestamp == pos.max_timestamp_ms)
+        {
+            Some(t) => TimeSearch::Found(
+                pos.base_offset + i64::from(t.offset_delta),
+                pos.max_timestamp_ms,
+            ),
+            None => TimeSearch::NotFound,
+        }
     }
 }

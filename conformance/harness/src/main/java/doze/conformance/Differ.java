@@ -64,8 +64,12 @@ public final class Differ {
             List<JsonNode> fromDoze = new Script(script, doze, token + "d").play();
             for (int i = 0; i < fromKafka.size(); i++) {
                 List<String> diffs = new ArrayList<>();
-                diff("", fromKafka.get(i), fromDoze.get(i), diffs);
+                List<String> prefixes = new ArrayList<>();
+                diff("", fromKafka.get(i), fromDoze.get(i), diffs, prefixes);
                 compared++;
+                for (String p : prefixes) {
+                    System.out.printf("  prefix  %s step %d %s%n", name, i, p);
+                }
                 for (String d : diffs) {
                     String path = d.substring(0, d.indexOf(' '));
                     Listed hit = match(listed, name, i, path);
@@ -116,8 +120,21 @@ public final class Differ {
         return null;
     }
 
+    /**
+     * Kafka 4.3.1 ends a fetch's records before a transaction marker that
+     * follows data, though more lies below its high watermark (seen in every
+     * such case; a fetch from the marker's offset gets the rest). doze sends
+     * on up to the bound. Both are valid answers that clients read the same
+     * way, so when Kafka's batches are fewer and doze's next one is a control
+     * batch, only the batches Kafka sent are compared (DIFFERENCES.md).
+     */
+    private static boolean endsBeforeControlBatch(String path, JsonNode k, JsonNode d) {
+        return path.endsWith(".records") && d.size() > k.size()
+                && d.get(k.size()).path("control").asBoolean(false);
+    }
+
     /** Appends `path kafka=… doze=…` for every leaf where the two differ. */
-    static void diff(String path, JsonNode k, JsonNode d, List<String> out) {
+    static void diff(String path, JsonNode k, JsonNode d, List<String> out, List<String> prefixes) {
         if (k == null || d == null || k.getNodeType() != d.getNodeType()) {
             if (k == null ? d != null : !k.equals(d)) {
                 out.add((path.isEmpty() ? "." : path) + " kafka=" + k + " doze=" + d);
@@ -129,15 +146,19 @@ public final class Differ {
             k.fieldNames().forEachRemaining(keys::add);
             d.fieldNames().forEachRemaining(keys::add);
             for (String key : keys) {
-                diff(path + "." + key, k.get(key), d.get(key), out);
+                diff(path + "." + key, k.get(key), d.get(key), out, prefixes);
             }
         } else if (k.isArray()) {
-            if (k.size() != d.size()) {
+            int compare = k.size();
+            if (endsBeforeControlBatch(path, k, d)) {
+                prefixes.add(String.format("%s kafka sent %d batches, doze %d (from a control batch on)",
+                        path, k.size(), d.size()));
+            } else if (k.size() != d.size()) {
                 out.add(path + " kafka=" + k + " doze=" + d);
                 return;
             }
-            for (int i = 0; i < k.size(); i++) {
-                diff(path + "[" + i + "]", k.get(i), d.get(i), out);
+            for (int i = 0; i < compare; i++) {
+                diff(path + "[" + i + "]", k.get(i), d.get(i), out, prefixes);
             }
         } else if (!k.equals(d)) {
             out.add(path + " kafka=" + k + " doze=" + d);

@@ -11,7 +11,9 @@ import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
 import java.util.function.Function;
+import java.util.zip.CRC32C;
 import org.apache.kafka.common.compress.Compression;
+import org.apache.kafka.common.record.TimestampType;
 import org.apache.kafka.common.record.internal.ControlRecordType;
 import org.apache.kafka.common.record.internal.MemoryRecords;
 import org.apache.kafka.common.record.internal.MutableRecordBatch;
@@ -26,14 +28,21 @@ import org.apache.kafka.common.record.internal.SimpleRecord;
  */
 final class Records {
     private static final JsonNodeFactory F = JsonNodeFactory.instance;
-    /** Byte offset of the CRC field in a v2 record batch. */
+    /** Byte offsets in a v2 record batch: the CRC, the attributes (which
+     * the CRC covers from), the max timestamp. */
     private static final int CRC_OFFSET = 17;
+    private static final int ATTRIBUTES_OFFSET = 21;
+    private static final int MAX_TIMESTAMP_OFFSET = 35;
+    private static final byte LOG_APPEND_TIME_BIT = 0x08;
 
     private Records() {}
 
     /**
      * `{"producerId":…, "producerEpoch":…, "baseSequence":…, "transactional":
-     * bool, "values":[…], "corruptCrc": bool}` as base64 record-set bytes.
+     * bool, "values":[…], "corruptCrc": bool, "maxTimestamp":…,
+     * "logAppendTime": bool}` as base64 record-set bytes. `maxTimestamp` and
+     * `logAppendTime` write a header that disagrees with the records (their
+     * timestamps are all 1700000000000), with a CRC that still checks.
      */
     static TextNode build(JsonNode spec, Function<JsonNode, Long> number) {
         List<SimpleRecord> records = new ArrayList<>();
@@ -56,6 +65,20 @@ final class Records {
         ByteBuffer buf = m.buffer();
         byte[] bytes = new byte[buf.remaining()];
         buf.get(bytes);
+        boolean rewritten = false;
+        if (spec.has("maxTimestamp")) {
+            ByteBuffer.wrap(bytes).putLong(MAX_TIMESTAMP_OFFSET, number.apply(spec.get("maxTimestamp")));
+            rewritten = true;
+        }
+        if (spec.path("logAppendTime").asBoolean(false)) {
+            bytes[ATTRIBUTES_OFFSET + 1] |= LOG_APPEND_TIME_BIT;
+            rewritten = true;
+        }
+        if (rewritten) {
+            CRC32C crc = new CRC32C();
+            crc.update(bytes, ATTRIBUTES_OFFSET, bytes.length - ATTRIBUTES_OFFSET);
+            ByteBuffer.wrap(bytes).putInt(CRC_OFFSET, (int) crc.getValue());
+        }
         if (spec.path("corruptCrc").asBoolean(false)) {
             bytes[CRC_OFFSET] ^= (byte) 0xff;
         }
@@ -79,6 +102,12 @@ final class Records {
             o.put("baseSequence", b.baseSequence());
             o.put("transactional", b.isTransactional());
             o.put("control", b.isControlBatch());
+            // The time a broker stamps is its own clock: only a CreateTime
+            // batch's max timestamp can be compared.
+            o.put("timestampType", b.timestampType().name);
+            if (b.timestampType() == TimestampType.CREATE_TIME) {
+                o.put("maxTimestamp", b.maxTimestamp());
+            }
             ArrayNode values = o.putArray("values");
             for (Record r : b) {
                 if (b.isControlBatch()) {

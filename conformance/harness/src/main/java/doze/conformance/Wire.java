@@ -1,6 +1,7 @@
 package doze.conformance;
 
 import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.DataInputStream;
 import java.io.IOException;
 import java.io.OutputStream;
@@ -9,11 +10,14 @@ import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.ByteBuffer;
 import java.util.ArrayDeque;
+import java.util.Base64;
+import org.apache.kafka.common.message.FetchResponseData;
 import org.apache.kafka.common.message.RequestHeaderData;
 import org.apache.kafka.common.protocol.ApiKeys;
 import org.apache.kafka.common.protocol.ApiMessage;
 import org.apache.kafka.common.protocol.ByteBufferAccessor;
 import org.apache.kafka.common.protocol.ObjectSerializationCache;
+import org.apache.kafka.common.record.internal.MemoryRecords;
 import org.apache.kafka.common.requests.ResponseHeader;
 
 /**
@@ -134,10 +138,34 @@ final class Wire implements AutoCloseable {
             data.read(new ByteBufferAccessor(buf), readAs);
         }
         try {
-            return (JsonNode) converter(key.name + "ResponseData", "write", data.getClass(), short.class, boolean.class)
-                    .invoke(null, data, readAs, true);
+            JsonNode json = (JsonNode) converter(key.name + "ResponseData", "write", data.getClass(), short.class,
+                    boolean.class).invoke(null, data, readAs, true);
+            if (data instanceof FetchResponseData fetch) {
+                putRecords(fetch, json);
+            }
+            return json;
         } catch (ReflectiveOperationException e) {
             throw new IllegalStateException(e);
+        }
+    }
+
+    /**
+     * The JSON converter writes every record set as empty bytes (only its
+     * size, when asked not to serialise records): a fetch's records go in
+     * here, as base64, for `Normal` to summarise batch by batch.
+     */
+    private static void putRecords(FetchResponseData fetch, JsonNode json) {
+        for (int t = 0; t < fetch.responses().size(); t++) {
+            var partitions = fetch.responses().get(t).partitions();
+            for (int p = 0; p < partitions.size(); p++) {
+                ObjectNode node = (ObjectNode) json.get("responses").get(t).get("partitions").get(p);
+                if (partitions.get(p).records() instanceof MemoryRecords records) {
+                    ByteBuffer bytes = records.buffer();
+                    byte[] copy = new byte[bytes.remaining()];
+                    bytes.get(copy);
+                    node.put("records", Base64.getEncoder().encodeToString(copy));
+                }
+            }
         }
     }
 
