@@ -626,7 +626,8 @@ fn mutate_batch(rng: &mut Rng, batch: &[u8]) -> Vec<u8> {
     b
 }
 
-/// A produce seed with its first batch changed (`mutate_batch`).
+/// A produce seed with each partition's batch changed (`mutate_batch`),
+/// and now and then its acks or a partition index.
 fn mutate_produce(rng: &mut Rng, req: &ProduceRequest) -> ProduceRequest {
     let mut req = req.clone();
     if rng.chance(20) {
