@@ -391,6 +391,13 @@ pub fn rewrite(batch: &Bytes, base_offset: i64, log_append_time_ms: Option<i64>)
 fn set_time(batch: &mut [u8], attributes: i16, max_timestamp: i64) {
     batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
     batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+    write_crc(batch);
+}
+
+/// Writes a whole batch's CRC-32C into its header: over the bytes from the
+/// attributes to the end, once the batch is built or a field it covers has
+/// changed.
+pub fn write_crc(batch: &mut [u8]) {
     let crc = crc32c::crc32c(&batch[ATTRIBUTES_AT..]);
     batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
@@ -592,8 +599,7 @@ pub(crate) mod testing {
             out.put_i32(self.base_sequence);
             out.put_i32(count);
             out.extend_from_slice(&records);
-            let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
-            out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+            write_crc(&mut out);
             out.freeze()
         }
     }
@@ -824,8 +830,7 @@ mod tests {
             out[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4]
                 .copy_from_slice(&delta.to_be_bytes());
             out[RECORDS_COUNT_AT..RECORDS_COUNT_AT + 4].copy_from_slice(&count.to_be_bytes());
-            let crc = crc32c::crc32c(&out[ATTRIBUTES_AT..]);
-            out[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+            write_crc(&mut out);
             split_produce_records(&out.freeze(), 1 << 20).map(|_| ())
         };
         assert_eq!(patch(-1, 2), Err(BatchError::BadRecordCount));

@@ -35,11 +35,11 @@ static ALLOC: doze_net::alloc::GuardedAlloc = doze_net::alloc::GuardedAlloc;
 
 use std::panic::{self, AssertUnwindSafe};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use doze_core::versions::SUPPORTED;
 use doze_core::BrokerConfig;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use kafka_protocol::records::Compression;
 use support::requests::*;
 use support::txn::*;
@@ -555,18 +555,10 @@ fn api_key(req: &RequestKind) -> ApiKey {
 /// A request frame (header and body) at `version`, or None when the seed
 /// has fields that version cannot carry.
 fn encode_at(req: &RequestKind, version: i16, correlation_id: i32) -> Option<Bytes> {
-    let key = api_key(req);
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(s("fuzz")));
-    let mut buf = BytesMut::new();
-    header
-        .encode(&mut buf, key.request_header_version(version))
-        .ok()?;
-    req.encode(&mut buf, version).ok()?;
-    Some(buf.freeze())
+    request_frame(api_key(req), version, correlation_id, "fuzz", |buf| {
+        req.encode(buf, version)
+    })
+    .ok()
 }
 
 /// Where the body starts in a frame we encoded: after the header.
@@ -579,7 +571,6 @@ fn body_at(key: ApiKey, version: i16) -> usize {
 
 // ---- mutations ----
 
-const BATCH_CRC_AT: usize = 17;
 const BATCH_ATTRIBUTES_AT: usize = 21;
 const BATCH_HEADER_BYTES: usize = 61;
 
@@ -621,8 +612,7 @@ fn mutate_batch(rng: &mut Rng, batch: &[u8]) -> Vec<u8> {
             _ => {}
         }
     }
-    let crc = crc32c::crc32c(&b[BATCH_ATTRIBUTES_AT..]);
-    b[BATCH_CRC_AT..BATCH_CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+    doze_core::batch::write_crc(&mut b);
     b
 }
 
@@ -750,10 +740,18 @@ fn check_answers(w: &mut World, sent: &[Vec<Sent>], seed: u64, round: usize, tal
                 )
             };
             tally.frames += 1;
-            let Some(frame) = answer.clone() else {
+            // The next answer is this frame's unless its correlation id is
+            // a later frame's (a changed header's answer is taken as its).
+            let ours = answer.as_ref().is_some_and(|f| {
+                !s.header_intact
+                    || i32::from_be_bytes(f[..4].try_into().unwrap()) == s.correlation_id
+            });
+            if !ours {
                 assert!(
                     closed || s.may_stay_silent,
-                    "neither answered nor closed after {SETTLE_MS} ms: {}",
+                    "neither answered nor closed after {SETTLE_MS} ms (the next answer on \
+                     its connection: {}): {}",
+                    answer.as_ref().map_or("none".into(), |f| hex(&f[..4])),
                     context()
                 );
                 if closed {
@@ -765,23 +763,11 @@ fn check_answers(w: &mut World, sent: &[Vec<Sent>], seed: u64, round: usize, tal
                     break;
                 }
                 continue;
-            };
+            }
+            let frame = std::mem::replace(&mut answer, w.raw_response(s.conn))
+                .expect("`ours` is an answer");
             if !s.header_intact {
                 tally.answered_changed_header += 1;
-                answer = w.raw_response(s.conn);
-                continue;
-            }
-            let correlation = i32::from_be_bytes(frame[..4].try_into().unwrap());
-            if correlation != s.correlation_id {
-                tally.silent += 1;
-                assert!(
-                    s.may_stay_silent || closed,
-                    "answered out of order (correlation id {correlation}): {}",
-                    context()
-                );
-                if s.key == ApiKey::Fetch {
-                    break;
-                }
                 continue;
             }
             let mut frame = frame;
@@ -800,7 +786,6 @@ fn check_answers(w: &mut World, sent: &[Vec<Sent>], seed: u64, round: usize, tal
                 frame.len(),
                 context()
             );
-            answer = w.raw_response(s.conn);
         }
     }
 }

@@ -128,8 +128,7 @@ fn a_wrong_max_timestamp_is_stored_as_the_records_say() {
         if *log_append_bit {
             b[22] |= 0x08;
         }
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        doze_core::batch::write_crc(&mut b);
         w.send(1, 9, &produce_req("t", 0, Bytes::from(b), -1));
         assert_eq!(produce_answer(&mut w, 1), Some((0, 2 * i as i64)));
     }

@@ -8,7 +8,7 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::batch::{BatchHeader, BATCH_HEADER_BYTES};
+use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES};
 
 const ATTRIBUTES_TRANSACTIONAL_CONTROL: i16 = 0x10 | 0x20;
 const CONTROL_TYPE_ABORT: i16 = 0;
@@ -78,8 +78,7 @@ pub fn build(
     buf.put_i32(-1); // base sequence
     buf.put_i32(1); // records count
     buf.extend_from_slice(&record);
-    let crc = crc32c::crc32c(&buf[21..]);
-    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch::write_crc(&mut buf);
     buf.freeze()
 }
 

@@ -412,21 +412,12 @@ impl World {
         let key = ApiKey::try_from(R::KEY).expect("known key");
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("core-test")));
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .unwrap();
-        req.encode(&mut buf, version).unwrap();
+        let frame = request_frame(key, version, correlation_id, "core-test", |buf| {
+            req.encode(buf, version)
+        })
+        .unwrap();
         self.asked.insert((conn, correlation_id), (key, version));
-        self.input(Input::Frame {
-            conn,
-            frame: buf.freeze(),
-        });
+        self.input(Input::Frame { conn, frame });
         correlation_id
     }
 
@@ -486,6 +477,27 @@ fn list_file(
         SegmentFile::TimeIndex => seg.time_index = Some(data),
         SegmentFile::TxnIndex => seg.txn_index = Some(data),
     }
+}
+
+/// A request frame as a client sends it, without its size prefix: the
+/// header, then the body `encode_body` writes (its error when the body has
+/// fields `version` cannot carry).
+pub fn request_frame(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    client_id: &'static str,
+    encode_body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
+) -> anyhow::Result<Bytes> {
+    let header = RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str(client_id)));
+    let mut buf = BytesMut::new();
+    header.encode(&mut buf, key.request_header_version(version))?;
+    encode_body(&mut buf)?;
+    Ok(buf.freeze())
 }
 
 /// One uncompressed batch of `values` (keys none), as a producer would send it.

@@ -150,8 +150,7 @@ pub fn rebuild(
     out.put_i32(header.base_sequence);
     out.put_i32(kept.len() as i32);
     out.extend_from_slice(&records);
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    batch::write_crc(&mut out);
     Ok(out.freeze())
 }
 
