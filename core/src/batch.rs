@@ -1,11 +1,13 @@
 //! Kafka RecordBatch v2 (magic 2) headers, read and patched on raw bytes.
 //!
-//! The broker stores batches exactly as clients sent them (no decompression,
-//! no re-encoding), so all it ever needs is the 61-byte header: it reads it to
-//! validate a produce and to index the log, and it patches two things in place
-//! of a copy: the base offset (which the CRC does not cover, so the CRC stays
-//! valid) and, for `message.timestamp.type=LogAppendTime`, the max timestamp and
-//! the timestamp-type bit (which it does cover, so the CRC is recomputed).
+//! The broker stores batches as clients sent them (never re-encoded or
+//! recompressed), so besides Produce's check of every record
+//! (`api::produce::check_records`) all it needs is the 61-byte header: it
+//! reads it to index the log, and it patches header fields in place of a
+//! copy: the base offset (which the CRC does not cover, so the CRC stays
+//! valid) and, for `message.timestamp.type=LogAppendTime` or a header whose
+//! max timestamp is not its records', the max timestamp and the
+//! timestamp-type bit (which it does cover, so the CRC is recomputed).
 //!
 //! Layout (big-endian), offsets in bytes:
 //! baseOffset i64 (0), batchLength i32 (8), partitionLeaderEpoch i32 (12),
@@ -419,14 +421,24 @@ pub fn record_times(batch: &[u8]) -> Option<RecordTimes<'_>> {
         return None;
     }
     let end = header.total_bytes().min(batch.len());
-    Some(RecordTimes {
-        records: &batch[BATCH_HEADER_BYTES.min(end)..end],
+    Some(record_times_in(
+        &header,
+        &batch[BATCH_HEADER_BYTES.min(end)..end],
+    ))
+}
+
+/// The offset deltas and timestamps of the records of the batch `header`
+/// heads, read from its records section `records` (decompressed, for a
+/// compressed batch).
+pub fn record_times_in<'a>(header: &BatchHeader, records: &'a [u8]) -> RecordTimes<'a> {
+    RecordTimes {
+        records,
         at: 0,
         remaining: header.records_count.max(0),
         base_timestamp: header.base_timestamp,
         log_append_time_ms: header.has_log_append_time().then_some(header.max_timestamp),
         failed: false,
-    })
+    }
 }
 
 /// Iterator from `record_times`. Yields an error once and stops if a record

@@ -12,6 +12,18 @@ pub const REQUEST_BYTES_MAX: usize = 32 * 1024 * 1024;
 pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024 + 12;
 /// Largest records field of one partition in a produce request.
 pub const RECORD_LIST_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Most bytes a batch's records section may decompress to. Kafka sets no
+/// such bound, but it streams records one by one; doze decompresses a
+/// batch whole, on the core task, and a 1 MiB zstd batch of zeros would
+/// otherwise grow to 32 GiB (`log::clean::codec`). Clients fill a batch up
+/// to about 1 MB before compressing (librdkafka, franz-go, kafka-python:
+/// batch.size and its kin count uncompressed bytes; the Java client's
+/// estimate stays near its batch.size, 16 KiB by default), so 64 MiB is far
+/// above anything a client writes and bounds what one batch costs: 64 MiB of
+/// memory and tens of milliseconds of the core. Produce answers a batch
+/// past it MESSAGE_TOO_LARGE, on which the Java producer splits the batch
+/// and sends the halves.
+pub const BATCH_RECORDS_DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// Requests a connection may have outstanding before the core stops reading
 /// more from it is the driver's business; this bounds the reorder buffer.
 pub const CONN_REQUESTS_IN_FLIGHT_MAX: usize = 1024;

@@ -110,9 +110,22 @@ fn fetch_returns_compressed_batches_as_stored_in_order() {
 /// as Kafka's LogValidator stores it on a CreateTime topic: the timestamp
 /// type CreateTime, the max timestamp the records' own (with a client's
 /// LogAppendTime bit, every record's time is the header's, as Kafka reads
-/// it), and a CRC that checks.
+/// it), and a CRC that checks; compressed or not, as Kafka decompresses
+/// every batch.
 #[test]
 fn a_wrong_max_timestamp_is_stored_as_the_records_say() {
+    for codec in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        wrong_max_timestamps_stored_as_the_records_say(codec);
+    }
+}
+
+fn wrong_max_timestamps_stored_as_the_records_say(codec: Compression) {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "t", 1);
     // (the header's max timestamp, the LogAppendTime bit, what is stored)
@@ -123,14 +136,18 @@ fn a_wrong_max_timestamp_is_stored_as_the_records_say() {
         (T0_MS, false, T0_MS),
     ];
     for (i, (header_max_ms, log_append_bit, _)) in cases.iter().enumerate() {
-        let mut b = batch(&[b"a", b"b"], T0_MS).to_vec();
+        let mut b = batch_with(&[b"a", b"b"], T0_MS, codec).to_vec();
         b[35..43].copy_from_slice(&header_max_ms.to_be_bytes());
         if *log_append_bit {
             b[22] |= 0x08;
         }
         doze_core::batch::write_crc(&mut b);
         w.send(1, 9, &produce_req("t", 0, Bytes::from(b), -1));
-        assert_eq!(produce_answer(&mut w, 1), Some((0, 2 * i as i64)));
+        assert_eq!(
+            produce_answer(&mut w, 1),
+            Some((0, 2 * i as i64)),
+            "{codec:?}"
+        );
     }
     w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
     let records = fetch_answer(&mut w, 1).unwrap().records.unwrap();
@@ -142,12 +159,84 @@ fn a_wrong_max_timestamp_is_stored_as_the_records_say() {
         assert_eq!(
             (h.max_timestamp, h.has_log_append_time()),
             (stored_ms, false),
-            "sent with max timestamp {header_max_ms}"
+            "{codec:?} sent with max timestamp {header_max_ms}"
         );
         at += h.total_bytes();
     }
     assert_eq!(at, records.len());
     assert_eq!(decode_values(records).len(), 8);
+}
+
+/// A client may not mark a batch LogAppendTime (Kafka's
+/// LogValidator.validateTimestamp): on a LogAppendTime topic such a batch
+/// is refused INVALID_TIMESTAMP with each record listed, and so it is on a
+/// CreateTime topic when its time is -1; unmarked batches are stamped or
+/// taken as ever.
+#[test]
+fn a_batch_marked_log_append_time_is_refused_where_kafka_refuses_it() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "c", 1);
+    let req = CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+        .with_name(name("l"))
+        .with_num_partitions(1)
+        .with_replication_factor(1)
+        .with_configs(vec![create_topics_request::CreatableTopicConfig::default()
+            .with_name(StrBytes::from_static_str("message.timestamp.type"))
+            .with_value(Some(StrBytes::from_static_str("LogAppendTime")))])]);
+    w.send(99, 7, &req);
+    w.recv(99).unwrap();
+    let marked = |max_ms: i64, codec: Compression| {
+        let mut b = batch_with(&[b"a", b"b"], T0_MS, codec).to_vec();
+        b[35..43].copy_from_slice(&max_ms.to_be_bytes());
+        b[22] |= 0x08;
+        doze_core::batch::write_crc(&mut b);
+        Bytes::from(b)
+    };
+    let answer = |w: &mut World| match w.recv(1) {
+        Some((_, ResponseKind::Produce(r))) => {
+            let p = &r.responses[0].partition_responses[0];
+            let indexes: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+            (p.error_code, p.base_offset, indexes)
+        }
+        other => panic!("expected a produce answer, got {other:?}"),
+    };
+    for codec in [Compression::None, Compression::Zstd] {
+        w.send(1, 9, &produce_req("l", 0, marked(T0_MS, codec), -1));
+        assert_eq!(answer(&mut w), (32, -1, vec![0, 1]), "{codec:?}");
+        w.send(1, 9, &produce_req("c", 0, marked(-1, codec), -1));
+        assert_eq!(answer(&mut w), (32, -1, vec![0, 1]), "{codec:?}");
+    }
+    w.send(1, 9, &produce_req("l", 0, batch(&[b"a"], T0_MS), -1));
+    assert_eq!(answer(&mut w), (0, 0, vec![]));
+    w.send(
+        1,
+        9,
+        &produce_req("c", 0, marked(T0_MS, Compression::Lz4), -1),
+    );
+    assert_eq!(answer(&mut w), (0, 0, vec![]));
+}
+
+/// A compressed batch is decompressed to be read, but never past
+/// `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`: one that would grow
+/// larger (a few KiB of zstd holding 65 MiB of zeros) is answered
+/// MESSAGE_TOO_LARGE, and the broker goes on serving.
+#[test]
+fn a_batch_decompressing_past_the_bound_is_message_too_large() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let limit = doze_core::limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX;
+    let zeros = vec![0u8; limit + (1 << 20)];
+    let bomb = batch_with(&[zeros.as_slice()], T0_MS, Compression::Zstd);
+    assert!(bomb.len() < 64 * 1024, "{} bytes", bomb.len());
+    w.send(1, 9, &produce_req("t", 0, bomb, -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((10, -1)));
+    // Just under the bound is read and taken.
+    let big = vec![0u8; limit - (1 << 20)];
+    let under = batch_with(&[big.as_slice()], T0_MS, Compression::Zstd);
+    w.send(1, 9, &produce_req("t", 0, under, -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"after"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 1)));
 }
 
 #[test]

@@ -19,15 +19,19 @@
 //! Transactional batches must belong to an Ongoing transaction that added
 //! the partition (see `check_transaction`).
 //!
-//! On a CreateTime topic every record's timestamp must lie within
-//! message.timestamp.before.max.ms before and message.timestamp.after.max.ms
-//! after the broker's clock (Kafka 4.x: at most an hour ahead by default),
-//! else the batch is INVALID_TIMESTAMP with the records out of range listed
-//! (`check_timestamps`). An accepted batch is stored with CreateTime and its
-//! records' own max timestamp, as Kafka's LogValidator stores it, even if
-//! the client wrote another (or the LogAppendTime bit) in its header; a
-//! compressed batch's records are read only when the bounds need it, so
-//! otherwise its header's max timestamp stays as sent.
+//! Every record of every batch is read, a compressed batch decompressed
+//! (never past `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`: a batch that
+//! decompresses to more is MESSAGE_TOO_LARGE), and checked as Kafka's
+//! LogValidator checks it (`check_records`): on a compacted topic each
+//! record has a key; on a CreateTime topic each record's timestamp lies
+//! within message.timestamp.before.max.ms before and
+//! message.timestamp.after.max.ms after the broker's clock (Kafka 4.x: at
+//! most an hour ahead by default); and a client may not mark a batch
+//! LogAppendTime, except with a time on a CreateTime topic. A refused batch
+//! lists its records' errors. An accepted batch is stored with CreateTime
+//! and its records' own max timestamp, as Kafka's LogValidator stores it,
+//! even if the client wrote another (or the LogAppendTime bit) in its
+//! header; on a LogAppendTime topic it is stamped with the broker's time.
 
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -40,6 +44,8 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
+use crate::log::clean::codec::DecompressError;
+use crate::log::clean::records;
 use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
 use crate::topic_config::AppendConfig;
@@ -235,86 +241,125 @@ impl TimestampBounds {
     }
 }
 
-/// Every record's timestamp within `bounds` (a record without one, -1,
-/// passes), as Kafka's LogValidator.validateTimestamp checks it; else
-/// INVALID_TIMESTAMP with each record out of range and Kafka's texts. An
-/// uncompressed batch is read record by record; a compressed one is
-/// decompressed only when its header's max timestamp is past the upper
-/// bound or a lower bound is set (the max bounds every record of a
-/// well-formed batch, and Long.MAX before.max.ms, the default, refuses no
-/// timestamp).
-///
-/// Accepted, it gives the records' max timestamp as Kafka computes it (-1
-/// if none is above -1), which the batch is stored with: `None` for a
-/// compressed batch left unread, whose header is then trusted (Kafka
-/// decompresses every batch and would correct a wrong one).
-fn check_timestamps(
-    header: &batch::BatchHeader,
-    bytes: &[u8],
-    bounds: &TimestampBounds,
-) -> Result<Option<i64>, Refusal> {
-    let corrupt = |why: String| refused(ResponseError::CorruptMessage, Some(why));
-    let times: Vec<(i32, i64)> = if header.compression_code() == 0 {
-        batch::record_times(bytes)
-            .expect("an uncompressed batch")
-            .map(|r| r.map(|t| (t.offset_delta, t.timestamp)))
-            .collect::<Result<_, _>>()
-            .map_err(|e| corrupt(e.to_string()))?
-    } else if bounds.before_max_ms == i64::MAX && !bounds.refuse(header.max_timestamp) {
-        // With the LogAppendTime bit a client set, every record's time is
-        // the header's: known without reading them.
-        return Ok(header.has_log_append_time().then_some(header.max_timestamp));
-    } else {
-        crate::log::clean::records::timestamps(bytes, header).map_err(|e| corrupt(e.0))?
-    };
-    let record_errors: Vec<(i32, String)> = times
-        .iter()
-        .enumerate()
-        .filter(|(_, (_, timestamp))| *timestamp != -1 && bounds.refuse(*timestamp))
-        .map(|(index, (offset_delta, timestamp))| {
-            let offset = header.base_offset.wrapping_add(i64::from(*offset_delta));
-            let message = format!(
-                "Timestamp {timestamp} of message with offset {offset} is out of range. \
-                 The timestamp should be within [{}, {}]",
-                bounds.now_ms.wrapping_sub(bounds.before_max_ms),
-                bounds.now_ms.wrapping_add(bounds.after_max_ms),
-            );
-            (index as i32, message)
-        })
-        .collect();
-    if record_errors.is_empty() {
-        let records_max = times
-            .iter()
-            .map(|(_, t)| *t)
-            .fold(batch::NO_TIMESTAMP, i64::max);
-        return Ok(Some(records_max));
-    }
-    let message = "One or more records have been rejected due to invalid timestamp";
-    Err(Refusal {
-        record_errors,
-        ..refused(ResponseError::InvalidTimestamp, Some(message.into())).by_log()
-    })
+/// What a topic asks of every record of a batch.
+struct RecordRules<'a> {
+    /// A CreateTime topic's bounds; `None` on a LogAppendTime topic.
+    bounds: Option<TimestampBounds>,
+    compacted: bool,
+    topic_name: &'a str,
+    partition: i32,
 }
 
-/// Every record of a batch for a compacted topic has a key (Kafka's
-/// LogValidator.validateKey; the cleaner could never drop a keyless record
-/// as overwritten). The batch is decompressed to look, as Kafka does.
-fn check_keys(
+/// Reads every record of the batch, decompressing a compressed one (at
+/// most `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`, else
+/// MESSAGE_TOO_LARGE), and checks each as Kafka's LogValidator.validateRecord
+/// does: on a compacted topic it must have a key (validateKey); then its
+/// timestamp (validateTimestamp): on a CreateTime topic a timestamp other
+/// than -1 must lie within the bounds, and otherwise a batch the client
+/// marked LogAppendTime is refused ("Producer should not set timestamp type
+/// to LogAppendTime": always on a LogAppendTime topic, on a CreateTime one
+/// when the marked batch's time is -1). Any timestamp error refuses the batch
+/// INVALID_TIMESTAMP, key errors alone INVALID_RECORD, with every record's
+/// error listed (processRecordErrors).
+///
+/// Accepted, it gives the records' max timestamp as Kafka computes it (-1
+/// if none is above -1), which a CreateTime topic stores the batch with.
+fn check_records(
     header: &batch::BatchHeader,
     bytes: &[u8],
-    topic_name: &str,
-    partition: i32,
-) -> Result<(), Refusal> {
-    match crate::log::clean::records::first_keyless(bytes, header) {
-        Ok(None) => Ok(()),
-        Ok(Some(_)) => Err(refused(
-            ResponseError::InvalidRecord,
-            Some(format!(
-                "Compacted topic cannot accept message without key in topic partition {topic_name}-{partition}."
-            )),
-        )),
-        Err(e) => Err(refused(ResponseError::CorruptMessage, Some(e.0))),
+    rules: &RecordRules<'_>,
+) -> Result<i64, Refusal> {
+    let corrupt = |why: String| refused(ResponseError::CorruptMessage, Some(why));
+    let end = header.total_bytes().min(bytes.len());
+    let decompressed;
+    let body: &[u8] = if header.compression_code() == 0 {
+        &bytes[batch::BATCH_HEADER_BYTES.min(end)..end]
+    } else {
+        decompressed = records::decompressed(bytes, header).map_err(|e| match e {
+            DecompressError::TooLarge(_) => {
+                refused(ResponseError::MessageTooLarge, Some(e.to_string()))
+            }
+            DecompressError::Corrupt(_) => corrupt(e.to_string()),
+        })?;
+        &decompressed
+    };
+    let times: Vec<(i32, i64)> = batch::record_times_in(header, body)
+        .map(|r| r.map(|t| (t.offset_delta, t.timestamp)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| corrupt(e.to_string()))?;
+    // Keys and value sizes only when a check or a message needs them.
+    let parsed = if rules.compacted || header.has_log_append_time() {
+        records::parse_records(body, header.records_count).map_err(|e| corrupt(e.0))?
+    } else {
+        Vec::new()
+    };
+    let mut record_errors = Vec::new();
+    let mut timestamp_error = false;
+    for (index, (offset_delta, timestamp)) in times.iter().enumerate() {
+        let offset = header.base_offset.wrapping_add(i64::from(*offset_delta));
+        if rules.compacted && parsed.get(index).is_some_and(|r| r.key.is_none()) {
+            let message = format!(
+                "Compacted topic cannot accept message without key in topic partition {}-{}",
+                rules.topic_name, rules.partition
+            );
+            record_errors.push((index as i32, message));
+            continue;
+        }
+        let message = match &rules.bounds {
+            Some(bounds) if *timestamp != batch::NO_TIMESTAMP => {
+                bounds.refuse(*timestamp).then(|| {
+                    format!(
+                        "Timestamp {timestamp} of message with offset {offset} is out of range. \
+                         The timestamp should be within [{}, {}]",
+                        bounds.now_ms.wrapping_sub(bounds.before_max_ms),
+                        bounds.now_ms.wrapping_add(bounds.after_max_ms),
+                    )
+                })
+            }
+            _ => header.has_log_append_time().then(|| {
+                let (key_bytes, value_bytes) = parsed
+                    .get(index)
+                    .map_or((0, 0), |r| (r.key.map_or(0, <[u8]>::len), r.value_bytes));
+                format!(
+                    "Invalid timestamp type in message DefaultRecord(offset={offset}, \
+                     timestamp={timestamp}, key={} bytes, value={} bytes). Producer should not \
+                     set timestamp type to LogAppendTime.",
+                    key_bytes, value_bytes,
+                )
+            }),
+        };
+        if let Some(message) = message {
+            timestamp_error = true;
+            record_errors.push((index as i32, message));
+        }
     }
+    if record_errors.is_empty() {
+        return Ok(times
+            .iter()
+            .map(|(_, t)| *t)
+            .fold(batch::NO_TIMESTAMP, i64::max));
+    }
+    let (error, message) = if timestamp_error {
+        let message = "One or more records have been rejected due to invalid timestamp";
+        (ResponseError::InvalidTimestamp, message.to_owned())
+    } else {
+        let shown: Vec<String> = record_errors
+            .iter()
+            .take(3)
+            .map(|(index, message)| format!("RecordError(batchIndex={index}, message='{message}')"))
+            .collect();
+        let message = format!(
+            "One or more records have been rejected due to {} record errors in total, and only \
+             showing the first three errors at most: [{}]",
+            record_errors.len(),
+            shown.join(", ")
+        );
+        (ResponseError::InvalidRecord, message)
+    };
+    Err(Refusal {
+        record_errors,
+        ..refused(error, Some(message)).by_log()
+    })
 }
 
 fn append_partition(
@@ -350,11 +395,16 @@ fn append_partition(
         timestamp_after_max_ms,
         compact: compacted,
     } = topic.append;
-    let timestamp_bounds = (!log_append_time).then(|| TimestampBounds {
-        now_ms: b.now_ms(),
-        before_max_ms: timestamp_before_max_ms,
-        after_max_ms: timestamp_after_max_ms,
-    });
+    let rules = RecordRules {
+        bounds: (!log_append_time).then(|| TimestampBounds {
+            now_ms: b.now_ms(),
+            before_max_ms: timestamp_before_max_ms,
+            after_max_ms: timestamp_after_max_ms,
+        }),
+        compacted,
+        topic_name,
+        partition,
+    };
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
         BatchError::CrcMismatch { .. } => {
             refused(ResponseError::CorruptMessage, Some(e.to_string()))
@@ -365,8 +415,8 @@ fn append_partition(
         let m = "Produce requests with version 3 and above carry exactly one record batch";
         return Err(refused(ResponseError::InvalidRecord, Some(m.into())));
     }
-    // The records' max timestamp, when read (`check_timestamps`).
-    let mut records_max_ms = None;
+    // The records' max timestamp (`check_records`).
+    let mut records_max_ms = batch::NO_TIMESTAMP;
     for (header, bytes) in &batches {
         if header.is_control() {
             return Err(refused(
@@ -380,24 +430,16 @@ fn append_partition(
         if bytes.len() > message_bytes_max {
             return Err(refused(ResponseError::MessageTooLarge, None));
         }
-        // Kafka checks each record's key, then its timestamp, and refuses
-        // the batch for a timestamp if any record has a bad one.
-        if let Some(bounds) = &timestamp_bounds {
-            records_max_ms = check_timestamps(header, bytes, bounds)?;
-        }
-        if compacted {
-            check_keys(header, bytes, topic_name, partition)?;
-        }
+        records_max_ms = check_records(header, bytes, &rules)?;
     }
     let (mut header, mut bytes) = batches.into_iter().next().expect("exactly one batch");
     // Stored as Kafka stores it: CreateTime, with the records' own max
     // timestamp (`batch::with_create_time_max`). Producers send exactly
     // that, so this copies only a batch whose header was wrong.
-    if let Some(max_ms) = records_max_ms {
-        if max_ms != header.max_timestamp || header.has_log_append_time() {
-            bytes = batch::with_create_time_max(&bytes, max_ms);
-            header = batch::parse_header(&bytes).expect("a rewritten valid batch");
-        }
+    let wrong_max = records_max_ms != header.max_timestamp || header.has_log_append_time();
+    if !log_append_time && wrong_max {
+        bytes = batch::with_create_time_max(&bytes, records_max_ms);
+        header = batch::parse_header(&bytes).expect("a rewritten valid batch");
     }
     check_transaction(b, &key, topic_name, partition, &header)?;
     if header.has_producer_id() {

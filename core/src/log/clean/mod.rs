@@ -10,6 +10,7 @@
 //! entries, not correctness). Offsets are never renumbered: a consumer sees
 //! gaps, and a read at an offset that is gone gets the next batch.
 
+pub mod codec;
 pub mod filter;
 pub mod records;
 

@@ -1,6 +1,6 @@
-//! The records inside a batch, for the cleaner (and Produce's checks of a
-//! compacted topic's keys and of timestamps): the rest of the broker never
-//! looks past a batch's header (`crate::batch`). Compacting needs each
+//! The records inside a batch, for the cleaner (and Produce's checks of
+//! every record: `api::produce::check_records`): the rest of the broker
+//! never looks past a batch's header (`crate::batch`). Compacting needs each
 //! record's key and whether it has a value, and writing back the records it
 //! keeps as a batch with the same header fields, as Kafka's
 //! `MemoryRecords.filterTo` does (clients/src/main/java/org/apache/kafka/
@@ -15,9 +15,11 @@
 //! when the batch's base timestamp moves to a delete horizon (KIP-534).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
+use super::codec::{self, DecompressError};
 use crate::batch::{self, read_bytes, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
+use crate::limits;
 
 /// Attribute bit saying the base timestamp is a delete horizon (KIP-534:
 /// tombstones and markers of empty transactions go once it has passed).
@@ -34,6 +36,8 @@ pub struct Record<'a> {
     pub timestamp_delta: i64,
     pub key: Option<&'a [u8]>,
     pub has_value: bool,
+    /// The value's length (0 for a null one), for Produce's messages.
+    pub value_bytes: usize,
     attributes: u8,
     /// The bytes after the offset delta: key, value, headers.
     rest: &'a [u8],
@@ -41,19 +45,19 @@ pub struct Record<'a> {
 
 /// The records section of a batch, decompressed.
 pub fn records_bytes(batch: &[u8], header: &BatchHeader) -> Result<Bytes, RecordsError> {
+    decompressed(batch, header).map_err(|e| RecordsError(e.to_string()))
+}
+
+/// The records section of a batch, decompressed, at most
+/// `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX` bytes (`codec`).
+pub fn decompressed(batch: &[u8], header: &BatchHeader) -> Result<Bytes, DecompressError> {
     let end = header.total_bytes().min(batch.len());
-    let body = Bytes::copy_from_slice(&batch[BATCH_HEADER_BYTES.min(end)..end]);
-    let mut buf = body.clone();
-    let fail = |e: anyhow::Error| RecordsError(format!("decompressing: {e}"));
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
-    match header.compression_code() {
-        0 => Ok(body),
-        1 => Gzip::decompress(&mut buf, take).map_err(fail),
-        2 => Snappy::decompress(&mut buf, take).map_err(fail),
-        3 => Lz4::decompress(&mut buf, take).map_err(fail),
-        4 => Zstd::decompress(&mut buf, take).map_err(fail),
-        other => Err(RecordsError(format!("unknown compression codec {other}"))),
-    }
+    let body = &batch[BATCH_HEADER_BYTES.min(end)..end];
+    codec::decompress(
+        header.compression_code(),
+        body,
+        limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX,
+    )
 }
 
 /// Parses `count` records from decompressed records bytes.
@@ -79,6 +83,7 @@ pub fn parse_records(bytes: &[u8], count: i32) -> Result<Vec<Record<'_>>, Record
             timestamp_delta,
             key,
             has_value: value.is_some(),
+            value_bytes: value.map_or(0, <[u8]>::len),
             attributes,
             rest: &body[rest_at..],
         });
@@ -152,33 +157,6 @@ pub fn rebuild(
     out.extend_from_slice(&records);
     batch::write_crc(&mut out);
     Ok(out.freeze())
-}
-
-/// The index of the first record of the batch without a key, if any: a
-/// compacted topic refuses such a batch, as Kafka's LogValidator does
-/// ("Compacted topic cannot accept message without key").
-pub fn first_keyless(batch: &[u8], header: &BatchHeader) -> Result<Option<usize>, RecordsError> {
-    let body = records_bytes(batch, header)?;
-    let records = parse_records(&body, header.records_count)?;
-    Ok(records.iter().position(|r| r.key.is_none()))
-}
-
-/// The offset delta and timestamp of each record of a batch, compressed or
-/// not, for Produce's timestamp check (with LogAppendTime every record has
-/// the batch's max timestamp).
-pub fn timestamps(batch: &[u8], header: &BatchHeader) -> Result<Vec<(i32, i64)>, RecordsError> {
-    let body = records_bytes(batch, header)?;
-    let records = parse_records(&body, header.records_count)?;
-    Ok(records
-        .iter()
-        .map(|r| {
-            let timestamp = match header.has_log_append_time() {
-                true => header.max_timestamp,
-                false => header.base_timestamp.wrapping_add(r.timestamp_delta),
-            };
-            (r.offset_delta, timestamp)
-        })
-        .collect())
 }
 
 /// An empty batch standing for `header`'s offsets and nothing else: no

@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.function.Function;
 import java.util.zip.CRC32C;
 import org.apache.kafka.common.compress.Compression;
+import org.apache.kafka.common.record.internal.CompressionType;
 import org.apache.kafka.common.record.TimestampType;
 import org.apache.kafka.common.record.internal.ControlRecordType;
 import org.apache.kafka.common.record.internal.MemoryRecords;
@@ -39,28 +40,38 @@ final class Records {
 
     /**
      * `{"producerId":…, "producerEpoch":…, "baseSequence":…, "transactional":
-     * bool, "values":[…], "corruptCrc": bool, "maxTimestamp":…,
-     * "logAppendTime": bool}` as base64 record-set bytes. `maxTimestamp` and
-     * `logAppendTime` write a header that disagrees with the records (their
-     * timestamps are all 1700000000000), with a CRC that still checks.
+     * bool, "values":[…], "keys":[…], "timestamp":…, "compression": "gzip" |
+     * "snappy" | "lz4" | "zstd", "corruptCrc": bool, "maxTimestamp":…,
+     * "logAppendTime": bool}` as base64 record-set bytes. Keys are null
+     * unless given (one per value, null allowed); every record's timestamp
+     * is `timestamp` (default 1700000000000). `maxTimestamp` and
+     * `logAppendTime` write a header that disagrees with the records, with a
+     * CRC that still checks.
      */
     static TextNode build(JsonNode spec, Function<JsonNode, Long> number) {
         List<SimpleRecord> records = new ArrayList<>();
-        long ts = 1_700_000_000_000L;
+        long ts = spec.has("timestamp") ? number.apply(spec.get("timestamp")) : 1_700_000_000_000L;
+        JsonNode keys = spec.path("keys");
+        int i = 0;
         for (JsonNode v : spec.path("values")) {
-            records.add(new SimpleRecord(ts, null, v.asText().getBytes(StandardCharsets.UTF_8)));
+            JsonNode k = keys.path(i++);
+            byte[] key = k.isTextual() ? k.asText().getBytes(StandardCharsets.UTF_8) : null;
+            records.add(new SimpleRecord(ts, key, v.asText().getBytes(StandardCharsets.UTF_8)));
         }
         SimpleRecord[] rs = records.toArray(new SimpleRecord[0]);
         long pid = spec.has("producerId") ? number.apply(spec.get("producerId")) : -1;
         short epoch = spec.has("producerEpoch") ? number.apply(spec.get("producerEpoch")).shortValue() : -1;
         int seq = spec.has("baseSequence") ? number.apply(spec.get("baseSequence")).intValue() : -1;
+        Compression compression = spec.has("compression")
+            ? Compression.of(CompressionType.forName(spec.get("compression").asText())).build()
+            : Compression.NONE;
         MemoryRecords m;
         if (spec.path("transactional").asBoolean(false)) {
-            m = MemoryRecords.withTransactionalRecords(Compression.NONE, pid, epoch, seq, rs);
+            m = MemoryRecords.withTransactionalRecords(compression, pid, epoch, seq, rs);
         } else if (pid >= 0) {
-            m = MemoryRecords.withIdempotentRecords(Compression.NONE, pid, epoch, seq, rs);
+            m = MemoryRecords.withIdempotentRecords(compression, pid, epoch, seq, rs);
         } else {
-            m = MemoryRecords.withRecords(Compression.NONE, rs);
+            m = MemoryRecords.withRecords(compression, rs);
         }
         ByteBuffer buf = m.buffer();
         byte[] bytes = new byte[buf.remaining()];
