@@ -253,10 +253,11 @@ pub fn verify_crc(batch: &[u8]) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Checks that the offset range and the record count agree. Kafka demands
-/// `recordsCount == lastOffsetDelta + 1` from clients; we only demand a
-/// non-empty batch that has no more records than offsets, which is what the
-/// offset assignment relies on (a compacted batch has fewer records).
+/// Checks that the offset range and the record count agree as far as a
+/// batch of the log must: non-empty, with no more records than offsets,
+/// which is what the offset assignment relies on (a compacted batch has
+/// fewer records). Produce demands `recordsCount == lastOffsetDelta + 1`
+/// of clients besides, as Kafka does (`api::produce::records`).
 fn check_record_count(header: &BatchHeader, empty_ok: bool) -> Result<(), BatchError> {
     if header.last_offset_delta < 0 {
         return Err(BatchError::BadRecordCount);

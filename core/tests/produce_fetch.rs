@@ -239,6 +239,48 @@ fn a_batch_decompressing_past_the_bound_is_message_too_large() {
     assert_eq!(produce_answer(&mut w, 1), Some((0, 1)));
 }
 
+/// A batch whose CRC checks but whose records do not read as its header
+/// says is refused INVALID_RECORD with the log start offset, as Kafka's
+/// LogValidator and record iterators refuse it (conformance:
+/// scripts/batch-shapes.json), and nothing of it is stored: a consumer
+/// would fail on it.
+#[test]
+fn a_batch_whose_records_do_not_read_as_its_header_says_is_invalid_record() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    // (codec, records count, last offset delta, bytes added at the end)
+    let shapes = [
+        (Compression::None, 2, 2, 0),
+        (Compression::None, 2, 1, 0),
+        (Compression::None, 3, 2, 2),
+        (Compression::Gzip, 4, 3, 0),
+        (Compression::Zstd, 2, 1, 0),
+    ];
+    for (codec, count, last_offset_delta, extra) in shapes {
+        let mut b = batch_with(&[b"a", b"b", b"c"], T0_MS, codec).to_vec();
+        b.extend(std::iter::repeat_n(0u8, extra));
+        let length = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&length.to_be_bytes());
+        b[23..27].copy_from_slice(&i32::to_be_bytes(last_offset_delta));
+        b[57..61].copy_from_slice(&i32::to_be_bytes(count));
+        doze_core::batch::write_crc(&mut b);
+        w.send(1, 9, &produce_req("t", 0, Bytes::from(b), -1));
+        match w.recv(1) {
+            Some((_, ResponseKind::Produce(r))) => {
+                let p = &r.responses[0].partition_responses[0];
+                assert_eq!(
+                    (p.error_code, p.base_offset, p.log_start_offset),
+                    (87, -1, 0),
+                    "{codec:?} count {count} last offset delta {last_offset_delta} +{extra} bytes"
+                );
+            }
+            other => panic!("expected a produce answer, got {other:?}"),
+        }
+    }
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"whole"], T0_MS), -1));
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
+}
+
 #[test]
 fn unsynced_data_is_never_served() {
     let mut w = World::new(BrokerConfig::default());

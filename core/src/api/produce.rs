@@ -33,6 +33,8 @@
 //! even if the client wrote another (or the LogAppendTime bit) in its
 //! header; on a LogAppendTime topic it is stamped with the broker's time.
 
+mod records;
+
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -44,12 +46,11 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
-use crate::log::clean::codec::DecompressError;
-use crate::log::clean::records;
 use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
 use crate::topic_config::AppendConfig;
 use crate::topics::{PartitionKey, Topics};
+use records::{check_records, RecordRules, TimestampBounds};
 
 /// A produce request waiting for its data to be durable.
 pub struct PendingProduce {
@@ -223,145 +224,6 @@ fn refused(error: ResponseError, message: Option<String>) -> Refusal {
     }
 }
 
-/// The bounds a CreateTime topic puts on record timestamps.
-struct TimestampBounds {
-    now_ms: i64,
-    /// message.timestamp.before.max.ms
-    before_max_ms: i64,
-    /// message.timestamp.after.max.ms
-    after_max_ms: i64,
-}
-
-impl TimestampBounds {
-    /// Kafka's LogValidator.recordHasInvalidTimestamp, in Java's wrapping
-    /// arithmetic.
-    fn refuse(&self, timestamp: i64) -> bool {
-        let diff = self.now_ms.wrapping_sub(timestamp);
-        diff > self.before_max_ms || diff.wrapping_neg() > self.after_max_ms
-    }
-}
-
-/// What a topic asks of every record of a batch.
-struct RecordRules<'a> {
-    /// A CreateTime topic's bounds; `None` on a LogAppendTime topic.
-    bounds: Option<TimestampBounds>,
-    compacted: bool,
-    topic_name: &'a str,
-    partition: i32,
-}
-
-/// Reads every record of the batch, decompressing a compressed one (at
-/// most `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`, else
-/// MESSAGE_TOO_LARGE), and checks each as Kafka's LogValidator.validateRecord
-/// does: on a compacted topic it must have a key (validateKey); then its
-/// timestamp (validateTimestamp): on a CreateTime topic a timestamp other
-/// than -1 must lie within the bounds, and otherwise a batch the client
-/// marked LogAppendTime is refused ("Producer should not set timestamp type
-/// to LogAppendTime": always on a LogAppendTime topic, on a CreateTime one
-/// when the marked batch's time is -1). Any timestamp error refuses the batch
-/// INVALID_TIMESTAMP, key errors alone INVALID_RECORD, with every record's
-/// error listed (processRecordErrors).
-///
-/// Accepted, it gives the records' max timestamp as Kafka computes it (-1
-/// if none is above -1), which a CreateTime topic stores the batch with.
-fn check_records(
-    header: &batch::BatchHeader,
-    bytes: &[u8],
-    rules: &RecordRules<'_>,
-) -> Result<i64, Refusal> {
-    let corrupt = |why: String| refused(ResponseError::CorruptMessage, Some(why));
-    let end = header.total_bytes().min(bytes.len());
-    let decompressed;
-    let body: &[u8] = if header.compression_code() == 0 {
-        &bytes[batch::BATCH_HEADER_BYTES.min(end)..end]
-    } else {
-        decompressed = records::decompressed(bytes, header).map_err(|e| match e {
-            DecompressError::TooLarge(_) => {
-                refused(ResponseError::MessageTooLarge, Some(e.to_string()))
-            }
-            DecompressError::Corrupt(_) => corrupt(e.to_string()),
-        })?;
-        &decompressed
-    };
-    let times: Vec<(i32, i64)> = batch::record_times_in(header, body)
-        .map(|r| r.map(|t| (t.offset_delta, t.timestamp)))
-        .collect::<Result<_, _>>()
-        .map_err(|e| corrupt(e.to_string()))?;
-    // Keys and value sizes only when a check or a message needs them.
-    let parsed = if rules.compacted || header.has_log_append_time() {
-        records::parse_records(body, header.records_count).map_err(|e| corrupt(e.0))?
-    } else {
-        Vec::new()
-    };
-    let mut record_errors = Vec::new();
-    let mut timestamp_error = false;
-    for (index, (offset_delta, timestamp)) in times.iter().enumerate() {
-        let offset = header.base_offset.wrapping_add(i64::from(*offset_delta));
-        if rules.compacted && parsed.get(index).is_some_and(|r| r.key.is_none()) {
-            let message = format!(
-                "Compacted topic cannot accept message without key in topic partition {}-{}",
-                rules.topic_name, rules.partition
-            );
-            record_errors.push((index as i32, message));
-            continue;
-        }
-        let message = match &rules.bounds {
-            Some(bounds) if *timestamp != batch::NO_TIMESTAMP => {
-                bounds.refuse(*timestamp).then(|| {
-                    format!(
-                        "Timestamp {timestamp} of message with offset {offset} is out of range. \
-                         The timestamp should be within [{}, {}]",
-                        bounds.now_ms.wrapping_sub(bounds.before_max_ms),
-                        bounds.now_ms.wrapping_add(bounds.after_max_ms),
-                    )
-                })
-            }
-            _ => header.has_log_append_time().then(|| {
-                let (key_bytes, value_bytes) = parsed
-                    .get(index)
-                    .map_or((0, 0), |r| (r.key.map_or(0, <[u8]>::len), r.value_bytes));
-                format!(
-                    "Invalid timestamp type in message DefaultRecord(offset={offset}, \
-                     timestamp={timestamp}, key={} bytes, value={} bytes). Producer should not \
-                     set timestamp type to LogAppendTime.",
-                    key_bytes, value_bytes,
-                )
-            }),
-        };
-        if let Some(message) = message {
-            timestamp_error = true;
-            record_errors.push((index as i32, message));
-        }
-    }
-    if record_errors.is_empty() {
-        return Ok(times
-            .iter()
-            .map(|(_, t)| *t)
-            .fold(batch::NO_TIMESTAMP, i64::max));
-    }
-    let (error, message) = if timestamp_error {
-        let message = "One or more records have been rejected due to invalid timestamp";
-        (ResponseError::InvalidTimestamp, message.to_owned())
-    } else {
-        let shown: Vec<String> = record_errors
-            .iter()
-            .take(3)
-            .map(|(index, message)| format!("RecordError(batchIndex={index}, message='{message}')"))
-            .collect();
-        let message = format!(
-            "One or more records have been rejected due to {} record errors in total, and only \
-             showing the first three errors at most: [{}]",
-            record_errors.len(),
-            shown.join(", ")
-        );
-        (ResponseError::InvalidRecord, message)
-    };
-    Err(Refusal {
-        record_errors,
-        ..refused(error, Some(message)).by_log()
-    })
-}
-
 fn append_partition(
     b: &mut Broker,
     topic_name: &str,
@@ -408,6 +270,11 @@ fn append_partition(
     let batches = batch::split_produce_records(records, usize::MAX).map_err(|e| match e {
         BatchError::CrcMismatch { .. } => {
             refused(ResponseError::CorruptMessage, Some(e.to_string()))
+        }
+        // Kafka's LogValidator.validateBatch finds these inside the log,
+        // which then reports its start offset (ReplicaManager.appendToLocalLog).
+        BatchError::BadRecordCount => {
+            refused(ResponseError::InvalidRecord, Some(e.to_string())).by_log()
         }
         other => refused(ResponseError::InvalidRecord, Some(other.to_string())),
     })?;

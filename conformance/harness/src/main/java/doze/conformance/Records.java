@@ -34,6 +34,10 @@ final class Records {
     private static final int CRC_OFFSET = 17;
     private static final int ATTRIBUTES_OFFSET = 21;
     private static final int MAX_TIMESTAMP_OFFSET = 35;
+    private static final int BATCH_LENGTH_OFFSET = 8;
+    private static final int LAST_OFFSET_DELTA_OFFSET = 23;
+    private static final int RECORDS_COUNT_OFFSET = 57;
+    private static final int RECORDS_OFFSET = 61;
     private static final byte LOG_APPEND_TIME_BIT = 0x08;
 
     private Records() {}
@@ -46,7 +50,10 @@ final class Records {
      * unless given (one per value, null allowed); every record's timestamp
      * is `timestamp` (default 1700000000000). `maxTimestamp` and
      * `logAppendTime` write a header that disagrees with the records, with a
-     * CRC that still checks.
+     * CRC that still checks, and so do `recordsCount`, `lastOffsetDelta`,
+     * `cutRecordBytes` and `extraRecordBytes` (the batch's end moved, its
+     * length with it) and `flipRecordByte` (the records section's byte at
+     * that index inverted).
      */
     static TextNode build(JsonNode spec, Function<JsonNode, Long> number) {
         List<SimpleRecord> records = new ArrayList<>();
@@ -77,6 +84,30 @@ final class Records {
         byte[] bytes = new byte[buf.remaining()];
         buf.get(bytes);
         boolean rewritten = false;
+        // The batch's shape made wrong on purpose: a header count or offset
+        // range that disagrees with the records, or records cut short,
+        // followed by stray bytes, or with a byte changed.
+        if (spec.has("cutRecordBytes") || spec.has("extraRecordBytes")) {
+            int cut = spec.path("cutRecordBytes").asInt(0);
+            int extra = spec.path("extraRecordBytes").asInt(0);
+            byte[] shaped = new byte[bytes.length - cut + extra];
+            System.arraycopy(bytes, 0, shaped, 0, bytes.length - cut);
+            bytes = shaped;
+            ByteBuffer.wrap(bytes).putInt(BATCH_LENGTH_OFFSET, bytes.length - BATCH_LENGTH_OFFSET - 4);
+            rewritten = true;
+        }
+        if (spec.has("recordsCount")) {
+            ByteBuffer.wrap(bytes).putInt(RECORDS_COUNT_OFFSET, number.apply(spec.get("recordsCount")).intValue());
+            rewritten = true;
+        }
+        if (spec.has("lastOffsetDelta")) {
+            ByteBuffer.wrap(bytes).putInt(LAST_OFFSET_DELTA_OFFSET, number.apply(spec.get("lastOffsetDelta")).intValue());
+            rewritten = true;
+        }
+        if (spec.has("flipRecordByte")) {
+            bytes[RECORDS_OFFSET + spec.get("flipRecordByte").asInt()] ^= (byte) 0xff;
+            rewritten = true;
+        }
         if (spec.has("maxTimestamp")) {
             ByteBuffer.wrap(bytes).putLong(MAX_TIMESTAMP_OFFSET, number.apply(spec.get("maxTimestamp")));
             rewritten = true;
@@ -120,20 +151,30 @@ final class Records {
                 o.put("maxTimestamp", b.maxTimestamp());
             }
             ArrayNode values = o.putArray("values");
-            for (Record r : b) {
-                if (b.isControlBatch()) {
-                    values.add(ControlRecordType.parse(r.key()).name());
-                } else if (r.value() == null) {
-                    values.addNull();
-                } else {
-                    ByteBuffer v = r.value();
-                    byte[] vb = new byte[v.remaining()];
-                    v.get(vb);
-                    values.add(new String(vb, StandardCharsets.UTF_8));
-                }
+            try {
+                putValues(b, values);
+            } catch (RuntimeException e) {
+                // A batch whose records do not read (a broker that stored a
+                // malformed one): say so, and compare that.
+                o.put("unreadable", e.getClass().getSimpleName());
             }
             out.add(o);
         }
         return out;
+    }
+
+    private static void putValues(MutableRecordBatch b, ArrayNode values) {
+        for (Record r : b) {
+            if (b.isControlBatch()) {
+                values.add(ControlRecordType.parse(r.key()).name());
+            } else if (r.value() == null) {
+                values.addNull();
+            } else {
+                ByteBuffer v = r.value();
+                byte[] vb = new byte[v.remaining()];
+                v.get(vb);
+                values.add(new String(vb, StandardCharsets.UTF_8));
+            }
+        }
     }
 }

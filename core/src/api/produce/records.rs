@@ -1,0 +1,358 @@
+//! Produce's check of every record of a batch, as Kafka's LogValidator
+//! (storage/src/main/java/org/apache/kafka/storage/internals/log/
+//! LogValidator.java) and DefaultRecordBatch's record iterators
+//! (clients/src/main/java/org/apache/kafka/common/record/
+//! DefaultRecordBatch.java, DefaultRecord.java) make it.
+//!
+//! A compressed batch is decompressed first, never past
+//! `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX` (MESSAGE_TOO_LARGE); a
+//! stream its codec cannot read is UNKNOWN_SERVER_ERROR, as from Kafka. Then:
+//! - the header's count must match its offset range (validateBatch);
+//! - the records must be exactly that many, each laid out as its length
+//!   says (INVALID_RECORD, "Incorrect declared batch size" and kin);
+//! - on a compacted topic each record has a key (validateKey);
+//! - on a CreateTime topic a timestamp other than -1 lies within the
+//!   bounds, and otherwise a batch the client marked LogAppendTime is
+//!   refused (validateTimestamp).
+//!
+//! A record's key or timestamp error lists it in the answer; any timestamp
+//! error makes the batch INVALID_TIMESTAMP, key errors alone INVALID_RECORD
+//! (processRecordErrors).
+
+use kafka_protocol::ResponseError;
+
+use super::{refused, Refusal};
+use crate::batch::{self, read_varint, read_varlong, BatchHeader};
+use crate::log::clean::codec::DecompressError;
+use crate::log::clean::records as decompress;
+
+/// The bounds a CreateTime topic puts on record timestamps.
+pub(super) struct TimestampBounds {
+    pub now_ms: i64,
+    /// message.timestamp.before.max.ms
+    pub before_max_ms: i64,
+    /// message.timestamp.after.max.ms
+    pub after_max_ms: i64,
+}
+
+impl TimestampBounds {
+    /// Kafka's LogValidator.recordHasInvalidTimestamp, in Java's wrapping
+    /// arithmetic.
+    fn refuse(&self, timestamp: i64) -> bool {
+        let diff = self.now_ms.wrapping_sub(timestamp);
+        diff > self.before_max_ms || diff.wrapping_neg() > self.after_max_ms
+    }
+}
+
+/// What a topic asks of every record of a batch.
+pub(super) struct RecordRules<'a> {
+    /// A CreateTime topic's bounds; `None` on a LogAppendTime topic.
+    pub bounds: Option<TimestampBounds>,
+    pub compacted: bool,
+    pub topic_name: &'a str,
+    pub partition: i32,
+}
+
+/// What the checks need of one record.
+#[derive(Debug)]
+struct RecordInfo {
+    offset_delta: i32,
+    /// The batch's max timestamp when the client marked it LogAppendTime,
+    /// as Kafka's iterator gives it.
+    timestamp: i64,
+    key_bytes: Option<usize>,
+    value_bytes: usize,
+}
+
+/// Checks every record of the batch (see the module's doc). Accepted, it
+/// gives the records' max timestamp as Kafka computes it (-1 if none is
+/// above -1), which a CreateTime topic stores the batch with.
+pub(super) fn check_records(
+    header: &BatchHeader,
+    bytes: &[u8],
+    rules: &RecordRules<'_>,
+) -> Result<i64, Refusal> {
+    // Found inside Kafka's log, which then reports its start offset
+    // (ReplicaManager.appendToLocalLog), as for every refusal here but
+    // MESSAGE_TOO_LARGE (RecordTooLargeException).
+    let invalid = |why: String| refused(ResponseError::InvalidRecord, Some(why)).by_log();
+    if i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1 {
+        return Err(invalid(format!(
+            "Inconsistent batch offset range [{}, {}] and count of records {} in topic partition {}-{}",
+            header.base_offset,
+            header.last_offset(),
+            header.records_count,
+            rules.topic_name,
+            rules.partition
+        )));
+    }
+    let end = header.total_bytes().min(bytes.len());
+    let decompressed;
+    let body: &[u8] = if header.compression_code() == 0 {
+        &bytes[batch::BATCH_HEADER_BYTES.min(end)..end]
+    } else {
+        decompressed = decompress::decompressed(bytes, header).map_err(|e| match e {
+            DecompressError::TooLarge(_) => {
+                refused(ResponseError::MessageTooLarge, Some(e.to_string()))
+            }
+            // Kafka's record stream wraps the codec's IOException in a
+            // KafkaException ("Failed to decompress record stream"), which
+            // reaches the client as UNKNOWN_SERVER_ERROR.
+            DecompressError::Corrupt(_) => {
+                refused(ResponseError::UnknownServerError, Some(e.to_string())).by_log()
+            }
+        })?;
+        &decompressed
+    };
+    let records = read_records(header, body).map_err(invalid)?;
+    let mut record_errors = Vec::new();
+    let mut timestamp_error = false;
+    for (index, r) in records.iter().enumerate() {
+        let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
+        let timestamp = r.timestamp;
+        if rules.compacted && r.key_bytes.is_none() {
+            let message = format!(
+                "Compacted topic cannot accept message without key in topic partition {}-{}",
+                rules.topic_name, rules.partition
+            );
+            record_errors.push((index as i32, message));
+            continue;
+        }
+        let message = match &rules.bounds {
+            Some(bounds) if timestamp != batch::NO_TIMESTAMP => {
+                bounds.refuse(timestamp).then(|| {
+                    format!(
+                        "Timestamp {timestamp} of message with offset {offset} is out of range. \
+                         The timestamp should be within [{}, {}]",
+                        bounds.now_ms.wrapping_sub(bounds.before_max_ms),
+                        bounds.now_ms.wrapping_add(bounds.after_max_ms),
+                    )
+                })
+            }
+            _ => header.has_log_append_time().then(|| {
+                format!(
+                    "Invalid timestamp type in message DefaultRecord(offset={offset}, \
+                     timestamp={timestamp}, key={} bytes, value={} bytes). Producer should not \
+                     set timestamp type to LogAppendTime.",
+                    r.key_bytes.unwrap_or(0),
+                    r.value_bytes,
+                )
+            }),
+        };
+        if let Some(message) = message {
+            timestamp_error = true;
+            record_errors.push((index as i32, message));
+        }
+    }
+    if record_errors.is_empty() {
+        return Ok(records
+            .iter()
+            .map(|r| r.timestamp)
+            .fold(batch::NO_TIMESTAMP, i64::max));
+    }
+    let (error, message) = if timestamp_error {
+        let message = "One or more records have been rejected due to invalid timestamp";
+        (ResponseError::InvalidTimestamp, message.to_owned())
+    } else {
+        let shown: Vec<String> = record_errors
+            .iter()
+            .take(3)
+            .map(|(index, message)| format!("RecordError(batchIndex={index}, message='{message}')"))
+            .collect();
+        let message = format!(
+            "One or more records have been rejected due to {} record errors in total, and only \
+             showing the first three errors at most: [{}]",
+            record_errors.len(),
+            shown.join(", ")
+        );
+        (ResponseError::InvalidRecord, message)
+    };
+    Err(Refusal {
+        record_errors,
+        ..refused(error, Some(message)).by_log()
+    })
+}
+
+/// The batch's records, read from its (decompressed) records section as
+/// Kafka's DefaultRecord.readFrom reads them: exactly `records_count`, each
+/// taking the bytes its length says, with nothing left over; else Kafka's
+/// InvalidRecordException text.
+fn read_records(header: &BatchHeader, body: &[u8]) -> Result<Vec<RecordInfo>, String> {
+    let premature = || "Incorrect declared batch size, premature EOF reached".to_owned();
+    let count = usize::try_from(header.records_count).unwrap_or(0);
+    let log_append_time_ms = header.has_log_append_time().then_some(header.max_timestamp);
+    // A record takes at least 7 bytes: no more can be claimed than that.
+    let mut records = Vec::with_capacity(count.min(body.len() / 7 + 1));
+    let mut at = 0;
+    for _ in 0..count {
+        let length = read_varint(body, &mut at).ok_or_else(premature)?;
+        let Some(record) = usize::try_from(length)
+            .ok()
+            .and_then(|len| body.get(at..at.checked_add(len)?))
+        else {
+            return Err(format!(
+                "Invalid record size: expected {length} bytes in record payload, but instead the \
+                 buffer has only {} remaining bytes.",
+                body.len() - at
+            ));
+        };
+        at += record.len();
+        let info = read_record(record, header.base_timestamp, log_append_time_ms)
+            .ok_or_else(|| "Found invalid record structure".to_owned())??;
+        records.push(info);
+    }
+    if at != body.len() {
+        return Err("Incorrect declared batch size, records still remaining in file".into());
+    }
+    Ok(records)
+}
+
+/// One record's body (after its length): attributes, timestamp delta,
+/// offset delta, key, value, headers. `None` when it runs out of bytes;
+/// `Some(Err)` for a layout Kafka names.
+fn read_record(
+    body: &[u8],
+    base_timestamp: i64,
+    log_append_time_ms: Option<i64>,
+) -> Option<Result<RecordInfo, String>> {
+    let mut at = 1; // attributes: unused
+    body.first()?;
+    let timestamp_delta = read_varlong(body, &mut at)?;
+    let offset_delta = read_varint(body, &mut at)?;
+    // A negative length is a null key or value, as Kafka reads it.
+    let skip = |at: &mut usize| -> Option<Option<usize>> {
+        let len = read_varint(body, at)?;
+        let Ok(len) = usize::try_from(len) else {
+            return Some(None);
+        };
+        *at = at.checked_add(len).filter(|end| *end <= body.len())?;
+        Some(Some(len))
+    };
+    let key_bytes = skip(&mut at)?;
+    let value_bytes = skip(&mut at)?.unwrap_or(0);
+    let headers = read_varint(body, &mut at)?;
+    if headers < 0 {
+        return Some(Err(format!(
+            "Found invalid number of record headers {headers}"
+        )));
+    }
+    for _ in 0..headers {
+        let key_len = read_varint(body, &mut at)?;
+        if key_len < 0 {
+            return Some(Err(format!("Invalid negative header key size {key_len}")));
+        }
+        at = at
+            .checked_add(key_len as usize)
+            .filter(|end| *end <= body.len())?;
+        skip(&mut at)?;
+    }
+    if at != body.len() {
+        return Some(Err(format!(
+            "Invalid record size: expected to read {} bytes in record payload, but instead read {at}",
+            body.len()
+        )));
+    }
+    let timestamp = log_append_time_ms.unwrap_or(base_timestamp.wrapping_add(timestamp_delta));
+    Some(Ok(RecordInfo {
+        offset_delta,
+        timestamp,
+        key_bytes,
+        value_bytes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(out: &mut Vec<u8>, value: i64) {
+        let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+        while raw >= 0x80 {
+            out.push((raw as u8 & 0x7f) | 0x80);
+            raw >>= 7;
+        }
+        out.push(raw as u8);
+    }
+
+    /// A record: attributes 0, deltas, key, value, headers (key, value).
+    fn record(
+        offset_delta: i64,
+        key: Option<&[u8]>,
+        value: &[u8],
+        headers: &[(&[u8], &[u8])],
+    ) -> Vec<u8> {
+        let mut body = vec![0u8];
+        varint(&mut body, 5); // timestamp delta
+        varint(&mut body, offset_delta);
+        match key {
+            Some(k) => {
+                varint(&mut body, k.len() as i64);
+                body.extend_from_slice(k);
+            }
+            None => varint(&mut body, -1),
+        }
+        varint(&mut body, value.len() as i64);
+        body.extend_from_slice(value);
+        varint(&mut body, headers.len() as i64);
+        for (k, v) in headers {
+            varint(&mut body, k.len() as i64);
+            body.extend_from_slice(k);
+            varint(&mut body, v.len() as i64);
+            body.extend_from_slice(v);
+        }
+        let mut out = Vec::new();
+        varint(&mut out, body.len() as i64);
+        out.extend_from_slice(&body);
+        out
+    }
+
+    fn header(count: i32) -> BatchHeader {
+        let mut h = batch::parse_header(&batch::testing::TestBatch::default().encode()).unwrap();
+        h.records_count = count;
+        h.base_timestamp = 1_000;
+        h
+    }
+
+    #[test]
+    fn records_read_as_kafka_reads_them() {
+        let mut body = record(0, Some(b"k"), b"value", &[(b"h", b"v")]);
+        body.extend(record(1, None, b"", &[]));
+        let got = read_records(&header(2), &body).unwrap();
+        let summary: Vec<_> = got
+            .iter()
+            .map(|r| (r.offset_delta, r.timestamp, r.key_bytes, r.value_bytes))
+            .collect();
+        assert_eq!(summary, [(0, 1_005, Some(1), 5), (1, 1_005, None, 0)]);
+    }
+
+    #[test]
+    fn a_wrong_shape_is_refused_with_kafkas_reason() {
+        let one = record(0, Some(b"k"), b"value", &[]);
+        let two = [one.clone(), one.clone()].concat();
+        let refuse = |count: i32, body: &[u8]| read_records(&header(count), body).unwrap_err();
+        assert!(refuse(3, &two).contains("premature EOF"));
+        assert!(refuse(1, &two).contains("records still remaining"));
+        assert!(refuse(2, &two[..two.len() - 1]).contains("Invalid record size"));
+        // A record whose length claims a byte more than its fields take.
+        let mut long = one.clone();
+        long[0] += 2; // zigzag: length + 1
+        long.push(0);
+        assert!(refuse(1, &long).contains("expected to read"));
+        // A header whose key is null.
+        let mut null_header_key = vec![0u8];
+        for v in [5, 0, -1, 0, 1, -1] {
+            varint(&mut null_header_key, v);
+        }
+        let mut framed = Vec::new();
+        varint(&mut framed, null_header_key.len() as i64);
+        framed.extend(null_header_key);
+        assert!(refuse(1, &framed).contains("negative header key size"));
+        // A record cut inside its fields.
+        let mut cut = vec![0u8];
+        varint(&mut cut, 5);
+        let mut framed = Vec::new();
+        varint(&mut framed, cut.len() as i64);
+        framed.extend(cut);
+        assert_eq!(refuse(1, &framed), "Found invalid record structure");
+    }
+}
