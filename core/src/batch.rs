@@ -422,24 +422,14 @@ pub fn record_times(batch: &[u8]) -> Option<RecordTimes<'_>> {
         return None;
     }
     let end = header.total_bytes().min(batch.len());
-    Some(record_times_in(
-        &header,
-        &batch[BATCH_HEADER_BYTES.min(end)..end],
-    ))
-}
-
-/// The offset deltas and timestamps of the records of the batch `header`
-/// heads, read from its records section `records` (decompressed, for a
-/// compressed batch).
-pub fn record_times_in<'a>(header: &BatchHeader, records: &'a [u8]) -> RecordTimes<'a> {
-    RecordTimes {
-        records,
+    Some(RecordTimes {
+        records: &batch[BATCH_HEADER_BYTES.min(end)..end],
         at: 0,
         remaining: header.records_count.max(0),
         base_timestamp: header.base_timestamp,
         log_append_time_ms: header.has_log_append_time().then_some(header.max_timestamp),
         failed: false,
-    }
+    })
 }
 
 /// Iterator from `record_times`. Yields an error once and stops if a record
@@ -534,7 +524,7 @@ pub(crate) mod testing {
     use super::*;
     use bytes::BufMut;
 
-    fn put_varlong(out: &mut Vec<u8>, value: i64) {
+    pub(crate) fn put_varlong(out: &mut Vec<u8>, value: i64) {
         let mut raw = ((value << 1) ^ (value >> 63)) as u64;
         while raw >= 0x80 {
             out.push((raw as u8 & 0x7f) | 0x80);

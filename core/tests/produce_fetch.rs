@@ -192,13 +192,10 @@ fn a_batch_marked_log_append_time_is_refused_where_kafka_refuses_it() {
         doze_core::batch::write_crc(&mut b);
         Bytes::from(b)
     };
-    let answer = |w: &mut World| match w.recv(1) {
-        Some((_, ResponseKind::Produce(r))) => {
-            let p = &r.responses[0].partition_responses[0];
-            let indexes: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
-            (p.error_code, p.base_offset, indexes)
-        }
-        other => panic!("expected a produce answer, got {other:?}"),
+    let answer = |w: &mut World| {
+        let p = produce_partition_answer(w, 1).unwrap();
+        let indexes: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        (p.error_code, p.base_offset, indexes)
     };
     for codec in [Compression::None, Compression::Zstd] {
         w.send(1, 9, &produce_req("l", 0, marked(T0_MS, codec), -1));
@@ -265,17 +262,12 @@ fn a_batch_whose_records_do_not_read_as_its_header_says_is_invalid_record() {
         b[57..61].copy_from_slice(&i32::to_be_bytes(count));
         doze_core::batch::write_crc(&mut b);
         w.send(1, 9, &produce_req("t", 0, Bytes::from(b), -1));
-        match w.recv(1) {
-            Some((_, ResponseKind::Produce(r))) => {
-                let p = &r.responses[0].partition_responses[0];
-                assert_eq!(
-                    (p.error_code, p.base_offset, p.log_start_offset),
-                    (87, -1, 0),
-                    "{codec:?} count {count} last offset delta {last_offset_delta} +{extra} bytes"
-                );
-            }
-            other => panic!("expected a produce answer, got {other:?}"),
-        }
+        let p = produce_partition_answer(&mut w, 1).unwrap();
+        assert_eq!(
+            (p.error_code, p.base_offset, p.log_start_offset),
+            (87, -1, 0),
+            "{codec:?} count {count} last offset delta {last_offset_delta} +{extra} bytes"
+        );
     }
     w.send(1, 9, &produce_req("t", 0, batch(&[b"whole"], T0_MS), -1));
     assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));

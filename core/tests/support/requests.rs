@@ -96,6 +96,17 @@ pub fn produce_answer(w: &mut World, conn: u64) -> Option<(i16, i64)> {
     }
 }
 
+/// The whole answer for the one partition of a produce.
+pub fn produce_partition_answer(
+    w: &mut World,
+    conn: u64,
+) -> Option<produce_response::PartitionProduceResponse> {
+    match w.recv(conn)? {
+        (_, ResponseKind::Produce(r)) => Some(r.responses[0].partition_responses[0].clone()),
+        other => panic!("expected a produce answer, got {other:?}"),
+    }
+}
+
 pub fn fetch_answer(w: &mut World, conn: u64) -> Option<fetch_response::PartitionData> {
     match w.recv(conn)? {
         (_, ResponseKind::Fetch(r)) => Some(r.responses[0].partitions[0].clone()),

@@ -264,15 +264,7 @@ fn read_record(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn varint(out: &mut Vec<u8>, value: i64) {
-        let mut raw = ((value << 1) ^ (value >> 63)) as u64;
-        while raw >= 0x80 {
-            out.push((raw as u8 & 0x7f) | 0x80);
-            raw >>= 7;
-        }
-        out.push(raw as u8);
-    }
+    use crate::batch::testing::put_varlong as varint;
 
     /// A record: attributes 0, deltas, key, value, headers (key, value).
     fn record(

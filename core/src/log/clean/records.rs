@@ -36,8 +36,6 @@ pub struct Record<'a> {
     pub timestamp_delta: i64,
     pub key: Option<&'a [u8]>,
     pub has_value: bool,
-    /// The value's length (0 for a null one), for Produce's messages.
-    pub value_bytes: usize,
     attributes: u8,
     /// The bytes after the offset delta: key, value, headers.
     rest: &'a [u8],
@@ -83,7 +81,6 @@ pub fn parse_records(bytes: &[u8], count: i32) -> Result<Vec<Record<'_>>, Record
             timestamp_delta,
             key,
             has_value: value.is_some(),
-            value_bytes: value.map_or(0, <[u8]>::len),
             attributes,
             rest: &body[rest_at..],
         });
