@@ -488,6 +488,13 @@ impl Iterator for RecordTimes<'_> {
 /// A zigzag varlong as in Kafka's ByteUtils.readVarlong; `None` when the bytes
 /// run out or the encoding is longer than 10 bytes.
 pub fn read_varlong(buf: &[u8], at: &mut usize) -> Option<i64> {
+    // One byte is the common case (small deltas, lengths below 64, -1).
+    let first = *buf.get(*at)?;
+    if first & 0x80 == 0 {
+        *at += 1;
+        let raw = u64::from(first);
+        return Some((raw >> 1) as i64 ^ -((raw & 1) as i64));
+    }
     let mut raw: u64 = 0;
     for i in 0..10 {
         let byte = *buf.get(*at)?;

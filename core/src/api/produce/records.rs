@@ -104,10 +104,14 @@ pub(super) fn check_records(
         })?;
         &decompressed
     };
-    let records = read_records(header, body).map_err(invalid)?;
     let mut record_errors = Vec::new();
     let mut timestamp_error = false;
-    for (index, r) in records.iter().enumerate() {
+    let mut max_timestamp = batch::NO_TIMESTAMP;
+    // One pass, nothing kept per record: a batch of a thousand records is
+    // the common case. A record that does not read refuses the batch at
+    // once, whatever errors came before it, as Kafka's iterator throws.
+    read_records(header, body, |index, r| {
+        max_timestamp = max_timestamp.max(r.timestamp);
         let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
         let timestamp = r.timestamp;
         if rules.compacted && r.key_bytes.is_none() {
@@ -116,7 +120,7 @@ pub(super) fn check_records(
                 rules.topic_name, rules.partition
             );
             record_errors.push((index as i32, message));
-            continue;
+            return;
         }
         let message = match &rules.bounds {
             Some(bounds) if timestamp != batch::NO_TIMESTAMP => {
@@ -143,12 +147,10 @@ pub(super) fn check_records(
             timestamp_error = true;
             record_errors.push((index as i32, message));
         }
-    }
+    })
+    .map_err(invalid)?;
     if record_errors.is_empty() {
-        return Ok(records
-            .iter()
-            .map(|r| r.timestamp)
-            .fold(batch::NO_TIMESTAMP, i64::max));
+        return Ok(max_timestamp);
     }
     let (error, message) = if timestamp_error {
         let message = "One or more records have been rejected due to invalid timestamp";
@@ -173,18 +175,20 @@ pub(super) fn check_records(
     })
 }
 
-/// The batch's records, read from its (decompressed) records section as
-/// Kafka's DefaultRecord.readFrom reads them: exactly `records_count`, each
-/// taking the bytes its length says, with nothing left over; else Kafka's
-/// InvalidRecordException text.
-fn read_records(header: &BatchHeader, body: &[u8]) -> Result<Vec<RecordInfo>, String> {
+/// Reads the batch's records from its (decompressed) records section as
+/// Kafka's DefaultRecord.readFrom reads them, handing each to `each` with
+/// its index: exactly `records_count`, each taking the bytes its length
+/// says, with nothing left over; else Kafka's InvalidRecordException text.
+fn read_records(
+    header: &BatchHeader,
+    body: &[u8],
+    mut each: impl FnMut(usize, RecordInfo),
+) -> Result<(), String> {
     let premature = || "Incorrect declared batch size, premature EOF reached".to_owned();
     let count = usize::try_from(header.records_count).unwrap_or(0);
     let log_append_time_ms = header.has_log_append_time().then_some(header.max_timestamp);
-    // A record takes at least 7 bytes: no more can be claimed than that.
-    let mut records = Vec::with_capacity(count.min(body.len() / 7 + 1));
     let mut at = 0;
-    for _ in 0..count {
+    for index in 0..count {
         let length = read_varint(body, &mut at).ok_or_else(premature)?;
         let Some(record) = usize::try_from(length)
             .ok()
@@ -199,12 +203,12 @@ fn read_records(header: &BatchHeader, body: &[u8]) -> Result<Vec<RecordInfo>, St
         at += record.len();
         let info = read_record(record, header.base_timestamp, log_append_time_ms)
             .ok_or_else(|| "Found invalid record structure".to_owned())??;
-        records.push(info);
+        each(index, info);
     }
     if at != body.len() {
         return Err("Incorrect declared batch size, records still remaining in file".into());
     }
-    Ok(records)
+    Ok(())
 }
 
 /// One record's body (after its length): attributes, timestamp delta,
@@ -309,19 +313,20 @@ mod tests {
     fn records_read_as_kafka_reads_them() {
         let mut body = record(0, Some(b"k"), b"value", &[(b"h", b"v")]);
         body.extend(record(1, None, b"", &[]));
-        let got = read_records(&header(2), &body).unwrap();
-        let summary: Vec<_> = got
-            .iter()
-            .map(|r| (r.offset_delta, r.timestamp, r.key_bytes, r.value_bytes))
-            .collect();
-        assert_eq!(summary, [(0, 1_005, Some(1), 5), (1, 1_005, None, 0)]);
+        let mut summary = Vec::new();
+        read_records(&header(2), &body, |i, r| {
+            summary.push((i, r.offset_delta, r.timestamp, r.key_bytes, r.value_bytes))
+        })
+        .unwrap();
+        assert_eq!(summary, [(0, 0, 1_005, Some(1), 5), (1, 1, 1_005, None, 0)]);
     }
 
     #[test]
     fn a_wrong_shape_is_refused_with_kafkas_reason() {
         let one = record(0, Some(b"k"), b"value", &[]);
         let two = [one.clone(), one.clone()].concat();
-        let refuse = |count: i32, body: &[u8]| read_records(&header(count), body).unwrap_err();
+        let refuse =
+            |count: i32, body: &[u8]| read_records(&header(count), body, |_, _| {}).unwrap_err();
         assert!(refuse(3, &two).contains("premature EOF"));
         assert!(refuse(1, &two).contains("records still remaining"));
         assert!(refuse(2, &two[..two.len() - 1]).contains("Invalid record size"));
