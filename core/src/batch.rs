@@ -33,6 +33,19 @@ pub const NO_PRODUCER_ID: i64 = -1;
 /// A timestamp that is not set (Kafka's RecordBatch.NO_TIMESTAMP).
 pub const NO_TIMESTAMP: i64 = -1;
 
+/// The leader epoch of every partition: one node, leader since creation and
+/// never replaced, so epoch 0 as Kafka's first leader has (Metadata and
+/// ListOffsets answer it; Kafka 4.3.1 does, seen in conformance). Every
+/// stored batch carries it in its partitionLeaderEpoch, as Kafka's leader
+/// sets it on each batch it appends, markers too (LogValidator:
+/// `batch.setPartitionLeaderEpoch`); producers send -1.
+pub const LEADER_EPOCH: i32 = 0;
+
+/// The first bytes of a batch that the log sets as it stores the batch, all
+/// outside the CRC: the base offset, the batch length (kept), the partition
+/// leader epoch.
+pub const STORED_PREFIX_BYTES: usize = PARTITION_LEADER_EPOCH_AT + 4;
+
 const BASE_OFFSET_AT: usize = 0;
 const BATCH_LENGTH_AT: usize = 8;
 const PARTITION_LEADER_EPOCH_AT: usize = 12;
@@ -341,10 +354,27 @@ pub fn split_produce_records(
     Ok(batches)
 }
 
-/// A copy of `batch` with its base offset set. The CRC does not cover the base
-/// offset, so it stays valid.
+/// A copy of `batch` as the log stores it at `base_offset`: its base offset
+/// and partition leader epoch set (`stored_prefix`). The CRC covers
+/// neither, so it stays valid.
 pub fn with_base_offset(batch: &Bytes, base_offset: i64) -> Bytes {
     rewrite(batch, base_offset, None)
+}
+
+/// The first `STORED_PREFIX_BYTES` of `batch` as the log stores it at
+/// `base_offset`; the rest of the batch is stored as it is. So net writes a
+/// produced batch without copying it: this prefix, then a slice.
+pub fn stored_prefix(batch: &[u8], base_offset: i64) -> [u8; STORED_PREFIX_BYTES] {
+    assert!(
+        batch.len() >= STORED_PREFIX_BYTES,
+        "a record batch starts with its base offset, length and leader epoch"
+    );
+    let mut prefix = [0u8; STORED_PREFIX_BYTES];
+    prefix[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&base_offset.to_be_bytes());
+    prefix[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4]
+        .copy_from_slice(&batch[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4]);
+    prefix[PARTITION_LEADER_EPOCH_AT..].copy_from_slice(&LEADER_EPOCH.to_be_bytes());
+    prefix
 }
 
 /// A copy of `batch` stamped with the broker's time (LogAppendTime): the max
@@ -382,7 +412,7 @@ pub fn rewrite(batch: &Bytes, base_offset: i64, log_append_time_ms: Option<i64>)
         "rewrite takes exactly one batch"
     );
     let mut out = BytesMut::from(&batch[..]);
-    out[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&base_offset.to_be_bytes());
+    out[..STORED_PREFIX_BYTES].copy_from_slice(&stored_prefix(batch, base_offset));
     if let Some(now_ms) = log_append_time_ms {
         set_time(&mut out, header.attributes | TIMESTAMP_TYPE_BIT, now_ms);
     }
@@ -851,13 +881,24 @@ mod tests {
     }
 
     #[test]
-    fn base_offset_rewrite_keeps_crc_valid() {
+    fn the_stored_copy_has_its_base_offset_and_leader_epoch_and_a_valid_crc() {
         let bytes = batch(3);
+        assert_eq!(
+            check_batch(&bytes).unwrap().partition_leader_epoch,
+            -1,
+            "sent as producers send it"
+        );
         let moved = with_base_offset(&bytes, 1_000_000);
         let header = check_batch(&moved).unwrap();
         assert_eq!(header.base_offset, 1_000_000);
         assert_eq!(header.last_offset(), 1_000_002);
-        assert_eq!(&moved[8..], &bytes[8..]);
+        assert_eq!(header.partition_leader_epoch, LEADER_EPOCH);
+        assert_eq!(&moved[8..12], &bytes[8..12], "the length is kept");
+        assert_eq!(&moved[16..], &bytes[16..]);
+        assert_eq!(
+            &moved[..STORED_PREFIX_BYTES],
+            &stored_prefix(&bytes, 1_000_000)
+        );
     }
 
     #[test]

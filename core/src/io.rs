@@ -277,10 +277,11 @@ pub enum DiskOp {
         bytes: Bytes,
     },
     /// Append a record batch at the end of a segment's `.log`: `batch` as
-    /// the client sent it (or the broker built it) with its first 8 bytes,
-    /// the base offset, replaced by `base_offset`. Offsets are assigned
-    /// without copying the batch (the base offset lies outside its CRC);
-    /// `batch::with_base_offset` gives the bytes written. Creates the
+    /// the client sent it (or the broker built it) with its base offset set
+    /// to `base_offset` and its partition leader epoch to the node's
+    /// (`batch::stored_prefix`). Offsets are assigned without copying the
+    /// batch (both lie outside its CRC); `batch::with_base_offset` gives
+    /// the bytes written. Creates the
     /// directory and file when absent; no completion, as `Append`.
     AppendBatch {
         dir: PartitionDir,

@@ -78,7 +78,7 @@ use std::thread;
 use std::time::Instant;
 
 use bytes::Bytes;
-use doze_core::limits;
+use doze_core::{batch, limits};
 use doze_core::{
     DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, PartitionDir, SegmentFile,
     SyncScope,
@@ -336,15 +336,15 @@ fn write_lane(writes: LaneWrites) -> LaneFailures {
     failures
 }
 
-/// The parts written for `DiskOp::AppendBatch`: the new base offset, then
-/// the batch after its own (a slice, not a copy).
+/// The parts written for `DiskOp::AppendBatch`: the batch's stored prefix
+/// (its new base offset and the leader epoch, `batch::stored_prefix`), then
+/// the rest of it (a slice, not a copy).
 fn batch_parts(base_offset: i64, batch: Bytes) -> Vec<Bytes> {
-    assert!(
-        batch.len() >= 8,
-        "a record batch starts with its base offset"
-    );
-    let offset = Bytes::copy_from_slice(&base_offset.to_be_bytes());
-    vec![offset, batch.slice(8..)]
+    let prefix = batch::stored_prefix(&batch, base_offset);
+    vec![
+        Bytes::copy_from_slice(&prefix),
+        batch.slice(batch::STORED_PREFIX_BYTES..),
+    ]
 }
 
 /// Every byte of `parts`, in order, with as few writev(2) calls as the
@@ -2122,7 +2122,7 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_is_written_with_its_new_base_offset() {
+    fn a_batch_is_written_with_its_new_base_offset_and_the_leader_epoch() {
         let logs = temp_logs("batch");
         let mut w = HandDriven::new(&logs);
         let dir = PartitionDir::new("batch", 0);
@@ -2133,6 +2133,8 @@ mod tests {
             sent[8..].fill((n % 251) as u8);
             let mut written = sent.clone();
             written[..8].copy_from_slice(&(1000 + n).to_be_bytes());
+            // The leader epoch too; the length between them is kept.
+            written[12..16].copy_from_slice(&0i32.to_be_bytes());
             want.extend_from_slice(&written);
             let batch = Bytes::from(sent);
             w.queue

@@ -213,7 +213,7 @@ fn batches_in_kafkas_lines() {
         lines[4],
         format!(
             "baseOffset: 5 lastOffset: 5 count: 1 baseSequence: -1 lastSequence: -1 \
-             producerId: 7 producerEpoch: 0 partitionLeaderEpoch: -1 isTransactional: true \
+             producerId: 7 producerEpoch: 0 partitionLeaderEpoch: 0 isTransactional: true \
              isControl: true deleteHorizonMs: OptionalLong.empty position: {} \
              CreateTime: {} size: {} magic: 2 compresscodec: none crc: {} isvalid: true \
              endTxnMarker: COMMIT coordinatorEpoch: 0",

@@ -55,10 +55,9 @@ pub mod write_txn_markers;
 
 pub use crate::request::RequestCtx;
 
-/// The leader epoch of every partition: one node, leader since creation and
-/// never replaced, so epoch 0 as Kafka's first leader has (Metadata and
-/// ListOffsets answer it; Kafka 4.3.1 does, seen in conformance).
-pub(crate) const LEADER_EPOCH: i32 = 0;
+/// The leader epoch of every partition (`batch::LEADER_EPOCH`, which the
+/// log stamps on every batch it stores).
+pub(crate) const LEADER_EPOCH: i32 = crate::batch::LEADER_EPOCH;
 
 /// What to do when an API handler's own meta.db write completes (Ok or not).
 /// The broker's other writes (producer id blocks, transactional ids,

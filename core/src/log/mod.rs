@@ -334,7 +334,8 @@ impl PartitionLog {
             batch::NO_TIMESTAMP
         };
         // Only LogAppendTime changes bytes under the CRC, which takes a copy;
-        // the base offset is replaced as the batch is written (AppendBatch).
+        // the base offset and leader epoch are set as the batch is written
+        // (AppendBatch).
         let batch = if log_append_time {
             batch::rewrite(&batch, base_offset, Some(now_ms))
         } else {
