@@ -281,8 +281,8 @@ pub enum DiskOp {
     /// to `base_offset` and its partition leader epoch to the node's
     /// (`batch::stored_prefix`). Offsets are assigned without copying the
     /// batch (both lie outside its CRC); `batch::with_base_offset` gives
-    /// the bytes written. Creates the
-    /// directory and file when absent; no completion, as `Append`.
+    /// the bytes written. Creates the directory and file when absent; no
+    /// completion, as `Append`.
     AppendBatch {
         dir: PartitionDir,
         segment_base: i64,

@@ -177,7 +177,7 @@ fn partition(b: &Broker, index: i32) -> DescribeTopicPartitionsResponsePartition
     DescribeTopicPartitionsResponsePartition::default()
         .with_partition_index(index)
         .with_leader_id(node)
-        .with_leader_epoch(super::LEADER_EPOCH)
+        .with_leader_epoch(crate::batch::LEADER_EPOCH)
         .with_replica_nodes(vec![node])
         .with_isr_nodes(vec![node])
         .with_eligible_leader_replicas(Some(Vec::new()))

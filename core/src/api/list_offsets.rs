@@ -70,7 +70,7 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                 // keeps -1, as Kafka answers (seen in conformance). The field
                 // exists from v4 (kafka-protocol refuses to encode it below).
                 let epoch = if ctx.version >= 4 {
-                    super::LEADER_EPOCH
+                    crate::batch::LEADER_EPOCH
                 } else {
                     -1
                 };

@@ -152,7 +152,7 @@ fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {
             MetadataResponsePartition::default()
                 .with_partition_index(p)
                 .with_leader_id(node)
-                .with_leader_epoch(super::LEADER_EPOCH)
+                .with_leader_epoch(crate::batch::LEADER_EPOCH)
                 .with_replica_nodes(vec![node])
                 .with_isr_nodes(vec![node])
         })

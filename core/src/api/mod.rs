@@ -55,10 +55,6 @@ pub mod write_txn_markers;
 
 pub use crate::request::RequestCtx;
 
-/// The leader epoch of every partition (`batch::LEADER_EPOCH`, which the
-/// log stamps on every batch it stores).
-pub(crate) const LEADER_EPOCH: i32 = crate::batch::LEADER_EPOCH;
-
 /// What to do when an API handler's own meta.db write completes (Ok or not).
 /// The broker's other writes (producer id blocks, transactional ids,
 /// checkpoints) are `broker::MetaAction`s.
