@@ -1,6 +1,9 @@
 """Record-level behaviour with librdkafka: codecs, headers, null keys/values,
 large records, auto-creation, unknown partitions, out-of-range offsets, long polls."""
 
+import pathlib
+import re
+import subprocess
 import time
 
 import pytest
@@ -41,6 +44,47 @@ def test_codec_headers_nulls_roundtrip(broker, codec):
     for i, ((k, v, h), (gk, gv, gh)) in enumerate(zip(sent, got)):
         assert (gk, gv) == (k, v), f"record {i}: key/value differ"
         assert (gh or None) == (h or None), f"record {i}: headers {gh} != {h}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("topic_codec", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])
+def test_topic_compression_type_recompresses(broker, topic_codec):
+    """A topic's compression.type: batches librdkafka sends uncompressed
+    and with lz4 are stored with the topic's codec (as dump-log shows) and
+    read back by librdkafka exactly as sent."""
+    topic = create_topic(broker, unique_topic(f"tcodec-{topic_codec}"), 1,
+                         config={"compression.type": topic_codec})
+    sent = []
+    for codec in ("none", "lz4"):
+        p = producer(broker, **{"compression.type": codec, "linger.ms": 20})
+        dr = DeliveryLog()
+        for i in range(300):
+            key = None if i % 7 == 0 else f"{codec}-key-{i}".encode()
+            value = f"{codec}-value-{i}-".encode() * (i % 20 + 1)
+            headers = [("h", f"v{i}".encode())] if i % 3 == 0 else None
+            p.produce(topic, key=key, value=value, headers=headers, on_delivery=dr)
+            sent.append((key, value, headers))
+        assert p.flush(30) == 0
+        assert not dr.errors, dr.errors[:3]
+    c = consumer(broker)
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(sent) and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                assert not m.error(), m.error()
+                got.append((m.offset(), m.key(), m.value(), m.headers()))
+    finally:
+        c.close()
+    assert [o for o, *_ in got] == list(range(len(sent)))
+    assert [(k, v, h or None) for _, k, v, h in got] == [(k, v, h) for k, v, h in sent]
+    # Every stored batch carries the topic's codec.
+    pdir = pathlib.Path(broker.data_dir) / "logs" / f"{topic}-0"
+    out = subprocess.run([broker.binary, "dump-log", "--files", *sorted(map(str, pdir.glob("*.log")))],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    codecs = set(re.findall(r"compresscodec: (\w+)", out))
+    assert codecs == {"none" if topic_codec == "uncompressed" else topic_codec}, out[:2000]
 
 
 @pytest.mark.timeout(120)

@@ -1,8 +1,10 @@
 //! Kafka RecordBatch v2 (magic 2) headers, read and patched on raw bytes.
 //!
-//! The broker stores batches as clients sent them (never re-encoded or
-//! recompressed), so besides Produce's check of every record
-//! (`api::produce::check_records`) all it needs is the 61-byte header: it
+//! The broker stores batches as clients sent them (re-encoded only where a
+//! topic's compression.type names another codec, or a compressed batch's
+//! inner offsets are wrong: `api::produce::records::stored_form`), so
+//! besides Produce's check of every record all it needs is the 61-byte
+//! header: it
 //! reads it to index the log, and it patches header fields in place of a
 //! copy: the base offset (which the CRC does not cover, so the CRC stays
 //! valid) and, for `message.timestamp.type=LogAppendTime` or a header whose

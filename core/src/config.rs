@@ -52,6 +52,8 @@ pub struct BrokerConfig {
     /// `topic_config::normalize` prints it ("delete", "compact",
     /// "compact,delete", or "" for neither).
     pub cleanup_policy: String,
+    /// compression.type: the default of the topic config of that name.
+    pub compression_type: String,
     /// log.cleaner.min.cleanable.ratio: the default min.cleanable.dirty.ratio.
     pub min_cleanable_ratio: f64,
     /// log.cleaner.min.compaction.lag.ms: the default min.compaction.lag.ms.
@@ -116,6 +118,7 @@ impl Default for BrokerConfig {
             retention_check_interval_ms: 5 * 60 * 1000,
             segment_ms: 7 * 24 * 3600 * 1000,
             cleanup_policy: "delete".into(),
+            compression_type: "producer".into(),
             min_cleanable_ratio: 0.5,
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
@@ -215,6 +218,9 @@ impl BrokerConfig {
             }
             "log.cleanup.policy" => {
                 self.cleanup_policy = topic_default(key, "cleanup.policy", value)?
+            }
+            "compression.type" => {
+                self.compression_type = topic_default(key, "compression.type", value)?
             }
             "log.cleaner.min.cleanable.ratio" => {
                 self.min_cleanable_ratio = topic_default(key, "min.cleanable.dirty.ratio", value)?
@@ -348,6 +354,7 @@ impl BrokerConfig {
                 self.cleaner_backoff_ms.to_string(),
             ),
             ("log.cleanup.policy", self.cleanup_policy.clone()),
+            ("compression.type", self.compression_type.clone()),
             (
                 "log.cleaner.min.cleanable.ratio",
                 crate::topic_config::java_double(self.min_cleanable_ratio),

@@ -20,8 +20,7 @@
 //!   replication throttles), tiered storage's local retention and switches,
 //!   and Kafka's storage tuning that no client can observe (flushing, index
 //!   density and size, preallocation, roll jitter, deletion delay);
-//! - served for some values only: compression.type (doze never
-//!   recompresses, so only `producer`) and remote.storage.enable (no tiered
+//! - served for some values only: remote.storage.enable (no tiered
 //!   storage, as on a Kafka broker without it). Another value is refused
 //!   with INVALID_CONFIG and a message, never stored and ignored.
 
@@ -155,33 +154,28 @@ pub const TOPIC_CONFIGS: &[Spec] = &[
         Kind::GzipLevel,
         DefaultValue::Fixed("-1"),
         &[("compression.gzip.level", Some("-1"))],
-        Effect::None,
-        "The level Kafka recompresses with when compression.type is gzip. doze-kafka never \
-         recompresses (compression.type is always producer): no effect.",
+        Effect::Kafka,
+        "The level batches are recompressed with when compression.type is gzip (-1: zlib's \
+         default, 6).",
     ),
     spec(
         "compression.lz4.level",
         Kind::Int { min: 1, max: 17 },
         DefaultValue::Fixed("9"),
         &[("compression.lz4.level", Some("9"))],
-        Effect::None,
-        "The level Kafka recompresses with when compression.type is lz4. doze-kafka never \
-         recompresses (compression.type is always producer): no effect.",
+        Effect::Kafka,
+        "The level batches are recompressed with when compression.type is lz4.",
     ),
     spec(
         "compression.type",
         Kind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
-        DefaultValue::Fixed("producer"),
+        DefaultValue::Broker(|b| b.compression_type.clone()),
         &[("compression.type", Some("producer"))],
-        Effect::Only(&["producer"], |v| {
-            format!(
-                "Invalid value {v} for configuration compression.type: doze-kafka stores \
-                 batches as the producer compressed them and never recompresses; only \
-                 producer is served"
-            )
-        }),
+        Effect::Kafka,
         "producer: record batches are stored and served as the producer compressed them. \
-         doze-kafka never recompresses, so no other value is served.",
+         uncompressed, gzip, snappy, lz4 or zstd: a batch sent with another codec is \
+         decompressed and stored with this one (at its compression.*.level), as Kafka's \
+         LogValidator recompresses it.",
     ),
     spec(
         "compression.zstd.level",
@@ -191,9 +185,8 @@ pub const TOPIC_CONFIGS: &[Spec] = &[
         },
         DefaultValue::Fixed("3"),
         &[("compression.zstd.level", Some("3"))],
-        Effect::None,
-        "The level Kafka recompresses with when compression.type is zstd. doze-kafka never \
-         recompresses (compression.type is always producer): no effect.",
+        Effect::Kafka,
+        "The level batches are recompressed with when compression.type is zstd.",
     ),
     spec(
         "delete.retention.ms",
@@ -966,6 +959,19 @@ pub struct AppendConfig {
     pub timestamp_after_max_ms: i64,
     /// cleanup.policy has `compact`: every record needs a key.
     pub compact: bool,
+    /// compression.type, with its codec's level.
+    pub compression: StoredCompression,
+}
+
+/// compression.type: how Produce stores a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredCompression {
+    /// `producer`: compressed as the producer sent it.
+    Producer,
+    /// This codec (the batch attributes' code: 0 uncompressed, 1 gzip,
+    /// 2 snappy, 3 lz4, 4 zstd) at this level (compression.<codec>.level;
+    /// -1 where the codec has none).
+    Codec { code: u8, level: i32 },
 }
 
 impl AppendConfig {
@@ -974,6 +980,8 @@ impl AppendConfig {
     pub fn from_values(value: impl Fn(&str) -> String) -> Self {
         let long = |key: &str| stored_long(key, &value(key));
         let size = |key: &str| usize::try_from(long(key).max(0)).unwrap_or(usize::MAX);
+        // Checked against the level's range when stored.
+        let level = |key: &str| i32::try_from(long(key)).unwrap_or(-1);
         Self {
             message_bytes_max: size("max.message.bytes"),
             segment_bytes: size("segment.bytes"),
@@ -981,6 +989,23 @@ impl AppendConfig {
             timestamp_before_max_ms: long(MESSAGE_TIMESTAMP_BEFORE_MAX_MS),
             timestamp_after_max_ms: long(MESSAGE_TIMESTAMP_AFTER_MAX_MS),
             compact: cleanup_policy(&value(CLEANUP_POLICY)).0,
+            compression: match value("compression.type").as_str() {
+                "uncompressed" => StoredCompression::Codec { code: 0, level: -1 },
+                "gzip" => StoredCompression::Codec {
+                    code: 1,
+                    level: level("compression.gzip.level"),
+                },
+                "snappy" => StoredCompression::Codec { code: 2, level: -1 },
+                "lz4" => StoredCompression::Codec {
+                    code: 3,
+                    level: level("compression.lz4.level"),
+                },
+                "zstd" => StoredCompression::Codec {
+                    code: 4,
+                    level: level("compression.zstd.level"),
+                },
+                _ => StoredCompression::Producer,
+            },
         }
     }
 }
@@ -1325,24 +1350,57 @@ mod tests {
 
     #[test]
     fn values_doze_does_not_serve_are_refused() {
-        // Valid for Kafka, refused here: doze never recompresses and has
-        // no tiered storage.
-        assert_eq!(normalize("compression.type", " gzip ").unwrap(), "gzip");
-        let err = validate("compression.type", "gzip").unwrap_err();
-        assert!(
-            err.starts_with("Invalid value gzip for configuration compression.type: "),
-            "{err}"
-        );
-        assert!(validate("compression.type", "uncompressed").is_err());
-        validate("compression.type", " producer ").unwrap();
+        // Valid for Kafka, refused here: doze has no tiered storage.
         assert_eq!(
             validate("remote.storage.enable", "TRUE").unwrap_err(),
             "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
         );
         validate("remote.storage.enable", "false").unwrap();
         let mut m = BTreeMap::new();
-        m.insert("compression.type".to_string(), "lz4".to_string());
+        m.insert("remote.storage.enable".to_string(), "true".to_string());
         assert!(check_all(&m).is_err());
+        // Every compression.type Kafka takes is served, and its view is
+        // the codec and level Produce stores batches with.
+        assert_eq!(normalize("compression.type", " gzip ").unwrap(), "gzip");
+        for v in [
+            "uncompressed",
+            "gzip",
+            "snappy",
+            "lz4",
+            "zstd",
+            " producer ",
+        ] {
+            validate("compression.type", v).unwrap_or_else(|e| panic!("{v}: {e}"));
+        }
+        assert!(validate("compression.type", "none").is_err());
+        let view = |pairs: &[(&str, &str)]| {
+            let m: BTreeMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            AppendConfig::from_values(|k| {
+                m.get(k)
+                    .cloned()
+                    .unwrap_or_else(|| default_value(&BrokerConfig::default(), k).unwrap())
+            })
+            .compression
+        };
+        assert_eq!(view(&[]), StoredCompression::Producer);
+        assert_eq!(
+            view(&[
+                ("compression.type", "zstd"),
+                ("compression.zstd.level", "-5")
+            ]),
+            StoredCompression::Codec { code: 4, level: -5 }
+        );
+        assert_eq!(
+            view(&[("compression.type", "gzip")]),
+            StoredCompression::Codec { code: 1, level: -1 }
+        );
+        assert_eq!(
+            view(&[("compression.type", "lz4")]),
+            StoredCompression::Codec { code: 3, level: 9 }
+        );
         // Those with no effect are taken, as Kafka takes them.
         for (k, v) in [
             ("min.insync.replicas", "2"),

@@ -50,7 +50,7 @@ use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
 use crate::topic_config::AppendConfig;
 use crate::topics::{PartitionKey, Topics};
-use records::{check_records, RecordRules, TimestampBounds};
+use records::{check_records, stored_form, RecordRules, TimestampBounds};
 
 /// A produce request waiting for its data to be durable.
 pub struct PendingProduce {
@@ -256,6 +256,7 @@ fn append_partition(
         timestamp_before_max_ms,
         timestamp_after_max_ms,
         compact: compacted,
+        compression,
     } = topic.append;
     let rules = RecordRules {
         bounds: (!log_append_time).then(|| TimestampBounds {
@@ -282,27 +283,27 @@ fn append_partition(
         let m = "Produce requests with version 3 and above carry exactly one record batch";
         return Err(refused(ResponseError::InvalidRecord, Some(m.into())));
     }
-    // The records' max timestamp (`check_records`).
-    let mut records_max_ms = batch::NO_TIMESTAMP;
-    for (header, bytes) in &batches {
-        if header.is_control() {
-            return Err(refused(
-                ResponseError::InvalidRecord,
-                Some("clients may not write control batches".into()),
-            ));
-        }
-        if bytes.len() > segment_bytes {
-            return Err(refused(ResponseError::RecordListTooLarge, None));
-        }
-        if bytes.len() > message_bytes_max {
-            return Err(refused(ResponseError::MessageTooLarge, None));
-        }
-        records_max_ms = check_records(header, bytes, &rules)?;
-    }
     let (mut header, mut bytes) = batches.into_iter().next().expect("exactly one batch");
-    // Stored as Kafka stores it: CreateTime, with the records' own max
-    // timestamp (`batch::with_create_time_max`). Producers send exactly
+    if header.is_control() {
+        return Err(refused(
+            ResponseError::InvalidRecord,
+            Some("clients may not write control batches".into()),
+        ));
+    }
+    check_size(bytes.len(), segment_bytes, message_bytes_max)?;
+    let checked = check_records(&header, &bytes, &rules)?;
+    // Stored with the topic's compression.type (`stored_form`), and then
+    // as Kafka stores a produced batch: CreateTime, with the records' own
+    // max timestamp (`batch::with_create_time_max`). Producers send exactly
     // that, so this copies only a batch whose header was wrong.
+    if let Some(rebuilt) = stored_form(&header, &bytes, checked.offsets_in_order, compression)? {
+        // Kafka checks the size again after a rebuild (UnifiedLog.append,
+        // messageSizeMaybeChanged).
+        check_size(rebuilt.len(), segment_bytes, message_bytes_max)?;
+        header = batch::parse_header(&rebuilt).expect("a rebuilt valid batch");
+        bytes = rebuilt;
+    }
+    let records_max_ms = checked.max_timestamp_ms;
     let wrong_max = records_max_ms != header.max_timestamp || header.has_log_append_time();
     if !log_append_time && wrong_max {
         bytes = batch::with_create_time_max(&bytes, records_max_ms);
@@ -356,6 +357,22 @@ fn append_partition(
         log_append_time_ms: appended.log_append_time_ms,
         log_start_offset: appended.log_start_offset,
     })
+}
+
+/// A batch larger than a segment is RECORD_LIST_TOO_LARGE; one larger than
+/// max.message.bytes MESSAGE_TOO_LARGE.
+fn check_size(
+    batch_bytes: usize,
+    segment_bytes: usize,
+    message_bytes_max: usize,
+) -> Result<(), Refusal> {
+    if batch_bytes > segment_bytes {
+        return Err(refused(ResponseError::RecordListTooLarge, None));
+    }
+    if batch_bytes > message_bytes_max {
+        return Err(refused(ResponseError::MessageTooLarge, None));
+    }
+    Ok(())
 }
 
 /// The transaction checks of a produce, as Kafka's partition verification

@@ -19,12 +19,14 @@
 //! error makes the batch INVALID_TIMESTAMP, key errors alone INVALID_RECORD
 //! (processRecordErrors).
 
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::{refused, Refusal};
 use crate::batch::{self, read_varint, read_varlong, BatchHeader};
-use crate::log::clean::codec::DecompressError;
+use crate::log::clean::codec::{self, DecompressError};
 use crate::log::clean::records as decompress;
+use crate::topic_config::StoredCompression;
 
 /// The bounds a CreateTime topic puts on record timestamps.
 pub(super) struct TimestampBounds {
@@ -64,14 +66,22 @@ struct RecordInfo {
     value_bytes: usize,
 }
 
-/// Checks every record of the batch (see the module's doc). Accepted, it
-/// gives the records' max timestamp as Kafka computes it (-1 if none is
-/// above -1), which a CreateTime topic stores the batch with.
+/// What the checks found in an accepted batch.
+pub(super) struct Checked {
+    /// The records' max timestamp as Kafka computes it (-1 if none is above
+    /// -1), which a CreateTime topic stores the batch with.
+    pub max_timestamp_ms: i64,
+    /// Every record's offset (base offset + delta) is its index, as
+    /// LogValidator expects of a compressed batch it keeps in place.
+    pub offsets_in_order: bool,
+}
+
+/// Checks every record of the batch (see the module's doc).
 pub(super) fn check_records(
     header: &BatchHeader,
     bytes: &[u8],
     rules: &RecordRules<'_>,
-) -> Result<i64, Refusal> {
+) -> Result<Checked, Refusal> {
     // Found inside Kafka's log, which then reports its start offset
     // (ReplicaManager.appendToLocalLog), as for every refusal here but
     // MESSAGE_TOO_LARGE (RecordTooLargeException).
@@ -107,12 +117,14 @@ pub(super) fn check_records(
     let mut record_errors = Vec::new();
     let mut timestamp_error = false;
     let mut max_timestamp = batch::NO_TIMESTAMP;
+    let mut offsets_in_order = true;
     // One pass, nothing kept per record: a batch of a thousand records is
     // the common case. A record that does not read refuses the batch at
     // once, whatever errors came before it, as Kafka's iterator throws.
     read_records(header, body, |index, r| {
         max_timestamp = max_timestamp.max(r.timestamp);
         let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
+        offsets_in_order &= offset == index as i64;
         let timestamp = r.timestamp;
         if rules.compacted && r.key_bytes.is_none() {
             let message = format!(
@@ -150,7 +162,10 @@ pub(super) fn check_records(
     })
     .map_err(invalid)?;
     if record_errors.is_empty() {
-        return Ok(max_timestamp);
+        return Ok(Checked {
+            max_timestamp_ms: max_timestamp,
+            offsets_in_order,
+        });
     }
     let (error, message) = if timestamp_error {
         let message = "One or more records have been rejected due to invalid timestamp";
@@ -173,6 +188,38 @@ pub(super) fn check_records(
         record_errors,
         ..refused(error, Some(message)).by_log()
     })
+}
+
+/// The batch as `compression` stores it: `None` when it is stored as sent,
+/// else rebuilt as Kafka's LogValidator rebuilds a batch it cannot keep in
+/// place (validateMessagesAndAssignOffsetsCompressed): when the topic names
+/// a codec other than the batch's, or when a compressed batch's inner
+/// offsets are not 0, 1, 2, … ("some older clients do not implement the V1
+/// internal offsets correctly"). An uncompressed batch on a topic that
+/// keeps it uncompressed stays as sent, as Kafka's uncompressed path
+/// leaves it. Checked by `check_records` before.
+pub(super) fn stored_form(
+    header: &BatchHeader,
+    bytes: &[u8],
+    offsets_in_order: bool,
+    compression: StoredCompression,
+) -> Result<Option<Bytes>, Refusal> {
+    let source = header.compression_code();
+    let (target, level) = match compression {
+        StoredCompression::Producer => (source, codec::default_level(source)),
+        StoredCompression::Codec { code, level } => (code, level),
+    };
+    let in_place = source == target && (source == 0 || offsets_in_order);
+    if in_place {
+        return Ok(None);
+    }
+    let failed = |e: String| refused(ResponseError::UnknownServerError, Some(e));
+    let plain = decompress::decompressed(bytes, header).map_err(|e| failed(e.to_string()))?;
+    let records =
+        decompress::parse_records(&plain, header.records_count).map_err(|e| failed(e.0))?;
+    decompress::recompressed(header, &records, target, level)
+        .map(Some)
+        .map_err(|e| failed(e.0))
 }
 
 /// Reads the batch's records from its (decompressed) records section as

@@ -1,4 +1,6 @@
-//! A batch's records section decompressed, never past a bound.
+//! A batch's records section decompressed, never past a bound; and
+//! compressed again, at a level, when the cleaner or a topic's
+//! compression.type writes a batch anew (`compress`).
 //!
 //! Why not kafka-protocol's `Decompressor`s: they decompress the whole
 //! stream into memory whatever it grows to. A produce request of 132 KiB,
@@ -15,9 +17,10 @@
 //! blocks each prefixed with its length), or a raw snappy block when the
 //! magic is absent, as snappy-java's `SnappyInputStream` falls back.
 
-use std::io::Read;
+use std::io::{Read, Write};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::compression::{Compressor, Snappy};
 
 /// Why a records section could not be decompressed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +64,62 @@ pub fn decompress(codec: u8, compressed: &[u8], limit: usize) -> Result<Bytes, D
             "unknown compression codec {other}"
         ))),
     }
+}
+
+/// The level a codec compresses with when the topic names none: Kafka's
+/// defaults (compression.gzip.level -1, that is zlib's 6;
+/// compression.lz4.level 9; compression.zstd.level 3), which its log
+/// cleaner uses too (`Compression.of(type).build()`).
+pub fn default_level(codec: u8) -> i32 {
+    match codec {
+        3 => 9,
+        4 => 3,
+        _ => -1,
+    }
+}
+
+/// `plain`, a batch's records section, compressed with `codec` at `level`,
+/// framed as Kafka's own compressors frame it (clients/src/main/java/org/
+/// apache/kafka/common/compress/): a GZIP stream; snappy in the xerial
+/// framing (kafka-protocol's compressor, which has no level); an LZ4 frame
+/// of independent blocks; a zstd frame. Codec 0 is `plain` as it is.
+pub fn compress(codec: u8, level: i32, plain: &[u8]) -> Result<Bytes, String> {
+    let io = |e: std::io::Error| format!("compressing: {e}");
+    let out = match codec {
+        0 => return Ok(Bytes::copy_from_slice(plain)),
+        1 => {
+            // -1 and 1..=9, as topic_config checks compression.gzip.level.
+            let level = u32::try_from(level).map_or(flate2::Compression::default(), |l| {
+                flate2::Compression::new(l.min(9))
+            });
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
+            e.write_all(plain).map_err(io)?;
+            e.finish().map_err(io)?
+        }
+        2 => {
+            let mut out = BytesMut::new();
+            Snappy::compress(&mut out, |b: &mut BytesMut| {
+                b.extend_from_slice(plain);
+                Ok(())
+            })
+            .map_err(|e| format!("compressing: {e}"))?;
+            return Ok(out.freeze());
+        }
+        3 => {
+            let mut e = lz4::EncoderBuilder::new()
+                .level(u32::try_from(level).unwrap_or(1))
+                .block_mode(lz4::BlockMode::Independent)
+                .build(Vec::new())
+                .map_err(io)?;
+            e.write_all(plain).map_err(io)?;
+            let (out, done) = e.finish();
+            done.map_err(io)?;
+            out
+        }
+        4 => zstd::bulk::compress(plain, level).map_err(io)?,
+        other => return Err(format!("unknown compression codec {other}")),
+    };
+    Ok(Bytes::from(out))
 }
 
 /// Everything `reader` gives, unless that is more than `limit` bytes.
@@ -158,6 +217,46 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn what_compress_writes_decompresses_at_every_level_kafka_takes() {
+        let plain: Vec<u8> = (0..100_000u32).map(|i| (i % 97) as u8).collect();
+        let levels: [(u8, &[i32]); 5] = [
+            (0, &[-1]),
+            (1, &[-1, 1, 9]),
+            (2, &[-1]),
+            (3, &[1, 9, 17]),
+            (4, &[-131_072, -1, 1, 3, 22]),
+        ];
+        for (codec, levels) in levels {
+            for &level in levels {
+                let packed = compress(codec, level, &plain).unwrap();
+                // zstd's negative levels trade size for speed; the lowest
+                // stores the bytes nearly as they are.
+                if codec != 0 && level >= -1 {
+                    assert!(
+                        packed.len() < plain.len() / 4,
+                        "codec {codec} level {level}"
+                    );
+                }
+                assert_eq!(
+                    decompress(codec, &packed, plain.len()).unwrap(),
+                    plain,
+                    "codec {codec} level {level}"
+                );
+            }
+        }
+        // Kafka's readers look for these frames.
+        assert!(compress(1, -1, &plain).unwrap().starts_with(&[0x1f, 0x8b]));
+        assert!(compress(2, -1, &plain).unwrap().starts_with(XERIAL_MAGIC));
+        assert!(compress(3, 9, &plain)
+            .unwrap()
+            .starts_with(&[0x04, 0x22, 0x4d, 0x18]));
+        assert!(compress(4, 3, &plain)
+            .unwrap()
+            .starts_with(&[0x28, 0xb5, 0x2f, 0xfd]));
+        assert!(compress(5, 3, &plain).is_err());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! The records inside a batch, for the cleaner (and Produce's checks of
-//! every record: `api::produce::check_records`): the rest of the broker
-//! never looks past a batch's header (`crate::batch`). Compacting needs each
+//! The records inside a batch, for the cleaner and for Produce (its checks
+//! of every record, `api::produce::check_records`, and the batches it
+//! stores with the topic's compression.type: `recompressed`); the rest of
+//! the broker never looks past a batch's header (`crate::batch`). Compacting needs each
 //! record's key and whether it has a value, and writing back the records it
 //! keeps as a batch with the same header fields, as Kafka's
 //! `MemoryRecords.filterTo` does (clients/src/main/java/org/apache/kafka/
@@ -15,7 +16,6 @@
 //! when the batch's base timestamp moves to a delete horizon (KIP-534).
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
 use super::codec::{self, DecompressError};
 use crate::batch::{self, read_bytes, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
@@ -134,24 +134,98 @@ pub fn rebuild(
         // Kafka's empty header carries the max timestamp as its base.
         first_timestamp = header.max_timestamp;
     }
+    let fields = Fields {
+        attributes,
+        last_offset_delta: header.last_offset_delta,
+        first_timestamp,
+        max_timestamp,
+        count: kept.len(),
+    };
+    assemble(header, &fields, &records)
+}
+
+/// The batch `header` heads with all of its `records`, written anew as
+/// Kafka's LogValidator.buildRecordsAndAssignOffsets writes a produced
+/// batch it cannot store in place (the topic's compression.type names
+/// another codec, or the records' inner offsets are not 0, 1, 2, …):
+/// compressed with `codec` at `level`; offset deltas 0, 1, 2, …; the base
+/// timestamp the first record's, as MemoryRecordsBuilder sets it, and every
+/// record's own timestamp unchanged (the batch's max timestamp, in a batch
+/// marked LogAppendTime); record attributes 0, as
+/// DefaultRecord.writeTo writes them. The producer id, epoch, base
+/// sequence, transactional bit and timestamp type stay.
+pub fn recompressed(
+    header: &BatchHeader,
+    records: &[Record<'_>],
+    codec: u8,
+    level: i32,
+) -> Result<Bytes, RecordsError> {
+    // A batch marked LogAppendTime gives every record its max timestamp,
+    // as Kafka's record iterator reads it.
+    let timestamp = |r: &Record<'_>| match header.has_log_append_time() {
+        true => header.max_timestamp,
+        false => header.base_timestamp.wrapping_add(r.timestamp_delta),
+    };
+    let base_timestamp = records.first().map_or(header.base_timestamp, timestamp);
+    let mut plain = BytesMut::new();
+    let mut max_timestamp = batch::NO_TIMESTAMP;
+    for (offset_delta, r) in records.iter().enumerate() {
+        max_timestamp = max_timestamp.max(timestamp(r));
+        let mut body = BytesMut::with_capacity(r.rest.len() + 16);
+        body.put_u8(0);
+        put_varlong(&mut body, timestamp(r).wrapping_sub(base_timestamp));
+        put_varlong(&mut body, offset_delta as i64);
+        body.extend_from_slice(r.rest);
+        put_varlong(&mut plain, body.len() as i64);
+        plain.extend_from_slice(&body);
+    }
+    if header.has_log_append_time() || records.is_empty() {
+        max_timestamp = header.max_timestamp;
+    }
+    let packed = codec::compress(codec, level, &plain).map_err(RecordsError)?;
+    const COMPRESSION_BITS: i16 = 0x07;
+    let fields = Fields {
+        attributes: (header.attributes & !COMPRESSION_BITS & !DELETE_HORIZON_BIT)
+            | i16::from(codec),
+        last_offset_delta: i32::try_from(records.len()).unwrap_or(i32::MAX) - 1,
+        first_timestamp: base_timestamp,
+        max_timestamp,
+        count: records.len(),
+    };
+    assemble(header, &fields, &packed)
+}
+
+/// The header fields a rebuilt batch does not take from the old one.
+struct Fields {
+    attributes: i16,
+    last_offset_delta: i32,
+    first_timestamp: i64,
+    max_timestamp: i64,
+    count: usize,
+}
+
+/// A v2 batch: `header`'s base offset, leader epoch and producer fields,
+/// `fields`, and `records` (already compressed), its CRC computed.
+fn assemble(header: &BatchHeader, fields: &Fields, records: &[u8]) -> Result<Bytes, RecordsError> {
+    let too_large = || RecordsError("batch too large".into());
     let batch_length = BATCH_HEADER_BYTES - BATCH_LOG_OVERHEAD_BYTES + records.len();
-    let batch_length =
-        i32::try_from(batch_length).map_err(|_| RecordsError("batch too large".into()))?;
+    let batch_length = i32::try_from(batch_length).map_err(|_| too_large())?;
+    let count = i32::try_from(fields.count).map_err(|_| too_large())?;
     let mut out = BytesMut::with_capacity(BATCH_HEADER_BYTES + records.len());
     out.put_i64(header.base_offset);
     out.put_i32(batch_length);
     out.put_i32(header.partition_leader_epoch);
     out.put_i8(batch::MAGIC_V2);
     out.put_u32(0); // the CRC, set below
-    out.put_i16(attributes);
-    out.put_i32(header.last_offset_delta);
-    out.put_i64(first_timestamp);
-    out.put_i64(max_timestamp);
+    out.put_i16(fields.attributes);
+    out.put_i32(fields.last_offset_delta);
+    out.put_i64(fields.first_timestamp);
+    out.put_i64(fields.max_timestamp);
     out.put_i64(header.producer_id);
     out.put_i16(header.producer_epoch);
     out.put_i32(header.base_sequence);
-    out.put_i32(kept.len() as i32);
-    out.extend_from_slice(&records);
+    out.put_i32(count);
+    out.extend_from_slice(records);
     batch::write_crc(&mut out);
     Ok(out.freeze())
 }
@@ -174,22 +248,10 @@ pub fn placeholder(header: &BatchHeader) -> Result<Bytes, RecordsError> {
     rebuild(&plain, &[], None)
 }
 
+/// The kept records compressed as the batch was, at Kafka's default level
+/// for its codec, as Kafka's cleaner writes them.
 fn compress(codec: u8, records: Bytes) -> Result<Bytes, RecordsError> {
-    let mut out = BytesMut::new();
-    let fill = |b: &mut BytesMut| {
-        b.extend_from_slice(&records);
-        Ok(())
-    };
-    let fail = |e: anyhow::Error| RecordsError(format!("compressing: {e}"));
-    match codec {
-        0 => return Ok(records.clone()),
-        1 => Gzip::compress(&mut out, fill).map_err(fail)?,
-        2 => Snappy::compress(&mut out, fill).map_err(fail)?,
-        3 => Lz4::compress(&mut out, fill).map_err(fail)?,
-        4 => Zstd::compress(&mut out, fill).map_err(fail)?,
-        other => return Err(RecordsError(format!("unknown compression codec {other}"))),
-    }
-    Ok(out.freeze())
+    codec::compress(codec, codec::default_level(codec), &records).map_err(RecordsError)
 }
 
 /// The batch's delete horizon, when its base timestamp is one.
