@@ -66,13 +66,17 @@ pub fn decompress(codec: u8, compressed: &[u8], limit: usize) -> Result<Bytes, D
     }
 }
 
+/// compression.lz4.level's default, which Kafka compresses with lz4-java's
+/// fast compressor rather than the high (HC) one its other levels use.
+const LZ4_DEFAULT_LEVEL: i32 = 9;
+
 /// The level a codec compresses with when the topic names none: Kafka's
 /// defaults (compression.gzip.level -1, that is zlib's 6;
 /// compression.lz4.level 9; compression.zstd.level 3), which its log
 /// cleaner uses too (`Compression.of(type).build()`).
 pub fn default_level(codec: u8) -> i32 {
     match codec {
-        3 => 9,
+        3 => LZ4_DEFAULT_LEVEL,
         4 => 3,
         _ => -1,
     }
@@ -106,8 +110,14 @@ pub fn compress(codec: u8, level: i32, plain: &[u8]) -> Result<Bytes, String> {
             return Ok(out.freeze());
         }
         3 => {
+            // Kafka's Lz4BlockOutputStream: lz4-java's fast compressor at
+            // the default level (9), its high compressor at any other.
+            let level = match level {
+                LZ4_DEFAULT_LEVEL => 0, // liblz4's fast compressor
+                other => u32::try_from(other).unwrap_or(0),
+            };
             let mut e = lz4::EncoderBuilder::new()
-                .level(u32::try_from(level).unwrap_or(1))
+                .level(level)
                 .block_mode(lz4::BlockMode::Independent)
                 .build(Vec::new())
                 .map_err(io)?;
