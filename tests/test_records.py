@@ -5,6 +5,7 @@ import pathlib
 import re
 import subprocess
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
@@ -48,10 +49,12 @@ def test_codec_headers_nulls_roundtrip(broker, codec):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("topic_codec", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])
-def test_topic_compression_type_recompresses(broker, topic_codec):
+def test_topic_compression_type_recompresses(start_broker, topic_codec):
     """A topic's compression.type: batches librdkafka sends uncompressed
-    and with lz4 are stored with the topic's codec (as dump-log shows) and
+    and with lz4 are stored with the topic's codec (as dump-log shows), the
+    recompressing done on the connection tasks (the console's counter), and
     read back by librdkafka exactly as sent."""
+    broker = start_broker(console=True)
     topic = create_topic(broker, unique_topic(f"tcodec-{topic_codec}"), 1,
                          config={"compression.type": topic_codec})
     sent = []
@@ -85,6 +88,18 @@ def test_topic_compression_type_recompresses(broker, topic_codec):
                          capture_output=True, text=True, timeout=30, check=True).stdout
     codecs = set(re.findall(r"compresscodec: (\w+)", out))
     assert codecs == {"none" if topic_codec == "uncompressed" else topic_codec}, out[:2000]
+    # Recompressed on the connection tasks before the core took them: every
+    # batch where the topic's codec is neither of the two sent, else the
+    # batches of the other codec only.
+    batches = len(re.findall(r"^baseOffset:", out, re.M))
+    with urllib.request.urlopen(broker.console_url + "metrics", timeout=10) as r:
+        page = r.read().decode()
+    counted = re.search(r"^doze_produce_batches_recompressed_total (\d+)", page, re.M)
+    assert counted, page[-2000:]
+    if topic_codec in ("uncompressed", "lz4"):
+        assert 0 < int(counted.group(1)) < batches, (counted.group(1), batches)
+    else:
+        assert int(counted.group(1)) == batches, (counted.group(1), batches)
 
 
 @pytest.mark.timeout(120)

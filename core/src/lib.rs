@@ -19,6 +19,7 @@ pub mod log;
 pub mod meta;
 pub mod metrics;
 pub mod producer;
+pub mod recompress;
 pub mod request;
 pub mod security;
 pub mod topic_config;

@@ -11,7 +11,7 @@ use crate::io::{DiskOp, PartitionDir};
 use crate::log::PartitionLog;
 use crate::meta::{self, MetaEntry, TopicRecord};
 use crate::metrics::TopicCounters;
-use crate::topic_config;
+use crate::topic_config::{self, ProducePrep, StoredCompression};
 
 /// Names one partition of one incarnation of a topic: a topic deleted and
 /// created again under the same name has a new id, so a sync point or a
@@ -69,9 +69,15 @@ impl Topic {
 
     /// Puts a stored record in force, with the produce checks read from it
     /// (`append`): where a topic's record changes after `insert`.
-    fn set_record(&mut self, broker: &BrokerConfig, record: TopicRecord) {
+    /// Whether what a driver needs to prepare Produce batches changed
+    /// (`produce_prep`), for a topic that stores a codec before or after.
+    fn set_record(&mut self, broker: &BrokerConfig, record: TopicRecord) -> bool {
+        let before = self.append.produce_prep();
         self.append = append_config(&record, broker);
         self.record = record;
+        let after = self.append.produce_prep();
+        let codec = |p: ProducePrep| p.compression != StoredCompression::Producer;
+        after != before && (codec(before) || codec(after))
     }
 
     /// A new, empty log for partition `p`, with the topic's roll limits.
@@ -101,12 +107,21 @@ pub(crate) struct Topics {
     busy: BTreeSet<String>,
     /// Topic ids made so far (feeds `new_topic_id`).
     ids_made: u64,
+    /// Topics whose compression.type changed from or to something other
+    /// than `producer` (created, altered, deleted: `Producer`), not yet
+    /// told to the driver (`Output::TopicCompression`).
+    compression_changes: Vec<(String, ProducePrep)>,
 }
 
 impl Topics {
     pub fn next_id(&mut self, name: &str, now_ms: i64) -> Uuid {
         self.ids_made += 1;
         new_topic_id(name, now_ms, self.ids_made)
+    }
+
+    /// The compression.type changes the driver has not been told of.
+    pub fn take_compression_changes(&mut self) -> Vec<(String, ProducePrep)> {
+        std::mem::take(&mut self.compression_changes)
     }
 
     pub fn mark_busy(&mut self, name: &str) {
@@ -194,6 +209,10 @@ impl Topics {
             let log = topic.new_log(config, p);
             topic.partitions.push(log);
         }
+        if topic.append.compression != StoredCompression::Producer {
+            let change = (name.to_string(), topic.append.produce_prep());
+            self.compression_changes.push(change);
+        }
         let previous = self.map.insert(name.to_string(), topic);
         assert!(previous.is_none(), "topic {name} inserted twice");
     }
@@ -205,7 +224,8 @@ impl Topics {
             record.partitions >= topic.partitions.len() as i32,
             "partitions never shrink"
         );
-        topic.set_record(config, record);
+        // Growing keeps the configs.
+        let _ = topic.set_record(config, record);
         for p in topic.partitions.len() as i32..topic.record.partitions {
             let log = topic.new_log(config, p);
             topic.partitions.push(log);
@@ -228,7 +248,10 @@ impl Topics {
             topic.record.partitions, record.partitions,
             "a config change keeps the partitions"
         );
-        topic.set_record(config, record);
+        if topic.set_record(config, record) {
+            let change = (name.to_string(), topic.append.produce_prep());
+            self.compression_changes.push(change);
+        }
         let (segment_bytes, segment_ms) = topic.roll_limits(config);
         for log in topic.partitions.iter_mut() {
             log.set_segment_bytes(segment_bytes);
@@ -241,6 +264,13 @@ impl Topics {
         let Some(topic) = self.map.remove(name) else {
             return Vec::new();
         };
+        if topic.append.compression != StoredCompression::Producer {
+            let gone = ProducePrep {
+                compression: StoredCompression::Producer,
+                ..topic.append.produce_prep()
+            };
+            self.compression_changes.push((name.to_string(), gone));
+        }
         topic
             .partitions
             .iter()

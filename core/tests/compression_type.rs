@@ -270,3 +270,64 @@ fn the_broker_default_applies_where_the_topic_sets_none() {
         .set("compression.type", "brotli")
         .is_err());
 }
+
+/// The driver is told which topics store a codec, so that it can
+/// recompress their batches beside the core: when one is created, its
+/// setting changes, it is deleted, and when the broker starts again.
+#[test]
+fn the_driver_is_offered_each_topics_codec_as_it_changes() {
+    use doze_core::topic_config::StoredCompression::Codec;
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    use kafka_protocol::messages::{
+        DeleteTopicsRequest, IncrementalAlterConfigsRequest, ResponseKind,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let s = |v: &str| StrBytes::from_string(v.to_string());
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "plain", 1);
+    assert_eq!(
+        create_with(&mut w, "z", &[("compression.type", "zstd")]).0,
+        0
+    );
+    let zstd = Codec { code: 4, level: 3 };
+    assert_eq!(w.topic_codecs, [("z".to_string(), zstd)].into());
+    // Set on the other topic, and the level of the first.
+    let set = |topic: &str, key: &str, value: &str| {
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s(topic))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(s(key))
+                .with_config_operation(0)
+                .with_value(Some(s(value)))])
+    };
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        set("plain", "compression.type", "gzip"),
+        set("z", "compression.zstd.level", "9"),
+    ]);
+    w.send(5, 1, &req);
+    match w.recv(5) {
+        Some((_, ResponseKind::IncrementalAlterConfigs(r))) => {
+            assert!(r.responses.iter().all(|a| a.error_code == 0), "{r:?}")
+        }
+        other => panic!("expected an IncrementalAlterConfigs answer, got {other:?}"),
+    }
+    let gzip = Codec { code: 1, level: -1 };
+    let zstd9 = Codec { code: 4, level: 9 };
+    let expected = [("plain".to_string(), gzip), ("z".to_string(), zstd9)].into();
+    assert_eq!(w.topic_codecs, expected);
+    w.stop_and_restart();
+    assert_eq!(w.topic_codecs, expected, "told again at start-up");
+    let req = DeleteTopicsRequest::default()
+        .with_topics(vec![DeleteTopicState::default().with_name(Some(name("z")))])
+        .with_timeout_ms(30_000);
+    w.send(9, 6, &req);
+    match w.recv(9) {
+        Some((_, ResponseKind::DeleteTopics(r))) => assert_eq!(r.responses[0].error_code, 0),
+        other => panic!("expected a DeleteTopics answer, got {other:?}"),
+    }
+    assert_eq!(w.topic_codecs, [("plain".to_string(), gzip)].into());
+}

@@ -58,6 +58,7 @@ use tracing::{debug, warn};
 use crate::console::metrics::{NetMetrics, OpenConnection};
 #[cfg(not(madsim))]
 use crate::filereader::SpliceError;
+use crate::produce_prep::{prepare, TopicCodecs};
 use crate::server::Event;
 use crate::storage::{recycle_chunk, Backlog, Frame, FrameFuture, FrameReadError, ReadyFrame};
 
@@ -238,6 +239,9 @@ pub struct Shared {
     pub backlog: Arc<Backlog>,
     /// Where the writers record request latency.
     pub metrics: Arc<NetMetrics>,
+    /// The topics whose Produce batches the reader recompresses before
+    /// handing a frame in (`produce_prep`).
+    pub codecs: Arc<TopicCodecs>,
 }
 
 /// Registers the connection with the broker task (which `listener` it came
@@ -255,6 +259,7 @@ pub async fn start<S: Socket>(
         events,
         backlog,
         metrics,
+        codecs,
     } = shared;
     let (read_half, write_half) = stream.split();
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
@@ -286,7 +291,7 @@ pub async fn start<S: Socket>(
         Writer {
             conn,
             events: events.clone(),
-            metrics,
+            metrics: Arc::clone(&metrics),
         },
         write_half,
         queued,
@@ -299,6 +304,8 @@ pub async fn start<S: Socket>(
             peer,
             events,
             backlog,
+            codecs,
+            metrics,
         },
         read_half,
         reader_stopped,
@@ -314,6 +321,8 @@ struct Reader {
     events: mpsc::Sender<Event>,
     /// Bytes queued and not yet taken or written: no reading while too many.
     backlog: Arc<Backlog>,
+    codecs: Arc<TopicCodecs>,
+    metrics: Arc<NetMetrics>,
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
@@ -328,6 +337,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
         peer,
         events,
         backlog,
+        codecs,
+        metrics,
     } = reader;
     let mut socket = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
     loop {
@@ -345,8 +356,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
         };
         match frame {
-            Ok(Some(frame)) => {
+            Ok(Some(mut frame)) => {
                 let read_at = Instant::now();
+                if codecs.wants(&frame) {
+                    // On the blocking pool, awaited: this connection's next
+                    // request is read only after this one is handed in.
+                    let codecs = Arc::clone(&codecs);
+                    let original = frame.clone();
+                    let prepared =
+                        tokio::task::spawn_blocking(move || prepare(&original, &codecs)).await;
+                    if let Ok(Some((prepared, batches))) = prepared {
+                        metrics.batches_recompressed(batches);
+                        frame = prepared;
+                    }
+                }
                 backlog.add(frame.len());
                 let frame = Event::Frame {
                     conn,

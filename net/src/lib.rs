@@ -25,6 +25,7 @@ pub mod filereader;
 pub mod metadb;
 pub mod metajournal;
 pub mod metastore;
+pub mod produce_prep;
 pub mod server;
 #[cfg(madsim)]
 pub mod simstore;

@@ -52,6 +52,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::produce_prep::TopicCodecs;
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use doze_core::security::{Listener, SecurityProtocol};
@@ -210,12 +211,14 @@ pub async fn serve<S: Storage>(
     // and its repairs are queued before any append.
     // What the console shows of the settings (the core keeps its own).
     let settings_seen = settings.clone();
+    let codecs = Arc::new(TopicCodecs::default());
     let mut driver = Driver {
         broker: Broker::new(settings),
         conns: FxHashMap::default(),
         storage,
         backlog: Arc::clone(&backlog),
         metrics: Arc::clone(&metrics),
+        codecs: Arc::clone(&codecs),
         stopping: false,
         stopped: false,
     };
@@ -230,6 +233,7 @@ pub async fn serve<S: Storage>(
             events: event_tx.clone(),
             backlog,
             metrics: Arc::clone(&metrics),
+            codecs,
         },
         slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
         next_conn: Arc::new(AtomicU64::new(1)),
@@ -496,6 +500,8 @@ struct Driver<Q> {
     backlog: Arc<Backlog>,
     /// Where the time spent on each input is counted (`core_busy`).
     metrics: Arc<NetMetrics>,
+    /// What the core said of topics' compression.type, for the readers.
+    codecs: Arc<TopicCodecs>,
     /// `Input::Shutdown` was sent: no more frames go to the core.
     stopping: bool,
     /// The core answered `Output::Stopped`.
@@ -655,6 +661,7 @@ impl<Q: StorageQueue> Driver<Q> {
                     .map_err(|e| anyhow!(e.0))?,
                 Output::Stopped if self.stopping => self.stopped = true,
                 Output::Stopped => warn!("the broker said Stopped unasked; ignored"),
+                Output::TopicCompression { topic, prep } => self.codecs.set(topic, prep),
             }
         }
         if !disk_ops.is_empty() {

@@ -278,6 +278,10 @@ impl Broker {
             Input::Tick => {}
         }
         self.handle_timers();
+        for (topic, prep) in self.topics.take_compression_changes() {
+            let offer = Output::TopicCompression { topic, prep };
+            self.outputs.push_back(offer);
+        }
         self.check_stopped();
     }
 

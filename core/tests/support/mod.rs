@@ -59,6 +59,9 @@ pub struct World {
     next_correlation: i32,
     /// correlation id -> (api key, version), to decode the answer.
     asked: BTreeMap<(ConnId, i32), (ApiKey, i16)>,
+    /// What `Output::TopicCompression` said, as a driver keeps it: the
+    /// topics whose compression.type is not `producer`.
+    pub topic_codecs: BTreeMap<String, doze_core::topic_config::StoredCompression>,
 }
 
 pub const T0_MS: i64 = 1_700_000_000_000;
@@ -86,6 +89,7 @@ impl World {
             closed: Vec::new(),
             next_correlation: 1,
             asked: BTreeMap::new(),
+            topic_codecs: BTreeMap::new(),
         };
         w.boot();
         w
@@ -105,6 +109,7 @@ impl World {
         self.pending_inputs.clear();
         self.responses.clear();
         self.asked.clear();
+        self.topic_codecs.clear();
         self.broker = Broker::new(self.config.clone());
         self.boot();
     }
@@ -242,6 +247,13 @@ impl World {
             Output::Close { conn } => self.closed.push(conn),
             Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
             Output::Stopped => self.stopped = true,
+            Output::TopicCompression { topic, prep } => {
+                use doze_core::topic_config::StoredCompression::Producer;
+                match prep.compression {
+                    Producer => self.topic_codecs.remove(&topic),
+                    codec => self.topic_codecs.insert(topic, codec),
+                };
+            }
             Output::Disk(op) => match op {
                 DiskOp::Append {
                     dir,

@@ -176,6 +176,9 @@ pub struct NetMetrics {
     /// outputs: one task does all of the core's work, so this over the
     /// wall time is how near the core is to being the bottleneck.
     core_busy_ns: AtomicU64,
+    /// Produce batches recompressed on connection tasks for their topic's
+    /// compression.type (`produce_prep`), which the core then took as they were.
+    batches_recompressed: AtomicU64,
 }
 
 impl Default for NetMetrics {
@@ -200,6 +203,7 @@ impl Default for NetMetrics {
             connections_accepted: AtomicU64::new(0),
             connections_open: AtomicU64::new(0),
             core_busy_ns: AtomicU64::new(0),
+            batches_recompressed: AtomicU64::new(0),
         }
     }
 }
@@ -237,6 +241,12 @@ impl NetMetrics {
     pub fn core_busy(&self, elapsed: Duration) {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.core_busy_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A connection task recompressed `batches` Produce batches.
+    pub fn batches_recompressed(&self, batches: usize) {
+        let n = u64::try_from(batches).unwrap_or(u64::MAX);
+        self.batches_recompressed.fetch_add(n, Ordering::Relaxed);
     }
 
     /// A connection was accepted; it counts as open until the guard drops.
@@ -441,6 +451,14 @@ pub fn render(core: &Snapshot, net: &NetMetrics) -> String {
         &[],
         busy_ns as f64 / NANOS_PER_SECOND,
     );
+    out.family(
+        "doze_produce_batches_recompressed_total",
+        "counter",
+        "Produce batches recompressed for their topic's compression.type on connection tasks, \
+         beside the core.",
+    );
+    let recompressed = net.batches_recompressed.load(Ordering::Relaxed);
+    out.sample("doze_produce_batches_recompressed_total", &[], recompressed);
 
     out.0
 }

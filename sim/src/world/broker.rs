@@ -206,6 +206,9 @@ impl World {
                 );
                 self.process.stopped = true;
             }
+            // An offer of work the simulated driver declines: the core
+            // recompresses what it is handed itself.
+            Output::TopicCompression { .. } => {}
         }
     }
 

@@ -24,7 +24,7 @@ use kafka_protocol::ResponseError;
 
 use super::{refused, Refusal};
 use crate::batch::{self, read_varint, read_varlong, BatchHeader};
-use crate::log::clean::codec::{self, DecompressError};
+use crate::log::clean::codec::DecompressError;
 use crate::log::clean::records as decompress;
 use crate::topic_config::StoredCompression;
 
@@ -190,36 +190,16 @@ pub(super) fn check_records(
     })
 }
 
-/// The batch as `compression` stores it: `None` when it is stored as sent,
-/// else rebuilt as Kafka's LogValidator rebuilds a batch it cannot keep in
-/// place (validateMessagesAndAssignOffsetsCompressed): when the topic names
-/// a codec other than the batch's, or when a compressed batch's inner
-/// offsets are not 0, 1, 2, … ("some older clients do not implement the V1
-/// internal offsets correctly"). An uncompressed batch on a topic that
-/// keeps it uncompressed stays as sent, as Kafka's uncompressed path
-/// leaves it. Checked by `check_records` before.
+/// The batch as the topic's compression.type stores it (`None`: as sent),
+/// `crate::recompress`. A codec that fails is UNKNOWN_SERVER_ERROR.
 pub(super) fn stored_form(
     header: &BatchHeader,
     bytes: &[u8],
     offsets_in_order: bool,
     compression: StoredCompression,
 ) -> Result<Option<Bytes>, Refusal> {
-    let source = header.compression_code();
-    let (target, level) = match compression {
-        StoredCompression::Producer => (source, codec::default_level(source)),
-        StoredCompression::Codec { code, level } => (code, level),
-    };
-    let in_place = source == target && (source == 0 || offsets_in_order);
-    if in_place {
-        return Ok(None);
-    }
-    let failed = |e: String| refused(ResponseError::UnknownServerError, Some(e));
-    let plain = decompress::decompressed(bytes, header).map_err(|e| failed(e.to_string()))?;
-    let records =
-        decompress::parse_records(&plain, header.records_count).map_err(|e| failed(e.0))?;
-    decompress::recompressed(header, &records, target, level)
-        .map(Some)
-        .map_err(|e| failed(e.0))
+    crate::recompress::stored_batch(header, bytes, offsets_in_order, compression)
+        .map_err(|e| refused(ResponseError::UnknownServerError, Some(e)))
 }
 
 /// Reads the batch's records from its (decompressed) records section as

@@ -1,0 +1,221 @@
+//! Produce requests prepared on the connection task: the batches of a
+//! topic whose compression.type names a codec are recompressed here,
+//! beside the core, before the frame is handed in.
+//!
+//! Compressing is the costliest thing a produce can ask (gzip at its default
+//! level takes about 30 ms per MiB here, zstd at level 19 and up several
+//! hundred), and the core is one thread that every client waits on. Kafka
+//! does it on its request handler threads; doze does it on the blocking
+//! pool, one request of a connection at a time so its requests keep their
+//! order. The core still checks every record and stores correctly whatever
+//! it is handed (`doze_core::recompress`): what is done here only saves it
+//! the work. The core says which topics want it (`Output::TopicCompression`).
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use bytes::{Bytes, BytesMut};
+use doze_core::recompress;
+use doze_core::topic_config::{ProducePrep, StoredCompression};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+/// The topics whose compression.type is not `producer`, as the core last
+/// said (`Output::TopicCompression`).
+#[derive(Default)]
+pub struct TopicCodecs(RwLock<HashMap<String, ProducePrep>>);
+
+impl TopicCodecs {
+    pub fn set(&self, topic: String, prep: ProducePrep) {
+        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        match prep.compression {
+            StoredCompression::Producer => map.remove(&topic),
+            _ => map.insert(topic, prep),
+        };
+    }
+
+    fn get(&self, topic: &str) -> Option<ProducePrep> {
+        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        map.get(topic).copied()
+    }
+
+    /// Whether `frame` is a Produce request that may have batches to
+    /// prepare: cheap, for every frame.
+    pub fn wants(&self, frame: &[u8]) -> bool {
+        frame.get(..2) == Some(&(ApiKey::Produce as i16).to_be_bytes()[..])
+            && !self.0.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+}
+
+/// `frame` (a request without its size prefix) with the batches of its
+/// topics that store another codec recompressed, and how many were; `None`
+/// to hand it in as it came: not a Produce request the core serves,
+/// nothing to recompress, or not decodable (the core answers that).
+pub fn prepare(frame: &Bytes, codecs: &TopicCodecs) -> Option<(Bytes, usize)> {
+    let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
+    if !doze_core::versions::is_supported(ApiKey::Produce, version) {
+        return None;
+    }
+    let header_version = ApiKey::Produce.request_header_version(version);
+    // kafka-protocol's decoders can panic on hostile input; the core
+    // guards the same call the same way.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut buf = frame.clone();
+        let header = RequestHeader::decode(&mut buf, header_version).ok()?;
+        let request = ProduceRequest::decode(&mut buf, version).ok()?;
+        Some((header, request))
+    }));
+    let (header, mut request) = decoded.ok()??;
+    let mut recompressed = 0;
+    for topic in &mut request.topic_data {
+        let Some(prep) = codecs.get(&topic.name.0) else {
+            continue;
+        };
+        for part in &mut topic.partition_data {
+            let Some(records) = &part.records else {
+                continue;
+            };
+            if let Some(prepared) = recompress::prepared_batch(records, prep) {
+                part.records = Some(prepared);
+                recompressed += 1;
+            }
+        }
+    }
+    if recompressed == 0 {
+        return None;
+    }
+    let mut out = BytesMut::with_capacity(frame.len());
+    header.encode(&mut out, header_version).ok()?;
+    request.encode(&mut out, version).ok()?;
+    Some((out.freeze(), recompressed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    fn batch(values: &[&str]) -> Bytes {
+        let records: Vec<Record> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // The encoder keeps records in one batch while offset -
+                // sequence stays constant; the batch's base sequence is -1.
+                sequence: i as i32 - 1,
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(Bytes::from(v.to_string())),
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        buf.freeze()
+    }
+
+    fn frame(version: i16, topics: &[&str]) -> Bytes {
+        let header = RequestHeader::default()
+            .with_request_api_key(ApiKey::Produce as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(7)
+            .with_client_id(Some(StrBytes::from_static_str("prep-test")));
+        let data = topics
+            .iter()
+            .map(|t| {
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                    .with_partition_data(vec![PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(batch(&["a", "bb", "ccc"])))])
+            })
+            .collect();
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(1000)
+            .with_topic_data(data);
+        let mut out = BytesMut::new();
+        header
+            .encode(&mut out, ApiKey::Produce.request_header_version(version))
+            .unwrap();
+        request.encode(&mut out, version).unwrap();
+        out.freeze()
+    }
+
+    fn codecs_of(prepared: &Bytes, version: i16) -> Vec<(String, u8)> {
+        let mut buf = prepared.clone();
+        let header =
+            RequestHeader::decode(&mut buf, ApiKey::Produce.request_header_version(version))
+                .unwrap();
+        assert_eq!(
+            (header.correlation_id, header.request_api_version),
+            (7, version)
+        );
+        let request = ProduceRequest::decode(&mut buf, version).unwrap();
+        assert_eq!((request.acks, request.timeout_ms), (-1, 1000));
+        request
+            .topic_data
+            .iter()
+            .map(|t| {
+                let records = t.partition_data[0].records.as_ref().unwrap();
+                let h = doze_core::batch::check_batch(records).unwrap();
+                assert_eq!(h.records_count, 3);
+                (t.name.0.to_string(), h.compression_code())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_the_named_topics_batches_are_recompressed_and_the_rest_is_kept() {
+        let codecs = TopicCodecs::default();
+        let f = frame(9, &["plain", "zipped"]);
+        assert!(!codecs.wants(&f), "no topic wants it yet");
+        let prep = |compression| ProducePrep {
+            compression,
+            batch_bytes_max: 1 << 20,
+        };
+        codecs.set(
+            "zipped".into(),
+            prep(StoredCompression::Codec { code: 1, level: -1 }),
+        );
+        assert!(codecs.wants(&f));
+        for version in [3, 7, 9] {
+            let f = frame(version, &["plain", "zipped"]);
+            let (prepared, n) = prepare(&f, &codecs).expect("one batch to recompress");
+            assert_eq!(n, 1);
+            assert_eq!(
+                codecs_of(&prepared, version),
+                [("plain".to_string(), 0), ("zipped".to_string(), 1)]
+            );
+            // Prepared once, nothing is left to do.
+            assert_eq!(prepare(&prepared, &codecs), None);
+        }
+        assert_eq!(prepare(&frame(9, &["plain"]), &codecs), None);
+        // Unserved versions, garbage and other keys are handed in as they came.
+        let mut v2 = frame(9, &["zipped"]).to_vec();
+        v2[2..4].copy_from_slice(&2i16.to_be_bytes());
+        assert_eq!(prepare(&Bytes::from(v2), &codecs), None);
+        let f = frame(9, &["zipped"]);
+        assert_eq!(prepare(&f.slice(..f.len() - 5), &codecs), None);
+        assert!(!codecs.wants(&[0, 1, 0, 12]));
+        codecs.set("zipped".into(), prep(StoredCompression::Producer));
+        assert!(!codecs.wants(&f));
+    }
+}
