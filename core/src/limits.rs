@@ -128,6 +128,11 @@ pub const RESPONSE_SPLICE_BYTES_MIN: u64 = 64 * 1024;
 /// 128 KiB, one hint for a partition's 16 MiB read 128 KiB to 1.25 MiB of
 /// it. 128 KiB is the smallest window a disk is given by default.
 pub const READ_HINT_BYTES: u64 = 128 * 1024;
+/// Produce requests recompressed at once on the driver's blocking pool
+/// (`Output::TopicCompression`), at most; fewer on a machine with fewer
+/// cores than this and one (net leaves a core to the core task). Kafka's
+/// num.io.threads is 8.
+pub const RECOMPRESS_TASKS_MAX: usize = 8;
 /// Chunks of one response read ahead of the socket: the disk reads overlap
 /// the writes, and a response holds at most this many chunks in memory.
 pub const RESPONSE_CHUNKS_AHEAD: usize = 4;

@@ -58,7 +58,7 @@ use tracing::{debug, warn};
 use crate::console::metrics::{NetMetrics, OpenConnection};
 #[cfg(not(madsim))]
 use crate::filereader::SpliceError;
-use crate::produce_prep::{prepare, TopicCodecs};
+use crate::produce_prep::{prepare_off_core, TopicCodecs};
 use crate::server::Event;
 use crate::storage::{recycle_chunk, Backlog, Frame, FrameFuture, FrameReadError, ReadyFrame};
 
@@ -359,13 +359,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Ok(Some(mut frame)) => {
                 let read_at = Instant::now();
                 if codecs.wants(&frame) {
-                    // On the blocking pool, awaited: this connection's next
-                    // request is read only after this one is handed in.
-                    let codecs = Arc::clone(&codecs);
-                    let original = frame.clone();
-                    let prepared =
-                        tokio::task::spawn_blocking(move || prepare(&original, &codecs)).await;
-                    if let Ok(Some((prepared, batches))) = prepared {
+                    let prepared = prepare_off_core(frame.clone(), Arc::clone(&codecs)).await;
+                    if let Some((prepared, batches)) = prepared {
                         metrics.batches_recompressed(batches);
                         frame = prepared;
                     }

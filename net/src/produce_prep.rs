@@ -12,22 +12,39 @@
 //! the work. The core says which topics want it (`Output::TopicCompression`).
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use bytes::{Bytes, BytesMut};
-use doze_core::recompress;
 use doze_core::topic_config::{ProducePrep, StoredCompression};
+use doze_core::{batch, limits, recompress};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 /// The topics whose compression.type is not `producer`, as the core last
-/// said (`Output::TopicCompression`).
-#[derive(Default)]
-pub struct TopicCodecs(RwLock<HashMap<String, ProducePrep>>);
+/// said (`Output::TopicCompression`), and the permits of the blocking
+/// tasks that recompress (`limits::RECOMPRESS_TASKS_MAX`, one fewer than
+/// the cores: the core task keeps one).
+pub struct TopicCodecs {
+    topics: RwLock<HashMap<String, ProducePrep>>,
+    tasks: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for TopicCodecs {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let tasks = cores
+            .saturating_sub(1)
+            .clamp(1, limits::RECOMPRESS_TASKS_MAX);
+        Self {
+            topics: RwLock::default(),
+            tasks: Arc::new(tokio::sync::Semaphore::new(tasks)),
+        }
+    }
+}
 
 impl TopicCodecs {
     pub fn set(&self, topic: String, prep: ProducePrep) {
-        let mut map = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.topics.write().unwrap_or_else(|e| e.into_inner());
         match prep.compression {
             StoredCompression::Producer => map.remove(&topic),
             _ => map.insert(topic, prep),
@@ -35,7 +52,7 @@ impl TopicCodecs {
     }
 
     fn get(&self, topic: &str) -> Option<ProducePrep> {
-        let map = self.0.read().unwrap_or_else(|e| e.into_inner());
+        let map = self.topics.read().unwrap_or_else(|e| e.into_inner());
         map.get(topic).copied()
     }
 
@@ -43,8 +60,29 @@ impl TopicCodecs {
     /// prepare: cheap, for every frame.
     pub fn wants(&self, frame: &[u8]) -> bool {
         frame.get(..2) == Some(&(ApiKey::Produce as i16).to_be_bytes()[..])
-            && !self.0.read().unwrap_or_else(|e| e.into_inner()).is_empty()
+            && !self
+                .topics
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_empty()
     }
+}
+
+/// `prepare`, its compressing on the blocking pool once a task permit is
+/// free (inline under the simulator, which has no blocking pool). A request
+/// with nothing to recompress is decoded here and waits for no permit. The
+/// connection awaits it: its next request is read only after this one is
+/// handed in.
+pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Option<(Bytes, usize)> {
+    let plan = plan(&frame, &codecs)?;
+    let _permit = Arc::clone(&codecs.tasks).acquire_owned().await.ok()?;
+    #[cfg(not(madsim))]
+    return tokio::task::spawn_blocking(move || plan.run())
+        .await
+        .ok()
+        .flatten();
+    #[cfg(madsim)]
+    return plan.run();
 }
 
 /// `frame` (a request without its size prefix) with the batches of its
@@ -52,6 +90,22 @@ impl TopicCodecs {
 /// to hand it in as it came: not a Produce request the core serves,
 /// nothing to recompress, or not decodable (the core answers that).
 pub fn prepare(frame: &Bytes, codecs: &TopicCodecs) -> Option<(Bytes, usize)> {
+    plan(frame, codecs)?.run()
+}
+
+/// A Produce request decoded, with the batches that look to need
+/// recompressing (by their header's codec; `run` checks them whole).
+struct Plan {
+    header: RequestHeader,
+    header_version: i16,
+    version: i16,
+    request: ProduceRequest,
+    /// (topic index, partition index, what the topic stores)
+    batches: Vec<(usize, usize, ProducePrep)>,
+    frame_bytes: usize,
+}
+
+fn plan(frame: &Bytes, codecs: &TopicCodecs) -> Option<Plan> {
     let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
     if !doze_core::versions::is_supported(ApiKey::Produce, version) {
         return None;
@@ -65,13 +119,42 @@ pub fn prepare(frame: &Bytes, codecs: &TopicCodecs) -> Option<(Bytes, usize)> {
         let request = ProduceRequest::decode(&mut buf, version).ok()?;
         Some((header, request))
     }));
-    let (header, mut request) = decoded.ok()??;
-    let mut recompressed = 0;
-    for topic in &mut request.topic_data {
+    let (header, request) = decoded.ok()??;
+    let mut batches = Vec::new();
+    for (ti, topic) in request.topic_data.iter().enumerate() {
         let Some(prep) = codecs.get(&topic.name.0) else {
             continue;
         };
-        for part in &mut topic.partition_data {
+        let StoredCompression::Codec { code, .. } = prep.compression else {
+            continue;
+        };
+        for (pi, part) in topic.partition_data.iter().enumerate() {
+            let header = part.records.as_deref().map(batch::parse_header);
+            if matches!(header, Some(Ok(h)) if h.compression_code() != code) {
+                batches.push((ti, pi, prep));
+            }
+        }
+    }
+    if batches.is_empty() {
+        return None;
+    }
+    Some(Plan {
+        header,
+        header_version,
+        version,
+        request,
+        batches,
+        frame_bytes: frame.len(),
+    })
+}
+
+impl Plan {
+    /// The request re-encoded with its batches recompressed, and how many
+    /// were; `None` if none was.
+    fn run(mut self) -> Option<(Bytes, usize)> {
+        let mut recompressed = 0;
+        for (ti, pi, prep) in self.batches {
+            let part = &mut self.request.topic_data[ti].partition_data[pi];
             let Some(records) = &part.records else {
                 continue;
             };
@@ -80,14 +163,14 @@ pub fn prepare(frame: &Bytes, codecs: &TopicCodecs) -> Option<(Bytes, usize)> {
                 recompressed += 1;
             }
         }
+        if recompressed == 0 {
+            return None;
+        }
+        let mut out = BytesMut::with_capacity(self.frame_bytes);
+        self.header.encode(&mut out, self.header_version).ok()?;
+        self.request.encode(&mut out, self.version).ok()?;
+        Some((out.freeze(), recompressed))
     }
-    if recompressed == 0 {
-        return None;
-    }
-    let mut out = BytesMut::with_capacity(frame.len());
-    header.encode(&mut out, header_version).ok()?;
-    request.encode(&mut out, version).ok()?;
-    Some((out.freeze(), recompressed))
 }
 
 #[cfg(test)]
