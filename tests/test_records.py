@@ -14,6 +14,23 @@ from wireutil import (DeliveryLog, consumer, create_topic, produce_all, producer
                       topic_partitions, unique_topic, wait_for_partitions, watermarks)
 
 
+def read_from_start(broker, topic, count, timeout_s=60):
+    """Up to `count` messages of partition 0 from its start, read within
+    `timeout_s` with librdkafka; an error message fails the test."""
+    c = consumer(broker)
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + timeout_s
+        while len(got) < count and time.monotonic() < deadline:
+            for m in c.consume(500, timeout=0.5):
+                assert not m.error(), m.error()
+                got.append(m)
+        return got
+    finally:
+        c.close()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_codec_headers_nulls_roundtrip(broker, codec):
@@ -30,17 +47,7 @@ def test_codec_headers_nulls_roundtrip(broker, codec):
     assert p.flush(30) == 0
     assert not dr.errors, dr.errors[:3]
 
-    c = consumer(broker)
-    try:
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        got = []
-        deadline = time.monotonic() + 60
-        while len(got) < len(sent) and time.monotonic() < deadline:
-            for m in c.consume(500, timeout=0.5):
-                assert not m.error(), m.error()
-                got.append((m.key(), m.value(), m.headers()))
-    finally:
-        c.close()
+    got = [(m.key(), m.value(), m.headers()) for m in read_from_start(broker, topic, len(sent))]
     assert len(got) == len(sent)
     for i, ((k, v, h), (gk, gv, gh)) in enumerate(zip(sent, got)):
         assert (gk, gv) == (k, v), f"record {i}: key/value differ"
@@ -69,17 +76,8 @@ def test_topic_compression_type_recompresses(start_broker, topic_codec):
             sent.append((key, value, headers))
         assert p.flush(30) == 0
         assert not dr.errors, dr.errors[:3]
-    c = consumer(broker)
-    try:
-        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-        got = []
-        deadline = time.monotonic() + 60
-        while len(got) < len(sent) and time.monotonic() < deadline:
-            for m in c.consume(500, timeout=0.5):
-                assert not m.error(), m.error()
-                got.append((m.offset(), m.key(), m.value(), m.headers()))
-    finally:
-        c.close()
+    got = [(m.offset(), m.key(), m.value(), m.headers())
+           for m in read_from_start(broker, topic, len(sent))]
     assert [o for o, *_ in got] == list(range(len(sent)))
     assert [(k, v, h or None) for _, k, v, h in got] == [(k, v, h) for k, v, h in sent]
     # Every stored batch carries the topic's codec.

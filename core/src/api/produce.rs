@@ -2,8 +2,11 @@
 //!
 //! Each partition's records are split into RecordBatch v2 batches, checked
 //! (magic, lengths, CRC-32C, size against max.message.bytes and the segment
-//! size) and appended as the client sent them, compression and all, with the
-//! base offset rewritten by the broker. acks=1 and acks=-1 are both answered
+//! size) and appended as the client sent them, with the base offset
+//! rewritten by the broker; recompressed first where the topic's
+//! compression.type names another codec or a compressed batch's inner
+//! offsets are wrong (`crate::recompress`, as Kafka's LogValidator; net
+//! mostly does that work before the request reaches the core). acks=1 and acks=-1 are both answered
 //! only once the data is fsynced: with one node and no replicas, "on disk" is
 //! the promise. acks=0 gets no response at all, as in Kafka.
 //!
