@@ -235,6 +235,9 @@ fn seeds(k: &Known) -> Vec<RequestKind> {
                         CreatableTopicConfig::default()
                             .with_name(s("cleanup.policy"))
                             .with_value(Some(s("compact,delete"))),
+                        CreatableTopicConfig::default()
+                            .with_name(s("compression.type"))
+                            .with_value(Some(s("gzip"))),
                     ])]),
         ),
         RequestKind::DeleteTopics(
@@ -820,7 +823,10 @@ fn still_serves(w: &mut World, conn: u64, seed: u64, round: usize) {
 fn setup() -> (World, Known) {
     let mut w = World::new(BrokerConfig::default());
     create_topic(&mut w, "a", 3);
-    create_topic(&mut w, "b", 1);
+    // The topic that recompresses what it is sent (the idempotent
+    // producer's batches land here).
+    let (err, _) = create_with(&mut w, "b", &[("compression.type", "zstd")]);
+    assert_eq!(err, 0);
     let (err, _) = create_with(&mut w, "c", &[("cleanup.policy", "compact")]);
     assert_eq!(err, 0);
     for p in 0..3 {
