@@ -2,10 +2,9 @@
 //!
 //! The broker stores batches as clients sent them (re-encoded only where a
 //! topic's compression.type names another codec, or a compressed batch's
-//! inner offsets are wrong: `api::produce::records::stored_form`), so
-//! besides Produce's check of every record all it needs is the 61-byte
-//! header: it
-//! reads it to index the log, and it patches header fields in place of a
+//! inner offsets are wrong: `crate::recompress`), so besides Produce's
+//! check of every record all it needs is the 61-byte header: it reads it
+//! to index the log, and it patches header fields in place of a
 //! copy: the base offset (which the CRC does not cover, so the CRC stays
 //! valid) and, for `message.timestamp.type=LogAppendTime` or a header whose
 //! max timestamp is not its records', the max timestamp and the
@@ -65,7 +64,8 @@ const RECORDS_COUNT_AT: usize = 57;
 /// The smallest batchLength a v2 batch can have: a header with no records.
 const BATCH_LENGTH_MIN: i32 = (BATCH_HEADER_BYTES - BATCH_LOG_OVERHEAD_BYTES) as i32;
 
-const COMPRESSION_MASK: i16 = 0x07;
+/// The attribute bits holding the compression codec (0 none … 4 zstd).
+pub const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 const TRANSACTIONAL_BIT: i16 = 0x10;
 const CONTROL_BIT: i16 = 0x20;

@@ -423,8 +423,9 @@ pub enum Output {
     /// The codec `topic`'s batches are stored with (its compression.type)
     /// and the largest batch it takes, given for every topic whose setting
     /// is not `producer` and again whenever either changes (`Producer` once
-    /// the topic is gone or set back). Only an offer of work: a driver may recompress the batches
-    /// of a Produce request for such a topic on its connection task
+    /// the topic is gone or set back). Only an offer of work: a driver may
+    /// recompress the batches of a Produce request for such a topic on its
+    /// connection task
     /// (`recompress::prepared_batch`) before handing the frame in, so the
     /// compressing runs beside the core; the core stores correctly whatever
     /// it is handed (a driver may ignore this output).

@@ -963,17 +963,6 @@ pub struct AppendConfig {
     pub compression: StoredCompression,
 }
 
-impl AppendConfig {
-    /// What a driver needs to recompress this topic's batches before the
-    /// core sees them (`Output::TopicCompression`).
-    pub fn produce_prep(&self) -> ProducePrep {
-        ProducePrep {
-            compression: self.compression,
-            batch_bytes_max: self.message_bytes_max.min(self.segment_bytes),
-        }
-    }
-}
-
 /// A topic's compression.type, and the largest batch it takes as sent
 /// (max.message.bytes, segment.bytes): Kafka refuses a larger one before it
 /// would recompress it, so a driver leaves such a batch for the core.
@@ -1026,6 +1015,15 @@ impl AppendConfig {
                 },
                 _ => StoredCompression::Producer,
             },
+        }
+    }
+
+    /// What a driver needs to recompress this topic's batches before the
+    /// core sees them (`Output::TopicCompression`).
+    pub fn produce_prep(&self) -> ProducePrep {
+        ProducePrep {
+            compression: self.compression,
+            batch_bytes_max: self.message_bytes_max.min(self.segment_bytes),
         }
     }
 }

@@ -68,8 +68,8 @@ impl Topic {
     }
 
     /// Puts a stored record in force, with the produce checks read from it
-    /// (`append`): where a topic's record changes after `insert`.
-    /// Whether what a driver needs to prepare Produce batches changed
+    /// (`append`): where a topic's record changes after `insert`. Returns
+    /// whether what a driver needs to prepare Produce batches changed
     /// (`produce_prep`), for a topic that stores a codec before or after.
     fn set_record(&mut self, broker: &BrokerConfig, record: TopicRecord) -> bool {
         let before = self.append.produce_prep();

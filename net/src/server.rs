@@ -52,7 +52,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::produce_prep::TopicCodecs;
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
 use doze_core::security::{Listener, SecurityProtocol};
@@ -72,6 +71,7 @@ use crate::config::HostPort;
 use crate::conn::{self, ConnHandle, Reply, RequestTiming, Response};
 use crate::console::metrics::NetMetrics;
 use crate::metadb::MetaWrite;
+use crate::produce_prep::TopicCodecs;
 use crate::storage::{Backlog, Started, Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.

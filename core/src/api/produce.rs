@@ -6,9 +6,10 @@
 //! rewritten by the broker; recompressed first where the topic's
 //! compression.type names another codec or a compressed batch's inner
 //! offsets are wrong (`crate::recompress`, as Kafka's LogValidator; net
-//! mostly does that work before the request reaches the core). acks=1 and acks=-1 are both answered
-//! only once the data is fsynced: with one node and no replicas, "on disk" is
-//! the promise. acks=0 gets no response at all, as in Kafka.
+//! mostly does that work before the request reaches the core). acks=1 and
+//! acks=-1 are both answered only once the data is fsynced: with one node
+//! and no replicas, "on disk" is the promise. acks=0 gets no response at
+//! all, as in Kafka.
 //!
 //! ACL: WRITE on the transactional id (if a batch is transactional) and on each topic.
 //!

@@ -1,8 +1,8 @@
 //! The records inside a batch, for the cleaner and for Produce (its checks
 //! of every record, `api::produce::check_records`, and the batches it
 //! stores with the topic's compression.type: `recompressed`); the rest of
-//! the broker never looks past a batch's header (`crate::batch`). Compacting needs each
-//! record's key and whether it has a value, and writing back the records it
+//! the broker never looks past a batch's header (`crate::batch`).
+//! Compacting needs each record's key and whether it has a value, and writing back the records it
 //! keeps as a batch with the same header fields, as Kafka's
 //! `MemoryRecords.filterTo` does (clients/src/main/java/org/apache/kafka/
 //! common/record/MemoryRecords.java): same base offset, same last offset
@@ -183,9 +183,8 @@ pub fn recompressed(
         max_timestamp = header.max_timestamp;
     }
     let packed = codec::compress(codec, level, &plain).map_err(RecordsError)?;
-    const COMPRESSION_BITS: i16 = 0x07;
     let fields = Fields {
-        attributes: (header.attributes & !COMPRESSION_BITS & !DELETE_HORIZON_BIT)
+        attributes: (header.attributes & !batch::COMPRESSION_MASK & !DELETE_HORIZON_BIT)
             | i16::from(codec),
         last_offset_delta: i32::try_from(records.len()).unwrap_or(i32::MAX) - 1,
         first_timestamp: base_timestamp,
