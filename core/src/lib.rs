@@ -20,6 +20,7 @@ pub mod meta;
 pub mod metrics;
 pub mod producer;
 pub mod recompress;
+pub mod record;
 pub mod request;
 pub mod security;
 pub mod topic_config;

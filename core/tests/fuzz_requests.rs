@@ -23,7 +23,8 @@
 //! A failure prints the seed, round and frame, and the command that
 //! replays it: `DOZE_FUZZ_SEED=<seed> cargo test -p doze-core --test
 //! fuzz_requests`. `DOZE_FUZZ_SEEDS=<n>` runs n seeds from 1 (default 20,
-//! a few seconds in a debug build); `make fuzz-ci` runs 1,000 in release.
+//! a few seconds in a debug build), or from `DOZE_FUZZ_START`; `make
+//! fuzz-ci` runs 1,000 in release.
 
 mod support;
 
@@ -1093,7 +1094,12 @@ fn mutated_requests_are_answered_or_closed_never_a_panic() {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(20);
-            (1..=n).collect()
+            // DOZE_FUZZ_START: the first seed, for campaigns past CI's.
+            let start: u64 = std::env::var("DOZE_FUZZ_START")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            (start..start.saturating_add(n)).collect()
         }
     };
     let mut tally = Tally::default();

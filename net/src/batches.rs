@@ -14,10 +14,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 use bytes::Bytes;
-use doze_core::batch::{
-    self, read_bytes, read_varint, read_varlong, BatchHeader, BATCH_HEADER_BYTES,
-};
+use doze_core::batch::{self, BatchHeader, BATCH_HEADER_BYTES};
 use doze_core::log::clean::records::records_bytes;
+pub use doze_core::record::Record;
+use doze_core::record::{self, Framing, Malformed};
 
 /// Bytes up to and including the magic byte: fewer than that at the end of a
 /// file cannot be told from garbage (Kafka's `HEADER_SIZE_UP_TO_MAGIC`).
@@ -122,26 +122,37 @@ pub fn records_body(header: &BatchHeader, bytes: &[u8], crc_ok: bool) -> Result<
     records_bytes(bytes, header).map_err(|e| e.0)
 }
 
-/// One record's fields, borrowed from the (decompressed) records bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawRecord<'a> {
-    pub timestamp_delta: i64,
-    pub offset_delta: i32,
-    pub key: Option<&'a [u8]>,
-    pub value: Option<&'a [u8]>,
-    pub header_keys: Vec<&'a [u8]>,
-}
-
 /// The records of a batch (`header.records_count` of them) from its
-/// decompressed `body`: as many as can be read, and why the rest could not.
+/// decompressed `body` (`doze_core::record`): as many as can be read, and
+/// why the rest could not.
 pub fn parse_records<'a>(
     header: &BatchHeader,
     body: &'a [u8],
-) -> (Vec<RawRecord<'a>>, Option<String>) {
+) -> (Vec<Record<'a>>, Option<String>) {
     let mut records = Vec::new();
     let mut at = 0;
     for index in 0..header.records_count.max(0) {
-        match parse_record(body, &mut at) {
+        let read = record::next(body, &mut at)
+            .map_err(|e| match e {
+                Framing::CutOff => "the record's length is cut off".to_owned(),
+                Framing::Invalid { length, .. } if length < 0 => format!("record length {length}"),
+                Framing::Invalid { length, .. } => {
+                    format!("a record of {length} bytes runs past the batch")
+                }
+            })
+            .and_then(|bytes| {
+                record::read(bytes).map_err(|e| match e {
+                    Malformed::EndsIn(field) => {
+                        format!("the record ends inside its {}", field.name())
+                    }
+                    Malformed::NegativeHeaderCount(n) => format!("header count {n}"),
+                    Malformed::NegativeHeaderKey(_) => "a header has a null key".to_owned(),
+                    Malformed::Leftover { length, read } => {
+                        format!("{} bytes left after its headers", length - read)
+                    }
+                })
+            });
+        match read {
             Ok(record) => records.push(record),
             Err(reason) => {
                 let error = format!("record {index} of {}: {reason}", header.records_count);
@@ -150,48 +161,6 @@ pub fn parse_records<'a>(
         }
     }
     (records, None)
-}
-
-/// Record v2: length varint, attributes i8, timestampDelta varlong,
-/// offsetDelta varint, key and value (varint length, -1 null), header
-/// count varint, headers (key, value).
-fn parse_record<'a>(buf: &'a [u8], at: &mut usize) -> Result<RawRecord<'a>, String> {
-    let length = read_varint(buf, at).ok_or("the record's length is cut off")?;
-    let length = usize::try_from(length).map_err(|_| format!("record length {length}"))?;
-    let end = at
-        .checked_add(length)
-        .filter(|end| *end <= buf.len())
-        .ok_or_else(|| format!("a record of {length} bytes runs past the batch"))?;
-    let body = &buf[*at..end];
-    *at = end;
-    let short = |what: &str| format!("the record ends inside its {what}");
-    let mut i = 1; // attributes, unused
-    if body.is_empty() {
-        return Err(short("attributes"));
-    }
-    let timestamp_delta = read_varlong(body, &mut i).ok_or_else(|| short("timestamp"))?;
-    let offset_delta = read_varint(body, &mut i).ok_or_else(|| short("offset delta"))?;
-    let key = read_bytes(body, &mut i).ok_or_else(|| short("key"))?;
-    let value = read_bytes(body, &mut i).ok_or_else(|| short("value"))?;
-    let header_count = read_varint(body, &mut i).ok_or_else(|| short("header count"))?;
-    if header_count < 0 {
-        return Err(format!("header count {header_count}"));
-    }
-    let mut header_keys = Vec::new();
-    for _ in 0..header_count {
-        let key = read_bytes(body, &mut i)
-            .ok_or_else(|| short("headers"))?
-            .ok_or("a header has a null key")?;
-        read_bytes(body, &mut i).ok_or_else(|| short("headers"))?;
-        header_keys.push(key);
-    }
-    Ok(RawRecord {
-        timestamp_delta,
-        offset_delta,
-        key,
-        value,
-        header_keys,
-    })
 }
 
 /// What a control record says: its key is (version i16, type i16); a

@@ -30,7 +30,7 @@ use serde::Serialize;
 use doze_core::batch::{BatchHeader, NO_SEQUENCE};
 use doze_core::log::clean::records::delete_horizon_ms;
 
-use crate::batches::{self, next_batch, Next, RawRecord, ReadAt};
+use crate::batches::{self, next_batch, Next, ReadAt, Record};
 
 /// How the dump is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -396,7 +396,7 @@ fn read_records(
     (dumps, error)
 }
 
-fn record_dump(header: &BatchHeader, record: &RawRecord<'_>, with_data: bool) -> RecordDump {
+fn record_dump(header: &BatchHeader, record: &Record<'_>, with_data: bool) -> RecordDump {
     let timestamp = if header.has_log_append_time() {
         header.max_timestamp
     } else {
@@ -419,8 +419,7 @@ fn record_dump(header: &BatchHeader, record: &RawRecord<'_>, with_data: bool) ->
         value_size: size(record.value),
         sequence: add_sequence(header.base_sequence, record.offset_delta),
         header_keys: record
-            .header_keys
-            .iter()
+            .header_keys()
             .map(|k| String::from_utf8_lossy(k).into_owned())
             .collect(),
         key: text(record.key),

@@ -224,7 +224,7 @@ fn shown_batch(
                             timestamp,
                             key_html: html::record_bytes(r.key, value_chars),
                             value_html: html::record_bytes(r.value, value_chars),
-                            headers: r.header_keys.len(),
+                            headers: r.header_count,
                         });
                     }
                 }

@@ -23,9 +23,10 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 use super::{refused, Refusal};
-use crate::batch::{self, read_varint, read_varlong, BatchHeader};
+use crate::batch::{self, BatchHeader};
 use crate::log::clean::codec::DecompressError;
 use crate::log::clean::records as decompress;
+use crate::record::{self, Framing, Malformed};
 use crate::topic_config::StoredCompression;
 
 /// The bounds a CreateTime topic puts on record timestamps.
@@ -203,34 +204,48 @@ pub(super) fn stored_form(
 }
 
 /// Reads the batch's records from its (decompressed) records section as
-/// Kafka's DefaultRecord.readFrom reads them, handing each to `each` with
-/// its index: exactly `records_count`, each taking the bytes its length
-/// says, with nothing left over; else Kafka's InvalidRecordException text.
+/// Kafka's DefaultRecord.readFrom reads them (`crate::record`), handing
+/// each to `each` with its index: exactly `records_count`, each taking the
+/// bytes its length says, with nothing left over; else Kafka's
+/// InvalidRecordException text.
 fn read_records(
     header: &BatchHeader,
     body: &[u8],
     mut each: impl FnMut(usize, RecordInfo),
 ) -> Result<(), String> {
-    let premature = || "Incorrect declared batch size, premature EOF reached".to_owned();
     let count = usize::try_from(header.records_count).unwrap_or(0);
     let log_append_time_ms = header.has_log_append_time().then_some(header.max_timestamp);
     let mut at = 0;
     for index in 0..count {
-        let length = read_varint(body, &mut at).ok_or_else(premature)?;
-        let Some(record) = usize::try_from(length)
-            .ok()
-            .and_then(|len| body.get(at..at.checked_add(len)?))
-        else {
-            return Err(format!(
+        let bytes = record::next(body, &mut at).map_err(|e| match e {
+            Framing::CutOff => "Incorrect declared batch size, premature EOF reached".to_owned(),
+            Framing::Invalid { length, remaining } => format!(
                 "Invalid record size: expected {length} bytes in record payload, but instead the \
-                 buffer has only {} remaining bytes.",
-                body.len() - at
-            ));
-        };
-        at += record.len();
-        let info = read_record(record, header.base_timestamp, log_append_time_ms)
-            .ok_or_else(|| "Found invalid record structure".to_owned())??;
-        each(index, info);
+                 buffer has only {remaining} remaining bytes."
+            ),
+        })?;
+        let r = record::read(bytes).map_err(|e| match e {
+            Malformed::EndsIn(_) => "Found invalid record structure".to_owned(),
+            Malformed::NegativeHeaderCount(n) => {
+                format!("Found invalid number of record headers {n}")
+            }
+            Malformed::NegativeHeaderKey(n) => format!("Invalid negative header key size {n}"),
+            Malformed::Leftover { length, read } => format!(
+                "Invalid record size: expected to read {length} bytes in record payload, but \
+                 instead read {read}"
+            ),
+        })?;
+        let timestamp =
+            log_append_time_ms.unwrap_or(header.base_timestamp.wrapping_add(r.timestamp_delta));
+        each(
+            index,
+            RecordInfo {
+                offset_delta: r.offset_delta,
+                timestamp,
+                key_bytes: r.key.map(<[u8]>::len),
+                value_bytes: r.value.map_or(0, <[u8]>::len),
+            },
+        );
     }
     if at != body.len() {
         return Err("Incorrect declared batch size, records still remaining in file".into());
@@ -238,95 +253,21 @@ fn read_records(
     Ok(())
 }
 
-/// One record's body (after its length): attributes, timestamp delta,
-/// offset delta, key, value, headers. `None` when it runs out of bytes;
-/// `Some(Err)` for a layout Kafka names.
-fn read_record(
-    body: &[u8],
-    base_timestamp: i64,
-    log_append_time_ms: Option<i64>,
-) -> Option<Result<RecordInfo, String>> {
-    let mut at = 1; // attributes: unused
-    body.first()?;
-    let timestamp_delta = read_varlong(body, &mut at)?;
-    let offset_delta = read_varint(body, &mut at)?;
-    // A negative length is a null key or value, as Kafka reads it.
-    let skip = |at: &mut usize| -> Option<Option<usize>> {
-        let len = read_varint(body, at)?;
-        let Ok(len) = usize::try_from(len) else {
-            return Some(None);
-        };
-        *at = at.checked_add(len).filter(|end| *end <= body.len())?;
-        Some(Some(len))
-    };
-    let key_bytes = skip(&mut at)?;
-    let value_bytes = skip(&mut at)?.unwrap_or(0);
-    let headers = read_varint(body, &mut at)?;
-    if headers < 0 {
-        return Some(Err(format!(
-            "Found invalid number of record headers {headers}"
-        )));
-    }
-    for _ in 0..headers {
-        let key_len = read_varint(body, &mut at)?;
-        if key_len < 0 {
-            return Some(Err(format!("Invalid negative header key size {key_len}")));
-        }
-        at = at
-            .checked_add(key_len as usize)
-            .filter(|end| *end <= body.len())?;
-        skip(&mut at)?;
-    }
-    if at != body.len() {
-        return Some(Err(format!(
-            "Invalid record size: expected to read {} bytes in record payload, but instead read {at}",
-            body.len()
-        )));
-    }
-    let timestamp = log_append_time_ms.unwrap_or(base_timestamp.wrapping_add(timestamp_delta));
-    Some(Ok(RecordInfo {
-        offset_delta,
-        timestamp,
-        key_bytes,
-        value_bytes,
-    }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::batch::testing::put_varlong as varint;
+    use crate::record::testing::{body, framed};
 
-    /// A record: attributes 0, deltas, key, value, headers (key, value).
+    /// A record, framed: attributes 0, timestamp delta 7, `offset_delta`,
+    /// key, value, headers (key, value).
     fn record(
         offset_delta: i64,
         key: Option<&[u8]>,
         value: &[u8],
         headers: &[(&[u8], &[u8])],
     ) -> Vec<u8> {
-        let mut body = vec![0u8];
-        varint(&mut body, 5); // timestamp delta
-        varint(&mut body, offset_delta);
-        match key {
-            Some(k) => {
-                varint(&mut body, k.len() as i64);
-                body.extend_from_slice(k);
-            }
-            None => varint(&mut body, -1),
-        }
-        varint(&mut body, value.len() as i64);
-        body.extend_from_slice(value);
-        varint(&mut body, headers.len() as i64);
-        for (k, v) in headers {
-            varint(&mut body, k.len() as i64);
-            body.extend_from_slice(k);
-            varint(&mut body, v.len() as i64);
-            body.extend_from_slice(v);
-        }
-        let mut out = Vec::new();
-        varint(&mut out, body.len() as i64);
-        out.extend_from_slice(&body);
-        out
+        framed(&body(offset_delta, key, Some(value), headers))
     }
 
     fn header(count: i32) -> BatchHeader {
@@ -345,7 +286,7 @@ mod tests {
             summary.push((i, r.offset_delta, r.timestamp, r.key_bytes, r.value_bytes))
         })
         .unwrap();
-        assert_eq!(summary, [(0, 0, 1_005, Some(1), 5), (1, 1, 1_005, None, 0)]);
+        assert_eq!(summary, [(0, 0, 1_007, Some(1), 5), (1, 1, 1_007, None, 0)]);
     }
 
     #[test]

@@ -312,7 +312,7 @@ impl Filter<'_> {
                 self.keep_record(header, r, horizon)
             };
             if keep {
-                tombstones |= !r.has_value && !control;
+                tombstones |= r.value.is_none() && !control;
                 kept.push(r.clone());
             }
         }
@@ -359,7 +359,7 @@ impl Filter<'_> {
         };
         let latest = self.map.get(key).is_none_or(|found| offset >= found);
         let keep_deletes = horizon.is_none_or(|h| self.now_ms < h);
-        latest && (r.has_value || keep_deletes)
+        latest && (r.value.is_some() || keep_deletes)
     }
 }
 

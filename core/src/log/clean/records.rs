@@ -9,17 +9,16 @@
 //! (`overrideLastOffset`, so the producer's last sequence survives), same
 //! producer id, epoch and base sequence, same compression codec.
 //!
-//! Record v2 layout: length varint, then attributes i8, timestampDelta
-//! varlong, offsetDelta varint, key length varint (-1: null) and key, value
-//! length varint (-1: null) and value, header count varint and headers. A
-//! kept record's bytes are copied as they are, except its timestamp delta
-//! when the batch's base timestamp moves to a delete horizon (KIP-534).
+//! Records are read by `crate::record`. A kept record's bytes are copied as
+//! they are, except its timestamp delta when the batch's base timestamp
+//! moves to a delete horizon (KIP-534).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::codec::{self, DecompressError};
-use crate::batch::{self, read_bytes, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
+use crate::batch::{self, BatchHeader, BATCH_HEADER_BYTES, BATCH_LOG_OVERHEAD_BYTES};
 use crate::limits;
+use crate::record;
 
 /// Attribute bit saying the base timestamp is a delete horizon (KIP-534:
 /// tombstones and markers of empty transactions go once it has passed).
@@ -29,17 +28,7 @@ pub const DELETE_HORIZON_BIT: i16 = 0x40;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordsError(pub String);
 
-/// One record of a batch, borrowed from its (decompressed) records bytes.
-#[derive(Clone, Debug)]
-pub struct Record<'a> {
-    pub offset_delta: i32,
-    pub timestamp_delta: i64,
-    pub key: Option<&'a [u8]>,
-    pub has_value: bool,
-    attributes: u8,
-    /// The bytes after the offset delta: key, value, headers.
-    rest: &'a [u8],
-}
+pub use crate::record::Record;
 
 /// The records section of a batch, decompressed.
 pub fn records_bytes(batch: &[u8], header: &BatchHeader) -> Result<Bytes, RecordsError> {
@@ -58,32 +47,19 @@ pub fn decompressed(batch: &[u8], header: &BatchHeader) -> Result<Bytes, Decompr
     )
 }
 
-/// Parses `count` records from decompressed records bytes.
+/// Reads `count` records from decompressed records bytes
+/// (`crate::record`); bytes after the last are not looked at.
 pub fn parse_records(bytes: &[u8], count: i32) -> Result<Vec<Record<'_>>, RecordsError> {
-    let short = || RecordsError("a record runs past its batch".into());
     let mut records = Vec::with_capacity(count.clamp(0, 4096) as usize);
     let mut at = 0;
-    for _ in 0..count.max(0) {
-        let length = batch::read_varint(bytes, &mut at).ok_or_else(short)?;
-        let length = usize::try_from(length).map_err(|_| short())?;
-        let end = at.checked_add(length).filter(|e| *e <= bytes.len());
-        let body = &bytes[at..end.ok_or_else(short)?];
-        at += length;
-        let mut i = 1;
-        let attributes = *body.first().ok_or_else(short)?;
-        let timestamp_delta = batch::read_varlong(body, &mut i).ok_or_else(short)?;
-        let offset_delta = batch::read_varint(body, &mut i).ok_or_else(short)?;
-        let rest_at = i;
-        let key = read_bytes(body, &mut i).ok_or_else(short)?;
-        let value = read_bytes(body, &mut i).ok_or_else(short)?;
-        records.push(Record {
-            offset_delta,
-            timestamp_delta,
-            key,
-            has_value: value.is_some(),
-            attributes,
-            rest: &body[rest_at..],
-        });
+    for index in 0..count.max(0) {
+        let record = record::next(bytes, &mut at)
+            .map_err(|_| RecordsError(format!("record {index} runs past its batch")))
+            .and_then(|body| {
+                record::read(body)
+                    .map_err(|e| RecordsError(format!("record {index} does not read: {e:?}")))
+            })?;
+        records.push(record);
     }
     Ok(records)
 }
@@ -114,11 +90,11 @@ pub fn rebuild(
     for r in kept {
         let timestamp_delta = r.timestamp_delta.wrapping_add(shift);
         max_timestamp = max_timestamp.max(base_timestamp.wrapping_add(timestamp_delta));
-        let mut body = BytesMut::with_capacity(r.rest.len() + 16);
+        let mut body = BytesMut::with_capacity(r.after_offset_delta().len() + 16);
         body.put_u8(r.attributes);
         put_varlong(&mut body, timestamp_delta);
         put_varlong(&mut body, i64::from(r.offset_delta));
-        body.extend_from_slice(r.rest);
+        body.extend_from_slice(r.after_offset_delta());
         put_varlong(&mut records, body.len() as i64);
         records.extend_from_slice(&body);
     }
@@ -171,11 +147,11 @@ pub fn recompressed(
     let mut max_timestamp = batch::NO_TIMESTAMP;
     for (offset_delta, r) in records.iter().enumerate() {
         max_timestamp = max_timestamp.max(timestamp(r));
-        let mut body = BytesMut::with_capacity(r.rest.len() + 16);
+        let mut body = BytesMut::with_capacity(r.after_offset_delta().len() + 16);
         body.put_u8(0);
         put_varlong(&mut body, timestamp(r).wrapping_sub(base_timestamp));
         put_varlong(&mut body, offset_delta as i64);
-        body.extend_from_slice(r.rest);
+        body.extend_from_slice(r.after_offset_delta());
         put_varlong(&mut plain, body.len() as i64);
         plain.extend_from_slice(&body);
     }
