@@ -319,15 +319,16 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                     files.insert((ti, pi), ranges);
                 }
                 Records::Error(e) => {
-                    // As Kafka's ReplicaManager answers a failed read: no
-                    // high watermark, stable offset or aborted list (seen in
-                    // conformance). Kafka sends no log start either; doze
-                    // keeps it (listed in conformance/DIFFERENCES.md): the
-                    // simulator's consumers reset from it.
+                    // As Kafka's ReplicaManager answers a failed read
+                    // (createLogReadResult): no high watermark, stable
+                    // offset, log start or aborted list (seen in
+                    // conformance). A consumer out of range asks ListOffsets
+                    // where to start again.
                     pd.error_code = e.code();
                     pd.records = Some(bytes::Bytes::new());
                     pd.high_watermark = -1;
                     pd.last_stable_offset = -1;
+                    pd.log_start_offset = -1;
                     pd.aborted_transactions = None;
                     has_error = true;
                 }

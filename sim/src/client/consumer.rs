@@ -13,12 +13,14 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ResponseKind, TopicName};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, ListOffsetsResponse, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
 
 use super::batches::{self, AbortedFilter};
-use super::{backoff_ms, is_retriable, Client, Cx};
+use super::{backoff_ms, is_retriable, reset, Client, Cx};
 use crate::history::{HwSeen, Seen};
 
 const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -50,6 +52,9 @@ pub struct Consumer {
     floors: Vec<i64>,
     /// The fetch in flight: (correlation id, when it was sent, elapsed ms).
     asked: Option<(i32, i64)>,
+    /// Partitions a fetch found out of range: their earliest offsets are
+    /// asked before the next fetch (`reset`).
+    resets: Vec<i32>,
     stopped: bool,
     done: bool,
     failures: u32,
@@ -78,12 +83,11 @@ impl Consumer {
             topic,
             mode,
             isolation,
-            // From v5, answers carry log_start_offset, which a consumer
-            // needs to reset after OFFSET_OUT_OF_RANGE without ListOffsets.
             fetch_version: rng.random_range(5..=12),
             positions: vec![0; partitions as usize],
             floors: vec![0; partitions as usize],
             asked: None,
+            resets: Vec::new(),
             stopped: false,
             done: false,
             failures: 0,
@@ -169,13 +173,10 @@ impl Consumer {
                                 "p{p}: position {position} out of range: served data went away"
                             ));
                         }
-                        // auto.offset.reset=earliest
-                        let start = part.log_start_offset.max(0);
-                        cx.note(format!(
-                            "p{p}: position {position} out of range; reset to log start {start}"
-                        ));
-                        self.positions[slot] = start;
-                        self.floors[slot] = start;
+                        // auto.offset.reset=earliest, through ListOffsets.
+                        if !self.resets.contains(&p) {
+                            self.resets.push(p);
+                        }
                         caught_up = false;
                         continue;
                     }
@@ -248,6 +249,38 @@ impl Consumer {
             "final read of {} done: {} records",
             self.topic, self.records_seen
         ));
+    }
+
+    fn ask_earliest(&mut self, cx: &mut Cx) {
+        let (version, req) = reset::earliest_request(cx, &self.topic, self.resets.clone());
+        if let Some(corr) = cx.wire.send(version, &req) {
+            self.asked = Some((corr, cx.elapsed_ms));
+        }
+    }
+
+    fn on_earliest(&mut self, cx: &mut Cx, r: &ListOffsetsResponse) {
+        let offsets = match reset::earliest_offsets(r) {
+            Ok(offsets) => offsets,
+            Err(code) => return self.retry(cx, code),
+        };
+        for (p, start) in offsets {
+            let Some(slot) = usize::try_from(p)
+                .ok()
+                .filter(|&p| p < self.positions.len() && self.resets.contains(&(p as i32)))
+            else {
+                cx.violation(format!(
+                    "ListOffsets answer names partition {p}, never asked"
+                ));
+                continue;
+            };
+            let position = self.positions[slot];
+            cx.note(format!(
+                "p{p}: position {position} out of range; reset to the earliest offset {start}"
+            ));
+            self.positions[slot] = start.max(0);
+            self.floors[slot] = start.max(0);
+        }
+        self.resets.clear();
     }
 
     fn take_records(
@@ -330,7 +363,7 @@ impl Consumer {
 
     fn retry(&mut self, cx: &mut Cx, code: i16) {
         if !is_retriable(code) {
-            cx.violation(format!("fetch: unexpected error {code}"));
+            cx.violation(format!("fetch or ListOffsets: unexpected error {code}"));
         }
         self.failures += 1;
         let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
@@ -353,19 +386,24 @@ impl Client for Consumer {
         if cx.wire.conn().is_none() {
             return cx.connect();
         }
-        self.fetch(cx);
+        if self.resets.is_empty() {
+            self.fetch(cx);
+        } else {
+            self.ask_earliest(cx);
+        }
     }
 
     fn on_response(&mut self, cx: &mut Cx, corr: i32, response: ResponseKind) {
         let Some((asked, sent_ms)) = self.asked.take() else {
             panic!("a fetch answer with none in flight")
         };
-        assert_eq!(asked, corr, "one fetch in flight");
-        let ResponseKind::Fetch(r) = response else {
-            panic!("Fetch answered with {response:?}")
-        };
+        assert_eq!(asked, corr, "one request in flight");
         let failures_before = self.failures;
-        self.on_fetch(cx, sent_ms, r);
+        match response {
+            ResponseKind::Fetch(r) => self.on_fetch(cx, sent_ms, r),
+            ResponseKind::ListOffsets(r) => self.on_earliest(cx, &r),
+            other => panic!("Fetch or ListOffsets answered with {other:?}"),
+        }
         if self.failures == failures_before {
             self.failures = 0;
             match std::mem::take(&mut self.pause_ms) {

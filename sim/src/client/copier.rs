@@ -20,13 +20,15 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ResponseKind, TopicName};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, ListOffsetsResponse, ResponseKind, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
 
 use super::batches::{self, AbortedFilter};
 use super::txn_requests::{self as req, is_fenced, is_retry};
-use super::{backoff_ms, Client, Cx};
+use super::{backoff_ms, reset, Client, Cx};
 
 /// Kafka's OFFSET_OUT_OF_RANGE: the fetch position is below the log start.
 pub(super) const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -48,12 +50,17 @@ pub struct CopierConfig {
 enum Step {
     Init,
     Positions,
+    /// ListOffsets for the earliest offset of the partitions a fetch found
+    /// out of range (`reset`).
+    Reset,
     Fetch,
     AddPartitions,
     Produce,
     AddOffsets,
     CommitOffsets,
-    EndTxn { commit: bool },
+    EndTxn {
+        commit: bool,
+    },
     Done,
 }
 
@@ -68,6 +75,8 @@ struct Process {
     next_positions: Vec<i64>,
     next_seq: Vec<i32>,
     asked: Option<i32>,
+    /// The partitions `Step::Reset` asks about.
+    resets: Vec<i32>,
     failures: u32,
     retry_at_ms: i64,
 }
@@ -110,6 +119,10 @@ impl Copier {
             Step::Positions => {
                 let r = req::offset_fetch(&cfg.group, &cfg.input, cfg.input_partitions);
                 cx.wire.send(7, &r)
+            }
+            Step::Reset => {
+                let (version, r) = reset::earliest_request(cx, &cfg.input, self.p.resets.clone());
+                cx.wire.send(version, &r)
             }
             Step::Fetch => {
                 let r = self.fetch_request(cx);
@@ -160,25 +173,27 @@ impl Copier {
 
     /// Takes what a fetch returned; starts a transaction if there is any.
     fn on_fetch(&mut self, cx: &mut Cx, r: FetchResponse) {
+        let out_of_range: Vec<i32> = r
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter(|p| p.error_code == OFFSET_OUT_OF_RANGE)
+            .map(|p| p.partition_index)
+            .filter(|&p| usize::try_from(p).is_ok_and(|p| p < self.p.positions.len()))
+            .collect();
+        if !out_of_range.is_empty() {
+            // auto.offset.reset=earliest: what is below the log start is
+            // gone (a power cut took a whole unsynced segment). A reset is
+            // not a copy: the rest of this answer is fetched again after it.
+            self.p.resets = out_of_range;
+            self.p.step = Step::Reset;
+            return;
+        }
         let mut at_end = r.error_code == 0;
         let mut next = self.p.positions.clone();
         let mut out: Vec<(i32, Vec<Bytes>)> = Vec::new();
         for part in r.responses.iter().flat_map(|t| t.partitions.iter()) {
             let slot = part.partition_index as usize;
-            if part.error_code == OFFSET_OUT_OF_RANGE && slot < next.len() {
-                // auto.offset.reset=earliest: what is below the log start
-                // is gone (a power cut took a whole unsynced segment).
-                let start = part.log_start_offset;
-                if next[slot] < start {
-                    cx.note(format!(
-                        "copier p{slot}: {} out of range; from the log start {start}",
-                        next[slot]
-                    ));
-                    next[slot] = start;
-                }
-                at_end = false;
-                continue;
-            }
             if part.error_code != 0 || slot >= next.len() {
                 at_end = false;
                 continue;
@@ -222,16 +237,7 @@ impl Copier {
                 at_end = false;
             }
         }
-        if next != self.p.positions
-            && out.is_empty()
-            && r.responses
-                .iter()
-                .flat_map(|t| t.partitions.iter())
-                .any(|p| p.error_code == OFFSET_OUT_OF_RANGE)
-        {
-            // A reset is not a copy: read from the new position first.
-            self.p.positions = next;
-        } else if next != self.p.positions && !out.is_empty() {
+        if next != self.p.positions && !out.is_empty() {
             self.p.out = out;
             self.p.next_positions = next;
             self.p.step = Step::AddPartitions;
@@ -285,6 +291,37 @@ impl Copier {
         }
         cx.note(format!("copier resumes from {fetched:?}"));
         self.p.positions = fetched.iter().map(|&o| o.max(0)).collect();
+        self.p.step = Step::Fetch;
+    }
+
+    /// The earliest offsets of the partitions a fetch found out of range:
+    /// positions below them move up to them.
+    fn on_earliest(&mut self, cx: &mut Cx, r: &ListOffsetsResponse) {
+        let offsets = match reset::earliest_offsets(r) {
+            Ok(offsets) => offsets,
+            Err(c) if is_retry(c) => return self.retry(cx, "ListOffsets", c),
+            Err(c) => return cx.violation(format!("copier ListOffsets: unexpected error {c}")),
+        };
+        for (p, start) in offsets {
+            let Some(position) = usize::try_from(p)
+                .ok()
+                .filter(|_| self.p.resets.contains(&p))
+                .and_then(|slot| self.p.positions.get_mut(slot))
+            else {
+                cx.violation(format!(
+                    "copier: ListOffsets answer names p{p}, never asked"
+                ));
+                continue;
+            };
+            if *position < start {
+                cx.note(format!(
+                    "copier p{p}: {position} out of range; from the earliest offset {start}"
+                ));
+                *position = start;
+            }
+        }
+        self.p.resets.clear();
+        self.p.failures = 0;
         self.p.step = Step::Fetch;
     }
 
@@ -353,6 +390,7 @@ impl Process {
             next_positions: Vec::new(),
             next_seq: vec![0; cfg.output_partitions as usize],
             asked: None,
+            resets: Vec::new(),
             failures: 0,
             retry_at_ms: 0,
         }
@@ -394,6 +432,7 @@ impl Client for Copier {
                 self.on_step(cx, "InitProducerId", r.error_code, Step::Positions);
             }
             (Step::Positions, ResponseKind::OffsetFetch(r)) => self.on_positions(cx, r),
+            (Step::Reset, ResponseKind::ListOffsets(r)) => self.on_earliest(cx, &r),
             (Step::Fetch, ResponseKind::Fetch(r)) => self.on_fetch(cx, r),
             (Step::AddPartitions, ResponseKind::AddPartitionsToTxn(r)) => {
                 let code = req::add_partitions_error(&r);

@@ -27,7 +27,7 @@ use kafka_protocol::messages::ResponseKind;
 
 use super::group_requests::{self as greq, Membership};
 use super::txn_requests as req;
-use super::{backoff_ms, Client, Cx};
+use super::{backoff_ms, reset, Client, Cx};
 
 #[derive(Clone, Debug)]
 pub struct GroupCopierConfig {
@@ -56,6 +56,9 @@ pub(super) enum Step {
     Positions,
     /// Assigned nothing: only heartbeats, until the group is done.
     Idle,
+    /// ListOffsets for the earliest offset of the partitions a fetch found
+    /// out of range (`reset`).
+    Reset,
     Fetch,
     AddPartitions,
     Produce,
@@ -102,6 +105,8 @@ pub(super) struct Process {
     /// The group must be joined again; true: with a new member id.
     pub rejoin: Option<bool>,
     pub asked: Option<i32>,
+    /// The partitions `Step::Reset` asks about.
+    pub resets: Vec<i32>,
     pub heartbeat_asked: bool,
     pub next_heartbeat_ms: i64,
     /// When the last OffsetFetch of positions was sent (the on-the-spot
@@ -168,6 +173,10 @@ impl GroupCopier {
             Step::CheckOffsets => cx
                 .wire
                 .send(7, &greq::offset_fetch(group, &cfg.input, &all)),
+            Step::Reset => {
+                let (version, r) = reset::earliest_request(cx, &cfg.input, self.p.resets.clone());
+                cx.wire.send(version, &r)
+            }
             Step::Fetch => {
                 let r = self.fetch_request(cx, &self.p.positions);
                 cx.wire.send(12, &r)
@@ -267,6 +276,7 @@ impl Process {
             produce_acked: false,
             rejoin: None,
             asked: None,
+            resets: Vec::new(),
             heartbeat_asked: false,
             next_heartbeat_ms: 0,
             positions_sent_ms: 0,
@@ -347,6 +357,7 @@ impl Client for GroupCopier {
             (Step::Sync, ResponseKind::SyncGroup(r)) => self.on_sync(cx, r),
             (Step::Positions, ResponseKind::OffsetFetch(r)) => self.on_positions(cx, &r),
             (Step::CheckOffsets, ResponseKind::OffsetFetch(r)) => self.on_check_offsets(cx, &r),
+            (Step::Reset, ResponseKind::ListOffsets(r)) => self.on_earliest(cx, &r),
             (Step::Fetch, ResponseKind::Fetch(r)) => self.on_fetch(cx, r),
             (Step::CheckEnd, ResponseKind::Fetch(r)) => self.on_check_end(cx, r),
             (Step::AddPartitions, ResponseKind::AddPartitionsToTxn(r)) => {

@@ -12,14 +12,16 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use kafka_protocol::messages::{FetchRequest, FetchResponse, OffsetFetchResponse, ProduceRequest};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, ListOffsetsResponse, OffsetFetchResponse, ProduceRequest,
+};
 use rand::RngExt;
 
 use super::batches::{self, AbortedFilter};
 use super::group_copier::{GroupCopier, Step};
 use super::group_requests as greq;
 use super::txn_requests::{self as req, is_fenced, is_retry};
-use super::Cx;
+use super::{reset, Cx};
 use crate::history::GroupCommit;
 
 /// Input records copied per transaction, at most: small transactions, so
@@ -89,6 +91,22 @@ impl GroupCopier {
 
     /// Takes what a fetch returned; starts a transaction if there is any.
     pub(super) fn on_fetch(&mut self, cx: &mut Cx, r: FetchResponse) {
+        let out_of_range: Vec<i32> = r
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .filter(|p| p.error_code == super::copier::OFFSET_OUT_OF_RANGE)
+            .map(|p| p.partition_index)
+            .filter(|p| self.p.positions.contains_key(p))
+            .collect();
+        if !out_of_range.is_empty() {
+            // auto.offset.reset=earliest: what is below the log start is
+            // gone (a power cut took a whole unsynced segment). The rest of
+            // this answer is fetched again after the reset.
+            self.p.resets = out_of_range;
+            self.p.step = Step::Reset;
+            return;
+        }
         let mut next = self.p.positions.clone();
         let mut out: Vec<(i32, Vec<Bytes>)> = Vec::new();
         let Some(ends) = self.read_fetch(cx, &r, &mut next, &mut out) else {
@@ -117,6 +135,43 @@ impl GroupCopier {
         }
     }
 
+    /// The earliest offsets of the partitions a fetch found out of range:
+    /// positions below them move up, and the move is committed in a
+    /// transaction of its own, as a copy's offsets are.
+    pub(super) fn on_earliest(&mut self, cx: &mut Cx, r: &ListOffsetsResponse) {
+        let offsets = match reset::earliest_offsets(r) {
+            Ok(offsets) => offsets,
+            Err(c) if is_retry(c) => return self.retry(cx, "ListOffsets", c),
+            Err(c) => {
+                return cx.violation(format!("group copier ListOffsets: unexpected error {c}"))
+            }
+        };
+        let mut next = self.p.positions.clone();
+        for (p, start) in offsets {
+            let Some(position) = next.get_mut(&p).filter(|_| self.p.resets.contains(&p)) else {
+                cx.violation(format!(
+                    "group copier: ListOffsets answer names p{p}, never asked"
+                ));
+                continue;
+            };
+            if *position < start {
+                cx.note(format!(
+                    "p{p}: {position} out of range; from the earliest offset {start}"
+                ));
+                *position = start;
+            }
+        }
+        self.p.resets.clear();
+        self.p.failures = 0;
+        if next != self.p.positions {
+            self.p.out = Vec::new();
+            self.p.next_positions = next;
+            self.p.step = Step::AddOffsets;
+        } else {
+            self.p.step = Step::Fetch;
+        }
+    }
+
     /// Reads the records past `next` into `out` (per output partition),
     /// moving `next` past every batch; None after a violation.
     fn read_fetch(
@@ -135,19 +190,6 @@ impl GroupCopier {
             let Some(position) = next.get_mut(&p) else {
                 continue;
             };
-            if part.error_code == super::copier::OFFSET_OUT_OF_RANGE
-                && *position < part.log_start_offset
-            {
-                // auto.offset.reset=earliest: what is below the log start
-                // is gone (a power cut took a whole unsynced segment). The
-                // new position is committed by the next transaction.
-                cx.note(format!(
-                    "p{p}: {position} out of range; from the log start {}",
-                    part.log_start_offset
-                ));
-                *position = part.log_start_offset;
-                continue;
-            }
             if part.error_code != 0 {
                 continue;
             }

@@ -24,6 +24,7 @@ mod group_copy;
 mod group_member;
 pub mod group_requests;
 pub mod producer;
+mod reset;
 pub mod txn_producer;
 pub mod txn_requests;
 pub mod values;
