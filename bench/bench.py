@@ -337,6 +337,22 @@ def create_topic(bootstrap, topic, partitions, config=None):
                     request_timeout=30)[topic].result(timeout=30)
 
 
+def drop_topic(bootstrap, topic, logs, timeout_s=60):
+    """Deletes `topic` and waits until its partition directories under
+    `logs` are gone: a timed produce on a fast disk writes tens of GB, and
+    the raw measurement after it, and the next run, need the space."""
+    from confluent_kafka.admin import AdminClient
+    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 5})
+    a.delete_topics([topic], request_timeout=30)[topic].result(timeout=30)
+    deadline = time.monotonic() + timeout_s
+    prefix = topic + "-"
+    while time.monotonic() < deadline:
+        if not any(d.startswith(prefix) for d in os.listdir(logs)):
+            return
+        time.sleep(0.1)
+    say(f"WARNING: {topic}'s files still there {timeout_s} s after DeleteTopics")
+
+
 def run_workers(cmds, timeout_s):
     """Runs worker processes (this script's `_produce` / `_txn` modes) at once;
     returns their JSON results and the CPU seconds they used."""
@@ -732,14 +748,13 @@ def bench_produce(args, work):
             f"{', errors: ' + str(errors[:3]) if errors else ''})")
         say(f"   CPU: broker {cpu_broker:.1f} s, producer processes {cpu_clients:.1f} s "
             f"(2 cores x {span + 3:.0f} s = {2 * (span + 3):.0f} core-s)")
+        drop_topic(b.bootstrap, topic, logs)
         chunk, raw = group_commit_report(b, log0, written, work, args)
         out["confluent-kafka"] = {"mbps": mbps, "chunk_kib": chunk, "raw": raw}
 
         # b. doze-bench: pre-encoded batches, next to no client CPU. The disk's
         # bandwidth swings by 2x within a minute here (a shared virtual disk),
         # so broker and raw are measured in alternation, each pair a ratio.
-        topic = "bench-produce-raw"
-        create_topic(b.bootstrap, topic, args.produce_partitions)
         say(f"b. doze-bench loadgen: {args.produce_partitions} connections, one partition each, "
             f"{args.loadgen_inflight} Produce requests in flight each, 1000 x {args.record_bytes} B "
             f"per request (one pre-encoded batch); {args.warmup_s:.0f} s warm-up + "
@@ -747,6 +762,8 @@ def bench_produce(args, work):
             f"{args.produce_pairs} times")
         pairs = []
         for i in range(args.produce_pairs):
+            topic = f"bench-produce-raw-{i + 1}"
+            create_topic(b.bootstrap, topic, args.produce_partitions)
             bytes0 = dir_bytes(logs)
             log0 = b.log_offset()
             cpu_b0 = b.cpu_seconds()
@@ -761,6 +778,7 @@ def bench_produce(args, work):
             cpu_broker = b.cpu_seconds() - cpu_b0
             cpu_clients = cpu_seconds_of_children() - cpu0
             written = dir_bytes(logs) - bytes0
+            drop_topic(b.bootstrap, topic, logs)
             if not r:
                 continue
             say(f"   #{i + 1}: {r['mbps']:8.1f} MB/s of record values acked; CPU: broker "
