@@ -33,7 +33,7 @@ fn main() -> anyhow::Result<()> {
 mod real {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
+    use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
     use anyhow::{anyhow, bail, Context};
     use bytes::{Bytes, BytesMut};
@@ -234,6 +234,13 @@ mod real {
 
     fn batch(args: &Args, count: usize, pid: i64, epoch: i16, seq: i32, txn: bool) -> Bytes {
         let value = Bytes::from(vec![b'x'; args.record_bytes]);
+        // Stamped now, as a client stamps CreateTime: a timestamp of 0 is
+        // older than any broker's retention.ms, and Kafka's first retention
+        // check (30 s after its start) deleted a bench topic filled so while
+        // it was being read (Fetch OFFSET_OUT_OF_RANGE at offset 0).
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
         let records: Vec<Record> = (0..count)
             .map(|i| Record {
                 transactional: txn,
@@ -246,7 +253,7 @@ mod real {
                 // The encoder keeps one batch while offset - sequence is constant;
                 // a plain producer's base sequence stays -1 in the header.
                 sequence: seq.wrapping_add(i as i32),
-                timestamp: 0,
+                timestamp: now_ms,
                 key: None,
                 value: Some(value.clone()),
                 headers: Default::default(),
