@@ -437,6 +437,12 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
         if let Err(e) = stream.set_nodelay(true) {
             debug!(conn, %peer, error = %e, "cannot set TCP_NODELAY");
         }
+        #[cfg(not(madsim))]
+        if let Err(e) = socket2::SockRef::from(&stream)
+            .set_send_buffer_size(doze_core::limits::SOCKET_SEND_BUFFER_BYTES)
+        {
+            debug!(conn, %peer, error = %e, "cannot set SO_SNDBUF");
+        }
         let listener_id = Listener {
             name: name.clone(),
             protocol,
