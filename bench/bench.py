@@ -2149,6 +2149,7 @@ def peer_consume_turns(args, work, res):
             r, why = run_loadgen_why(args, ["produce", "--bootstrap", b.bootstrap, "--topic", topic,
                                             "--partitions", str(parts), "--producers", str(parts),
                                             "--inflight", str(args.loadgen_inflight),
+                                            "--record-bytes", str(args.record_bytes),
                                             "--count", str(records), "--warmup-s", "0",
                                             "--seconds", str(int(args.max_s))],
                                      args.max_s + 60)
