@@ -15,6 +15,14 @@
 //!   a fixed load instead of a window: N records in all (whole batches,
 //!   split over the connections), every one acknowledged, then it stops
 //!   (`make bench`'s callgrind figure needs the same work on every run).
+//! - `latency`: N connections, each writing its own partition with acks=all
+//!   at a fixed pace, `--rate` records/s over them all: every `--linger-ms`
+//!   a connection sends one batch of the records that came due meanwhile
+//!   (as a client lingering that long would), up to `inflight` requests
+//!   outstanding. Reports each batch's latency from the moment it was due
+//!   (the end of its linger) to its acknowledgement, p50/p99, over the
+//!   batches due in the measured window: the broker's latency at a given
+//!   load, without a client's per-record CPU on a small machine.
 //! - `fetch`: reads every partition of a topic from offset 0 to its end
 //!   (`--isolation 0` read_uncommitted, `1` read_committed) with Fetch v12,
 //!   one connection, without decoding records; reports log bytes per second.
@@ -68,7 +76,7 @@ mod real {
 
     #[derive(Parser)]
     struct Args {
-        /// txn | produce
+        /// txn | produce | latency | fetch
         mode: String,
         #[arg(long)]
         bootstrap: String,
@@ -111,6 +119,12 @@ mod real {
         /// empty response, so `make bench`'s peers use more).
         #[arg(long, default_value_t = 0)]
         max_wait_ms: i32,
+        /// latency: records per second over all connections.
+        #[arg(long, default_value_t = 0.0)]
+        rate: f64,
+        /// latency: each connection sends what came due every this often.
+        #[arg(long, default_value_t = 5.0)]
+        linger_ms: f64,
     }
 
     pub fn main() -> anyhow::Result<()> {
@@ -123,7 +137,8 @@ mod real {
                 "txn" => txn(args).await,
                 "produce" => produce(args).await,
                 "fetch" => fetch(args).await,
-                other => bail!("unknown mode {other:?} (txn | produce | fetch)"),
+                "latency" => latency(args).await,
+                other => bail!("unknown mode {other:?} (txn | produce | latency | fetch)"),
             }
         })
     }
@@ -552,6 +567,112 @@ mod real {
             bytes / args.record_bytes.max(1) as u64,
             bytes as f64 / seconds / 1e6,
             retries.load(Ordering::Relaxed)
+        );
+        Ok(())
+    }
+
+    async fn latency(args: Args) -> anyhow::Result<()> {
+        if !(args.rate > 0.0 && args.linger_ms > 0.0) {
+            bail!("latency needs --rate > 0 and --linger-ms > 0");
+        }
+        let args = Arc::new(args);
+        let producers = args.producers.max(1);
+        let per_conn = args.rate / producers as f64;
+        // Each request carries what one linger gathers; the pace is kept by
+        // the interval between them, so the rate holds for any rounding.
+        let batch_records = ((per_conn * args.linger_ms / 1e3).round() as usize).max(1);
+        let interval = Duration::from_secs_f64(batch_records as f64 / per_conn);
+        let records = batch(&args, batch_records, -1, -1, -1, false);
+        let start = Instant::now() + Duration::from_millis(100);
+        let window = (
+            start + Duration::from_secs_f64(args.warmup_s),
+            start + Duration::from_secs_f64(args.warmup_s + args.seconds),
+        );
+        let samples = Arc::new(Mutex::new(Vec::<u64>::new()));
+        let acked = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for k in 0..producers {
+            let args = Arc::clone(&args);
+            let samples = Arc::clone(&samples);
+            let acked = Arc::clone(&acked);
+            let req = produce_request(
+                &args.topic,
+                k as i32 % args.partitions,
+                records.clone(),
+                None,
+            );
+            tasks.push(tokio::spawn(async move {
+                let Conn {
+                    mut reader,
+                    mut writer,
+                    mut rx,
+                    ..
+                } = Conn::connect(&args.bootstrap).await?;
+                let frame = encode_request(1, 9, &req)?;
+                // The connections start spread over one interval, not together.
+                let first = start + interval.mul_f64(k as f64 / producers as f64);
+                let mut tick = tokio::time::interval_at(first.into(), interval);
+                // Late ticks are sent at once, back to back: their latency
+                // counts from when they were due, as a client's queue would.
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let slots = Arc::new(tokio::sync::Semaphore::new(args.inflight.max(1)));
+                let (due_tx, mut due_rx) = tokio::sync::mpsc::unbounded_channel();
+                let sender = {
+                    let slots = Arc::clone(&slots);
+                    tokio::spawn(async move {
+                        loop {
+                            let due = tick.tick().await.into_std();
+                            if due >= window.1 {
+                                break;
+                            }
+                            let slot = slots.clone().acquire_owned().await?;
+                            writer.write_all(&frame).await?;
+                            if due_tx.send((due, slot)).is_err() {
+                                break;
+                            }
+                        }
+                        // Kept until every answer is read: dropping the write
+                        // half shuts the socket's sending side, and a broker
+                        // may close a connection at its end of input.
+                        anyhow::Ok(writer)
+                    })
+                };
+                let mut mine = Vec::new();
+                while let Some((due, slot)) = due_rx.recv().await {
+                    let len = reader.read_u32().await? as usize;
+                    let mut frame = read_reused(&mut reader, &mut rx, len).await?;
+                    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9))?;
+                    let r = ResponseKind::decode(ApiKey::Produce, &mut frame, 9)?;
+                    drop(slot);
+                    match produce_error(&r) {
+                        0 => {}
+                        c => bail!("Produce error {c}: {r:?}"),
+                    }
+                    if due >= window.0 && due < window.1 {
+                        mine.push(due.elapsed().as_micros() as u64);
+                        acked.fetch_add(batch_records as u64, Ordering::Relaxed);
+                    }
+                }
+                let writer = sender.await??;
+                drop(writer);
+                samples
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(mine);
+                anyhow::Ok(())
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        let mut v = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
+        let (p50, p99) = percentiles(&mut v);
+        println!(
+            "{{\"producers\": {producers}, \"rate\": {:.1}, \"acked_rate\": {:.1}, \"batch_records\": {batch_records}, \"requests\": {}, \"p50_us\": {p50}, \"p99_us\": {p99}, \"seconds\": {}}}",
+            args.rate,
+            acked.load(Ordering::Relaxed) as f64 / args.seconds,
+            v.len(),
+            args.seconds
         );
         Ok(())
     }
