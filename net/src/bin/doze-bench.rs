@@ -51,8 +51,8 @@ mod real {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{
         AddPartitionsToTxnRequest, ApiKey, BrokerId, EndTxnRequest, FetchRequest,
-        InitProducerIdRequest, ProduceRequest, ProducerId, RequestHeader, ResponseHeader,
-        ResponseKind, TopicName, TransactionalId,
+        FindCoordinatorRequest, InitProducerIdRequest, ProduceRequest, ProducerId, RequestHeader,
+        ResponseHeader, ResponseKind, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
     use kafka_protocol::records::{
@@ -65,6 +65,11 @@ mod real {
     /// Kafka's retriable answers a transactional client backs off on.
     const CONCURRENT_TRANSACTIONS: i16 = 51;
     const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    /// Kafka just started: its transaction state topic is still being
+    /// created, and the one broker is not its coordinator yet. A client
+    /// looks the coordinator up again; here it is the same broker, retried.
+    const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    const NOT_COORDINATOR: i16 = 16;
     const NOT_ENOUGH_REPLICAS: i16 = 19;
     /// A partition not served yet (Kafka, just after CreateTopics): retried.
     const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
@@ -328,7 +333,9 @@ mod real {
     async fn txn(args: Args) -> anyhow::Result<()> {
         let args = Arc::new(args);
         let stats = Arc::new(Mutex::new(TxnStats::default()));
-        // Every producer is set up before the clock starts.
+        // Every producer is set up before the clock starts; retried answers
+        // end in an error after a minute, not a loop without end.
+        let setup_deadline = Instant::now() + Duration::from_secs(60);
         let mut conns = Vec::new();
         for k in 0..args.producers {
             let id = format!("{}-{k}", args.id_prefix);
@@ -346,9 +353,21 @@ mod real {
                     ResponseKind::InitProducerId(r)
                         if matches!(
                             r.error_code,
-                            CONCURRENT_TRANSACTIONS | COORDINATOR_LOAD_IN_PROGRESS
-                        ) =>
+                            CONCURRENT_TRANSACTIONS
+                                | COORDINATOR_LOAD_IN_PROGRESS
+                                | COORDINATOR_NOT_AVAILABLE
+                                | NOT_COORDINATOR
+                        ) && Instant::now() < setup_deadline =>
                     {
+                        if matches!(r.error_code, COORDINATOR_NOT_AVAILABLE | NOT_COORDINATOR) {
+                            // Kafka creates its transaction state topic when
+                            // a client looks for a coordinator, not on
+                            // InitProducerId: ask, as a client does.
+                            let find = FindCoordinatorRequest::default()
+                                .with_key(StrBytes::from_string(id.clone()))
+                                .with_key_type(1);
+                            conn.call(3, &find).await?;
+                        }
                         tokio::time::sleep(RETRY_BACKOFF).await
                     }
                     other => bail!("InitProducerId: {other:?}"),
@@ -497,21 +516,10 @@ mod real {
             let args = Arc::clone(&args);
             let acked = Arc::clone(&acked);
             let retries = Arc::clone(&retries);
-            let req = produce_request(
-                &args.topic,
-                k as i32 % args.partitions,
-                records.clone(),
-                None,
-            );
+            let records = records.clone();
             tasks.push(tokio::spawn(async move {
-                let Conn {
-                    mut reader,
-                    mut writer,
-                    mut rx,
-                    ..
-                } = Conn::connect(&args.bootstrap).await?;
-                // One frame, encoded once: the client spends next to no CPU.
-                let frame = encode_request(1, 9, &req)?;
+                let (mut reader, mut writer, mut rx, frame) =
+                    producer_conn(&args, k, records).await?;
                 // Pipelined: `inflight` requests outstanding, answers in order.
                 // A request refused with a retriable error is sent again (it
                 // counts toward --count only once acknowledged).
@@ -526,11 +534,7 @@ mod real {
                         writer.write_all(&frame).await?;
                         sent += 1;
                     }
-                    let len = reader.read_u32().await? as usize;
-                    let mut frame = read_reused(&mut reader, &mut rx, len).await?;
-                    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9))?;
-                    let r = ResponseKind::decode(ApiKey::Produce, &mut frame, 9)?;
-                    let code = produce_error(&r);
+                    let (code, r) = produce_answer(&mut reader, &mut rx).await?;
                     answered += 1;
                     match code {
                         0 => done += 1,
@@ -571,6 +575,33 @@ mod real {
         Ok(())
     }
 
+    /// Producer `k`'s connection (its reader, writer and answer buffer), and
+    /// its one Produce v9 frame (`records` to partition k mod --partitions),
+    /// encoded once: the client spends next to no CPU.
+    async fn producer_conn(
+        args: &Args,
+        k: usize,
+        records: Bytes,
+    ) -> anyhow::Result<(BufReader<OwnedReadHalf>, OwnedWriteHalf, BytesMut, Bytes)> {
+        let req = produce_request(&args.topic, k as i32 % args.partitions, records, None);
+        let Conn {
+            reader, writer, rx, ..
+        } = Conn::connect(&args.bootstrap).await?;
+        Ok((reader, writer, rx, encode_request(1, 9, &req)?))
+    }
+
+    /// The next Produce v9 answer on `reader`: its error code, and itself.
+    async fn produce_answer(
+        reader: &mut BufReader<OwnedReadHalf>,
+        rx: &mut BytesMut,
+    ) -> anyhow::Result<(i16, ResponseKind)> {
+        let len = reader.read_u32().await? as usize;
+        let mut frame = read_reused(reader, rx, len).await?;
+        ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9))?;
+        let r = ResponseKind::decode(ApiKey::Produce, &mut frame, 9)?;
+        Ok((produce_error(&r), r))
+    }
+
     async fn latency(args: Args) -> anyhow::Result<()> {
         if !(args.rate > 0.0 && args.linger_ms > 0.0) {
             bail!("latency needs --rate > 0 and --linger-ms > 0");
@@ -595,20 +626,10 @@ mod real {
             let args = Arc::clone(&args);
             let samples = Arc::clone(&samples);
             let acked = Arc::clone(&acked);
-            let req = produce_request(
-                &args.topic,
-                k as i32 % args.partitions,
-                records.clone(),
-                None,
-            );
+            let records = records.clone();
             tasks.push(tokio::spawn(async move {
-                let Conn {
-                    mut reader,
-                    mut writer,
-                    mut rx,
-                    ..
-                } = Conn::connect(&args.bootstrap).await?;
-                let frame = encode_request(1, 9, &req)?;
+                let (mut reader, mut writer, mut rx, frame) =
+                    producer_conn(&args, k, records).await?;
                 // The connections start spread over one interval, not together.
                 let first = start + interval.mul_f64(k as f64 / producers as f64);
                 let mut tick = tokio::time::interval_at(first.into(), interval);
@@ -639,14 +660,10 @@ mod real {
                 };
                 let mut mine = Vec::new();
                 while let Some((due, slot)) = due_rx.recv().await {
-                    let len = reader.read_u32().await? as usize;
-                    let mut frame = read_reused(&mut reader, &mut rx, len).await?;
-                    ResponseHeader::decode(&mut frame, ApiKey::Produce.response_header_version(9))?;
-                    let r = ResponseKind::decode(ApiKey::Produce, &mut frame, 9)?;
+                    let (code, r) = produce_answer(&mut reader, &mut rx).await?;
                     drop(slot);
-                    match produce_error(&r) {
-                        0 => {}
-                        c => bail!("Produce error {c}: {r:?}"),
+                    if code != 0 {
+                        bail!("Produce error {code}: {r:?}");
                     }
                     if due >= window.0 && due < window.1 {
                         mine.push(due.elapsed().as_micros() as u64);
