@@ -994,9 +994,16 @@ def bench_fetch(args, work):
                     f"(whole log read in {el:.2f} s), delivered {values / el / 1e6:7.1f} MB/s "
                     f"of values, {records:,} records")
                 out.setdefault(("confluent-kafka", iso), []).append(size / el / 1e6)
-        say("doze-bench loadgen (Fetch v12, one connection, records not decoded: the broker's side):")
-        for rep in range(args.fetch_reps):
-            for iso, level in (("read_uncommitted", "0"), ("read_committed", "1")):
+        # Five reads each, the order swapped every time, judged on medians.
+        # Why: one read lasts under a second here, and the same read moved
+        # from 1,042 to 3,315 MB/s within a run, so the best of two made the
+        # ratio 0.75 in one bench and 1.48 in another.
+        loadgen_reps = max(args.fetch_reps, 5)
+        say(f"doze-bench loadgen (Fetch v12, one connection, records not decoded: the broker's "
+            f"side); {loadgen_reps} reads each, the order swapped every time:")
+        levels = (("read_uncommitted", "0"), ("read_committed", "1"))
+        for rep in range(loadgen_reps):
+            for iso, level in (levels if rep % 2 == 0 else levels[::-1]):
                 r = run_loadgen(args, ["fetch", "--bootstrap", b.bootstrap, "--topic", topic,
                                        "--partitions", str(args.fetch_partitions),
                                        "--isolation", level, "--seconds", "60",
@@ -1010,7 +1017,9 @@ def bench_fetch(args, work):
         rc = b.stop()
         if rc != 0:
             say(f"WARNING: broker exited {rc} on SIGTERM (log {b.log_path})")
-    return {key: max(v) for key, v in out.items()}
+    # confluent-kafka's reads are the client's (stable): the best; doze-bench's, medians.
+    return {key: max(v) if key[0] == "confluent-kafka" else sorted(v)[len(v) // 2]
+            for key, v in out.items()}
 
 
 # --- 5. retained data ------------------------------------------------------------
@@ -2868,7 +2877,8 @@ def main():
             rc, ru = (fetch or {}).get((client, "read_committed")), (fetch or {}).get((client, "read_uncommitted"))
             if rc and ru:
                 say(f"fetch ({client}): read_committed {rc:.1f} MB/s vs read_uncommitted {ru:.1f} MB/s "
-                    f"(best of each): ratio {rc / ru:.2f} (target >= 0.90) {'OK' if rc / ru >= 0.9 else 'MISSED'}")
+                    f"({'best' if client == 'confluent-kafka' else 'median'} of each): ratio "
+                    f"{rc / ru:.2f} (target >= 0.90) {'OK' if rc / ru >= 0.9 else 'MISSED'}")
         if retained:
             summary_retained(retained)
         if cleaner:
