@@ -63,8 +63,8 @@ Everything is measured in one run, on one filesystem (the work dir's):
               transactions at 64 producers and one producer's commit
               latency (then doze and Kafka up together run 64 doze-bench
               transactional producers in turns, `--peer-turns` rounds, on
-              which the doze-bench transaction targets are judged); doze's produce and 64-producer transaction runs also
-              give its core task's busy time (doze_core_busy_seconds_total)
+              which the doze-bench transaction targets are judged); doze's
+              produce and 64-producer transaction runs also give its core task's busy time (doze_core_busy_seconds_total)
               as a share of one CPU, target <= 0.5 (two cores: the core must
               not be the bottleneck). A workload a peer cannot do is printed
               "n/a: why". Every
@@ -139,6 +139,13 @@ def pct(values, p):
         return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, max(0, int(round(p / 100 * len(s) + 0.5)) - 1))]
+
+
+def middle(items, key=None):
+    """The median item of `items` sorted by `key` (the upper one of an even
+    count), whole: a run of median throughput with its other figures."""
+    ordered = sorted(items, key=key)
+    return ordered[len(ordered) // 2]
 
 
 def cpu_seconds_of_children():
@@ -1018,8 +1025,7 @@ def bench_fetch(args, work):
         if rc != 0:
             say(f"WARNING: broker exited {rc} on SIGTERM (log {b.log_path})")
     # confluent-kafka's reads are the client's (stable): the best; doze-bench's, medians.
-    return {key: max(v) if key[0] == "confluent-kafka" else sorted(v)[len(v) // 2]
-            for key, v in out.items()}
+    return {key: max(v) if key[0] == "confluent-kafka" else middle(v) for key, v in out.items()}
 
 
 # --- 5. retained data ------------------------------------------------------------
@@ -2076,8 +2082,7 @@ def peer_consume(args, work, b, res, can_drop, why_not):
         for r, why, cpu in runs:
             if not r:
                 return None, why, None, []
-        ordered = sorted(runs, key=lambda run: run[0]["mbps"])
-        r, _, cpu = ordered[len(ordered) // 2]
+        r, _, cpu = middle(runs, key=lambda run: run[0]["mbps"])
         return r, None, cpu, [run[0]["mbps"] for run in runs]
 
     # Medians of `peer_read_reps` reads: one read of this topic lasts about
@@ -2124,7 +2129,7 @@ def peer_consume(args, work, b, res, can_drop, why_not):
                     f"page cache dropped first; {log_bytes / MiB:.0f} MiB of .log files; median "
                     f"of {reps}: " + ", ".join(f"{m:.0f}" for m in all_mbps) + first)
         if raws:
-            raw = sorted(raws)[len(raws) // 2]
+            raw = middle(raws)
             res.raw["read/cold"] = (raw, "raw sequential read, cold, of the same .log files, "
                                          f"median of {reps}: " + ", ".join(f"{m:.0f}" for m in raws))
             say(f"   raw cold read of doze's .log files: {raw:.1f} MB/s (median of {reps})")
@@ -2251,8 +2256,7 @@ def peer_consume_turns(args, work, res):
                         raise RuntimeError(f"{name} read {iso}: {why}")
                     runs[(name, iso)].append((r, cpu))
         for (name, iso), got in runs.items():
-            ordered = sorted(got, key=lambda run: run[0]["mbps"])
-            r, cpu = ordered[len(ordered) // 2]
+            r, cpu = middle(got, key=lambda run: run[0]["mbps"])
             res.put(metrics[int(iso)], name, r["mbps"], cpu, r["seconds"],
                     f"median of {len(got)} reads in turns: "
                     + ", ".join(f"{run[0]['mbps']:.0f}" for run in got))
@@ -2313,8 +2317,7 @@ def peer_txn_turns(args, work, res):
             for name in (names if k % 2 == 0 else names[::-1]):
                 runs[name].append(run(name, str(k), args.peer_warmup_s, args.peer_s))
         for name, got in runs.items():
-            ordered = sorted(got, key=lambda run: run[0]["rate"])
-            lg, cpu = ordered[len(ordered) // 2]
+            lg, cpu = middle(got, key=lambda run: run[0]["rate"])
             res.put(metric, name, lg["rate"], cpu, span,
                     f"median of {len(got)} runs in turns: "
                     + ", ".join(f"{run[0]['rate']:,.0f}" for run in got)

@@ -638,26 +638,23 @@ mod real {
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
                 let slots = Arc::new(tokio::sync::Semaphore::new(args.inflight.max(1)));
                 let (due_tx, mut due_rx) = tokio::sync::mpsc::unbounded_channel();
-                let sender = {
-                    let slots = Arc::clone(&slots);
-                    tokio::spawn(async move {
-                        loop {
-                            let due = tick.tick().await.into_std();
-                            if due >= window.1 {
-                                break;
-                            }
-                            let slot = slots.clone().acquire_owned().await?;
-                            writer.write_all(&frame).await?;
-                            if due_tx.send((due, slot)).is_err() {
-                                break;
-                            }
+                let sender = tokio::spawn(async move {
+                    loop {
+                        let due = tick.tick().await.into_std();
+                        if due >= window.1 {
+                            break;
                         }
-                        // Kept until every answer is read: dropping the write
-                        // half shuts the socket's sending side, and a broker
-                        // may close a connection at its end of input.
-                        anyhow::Ok(writer)
-                    })
-                };
+                        let slot = slots.clone().acquire_owned().await?;
+                        writer.write_all(&frame).await?;
+                        if due_tx.send((due, slot)).is_err() {
+                            break;
+                        }
+                    }
+                    // Kept until every answer is read: dropping the write
+                    // half shuts the socket's sending side, and a broker
+                    // may close a connection at its end of input.
+                    anyhow::Ok(writer)
+                });
                 let mut mine = Vec::new();
                 while let Some((due, slot)) = due_rx.recv().await {
                     let (code, r) = produce_answer(&mut reader, &mut rx).await?;
