@@ -106,6 +106,40 @@ fn fetch_returns_compressed_batches_as_stored_in_order() {
     assert_eq!(values, expected);
 }
 
+/// A client asking for more than Kafka's broker `fetch.max.bytes` (55 MiB by
+/// default) gets 55 MiB at most, as from Kafka: librdkafka's consumer, asked
+/// for 64 MiB, was sent 64 MiB answers here.
+#[test]
+fn a_fetch_answer_carries_at_most_55_mib_whatever_the_client_asks() {
+    const MIB: usize = 1024 * 1024;
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    // 70 batches of 7 x 128 KiB: 61 MiB of values, each batch under the
+    // 1 MiB a batch may have.
+    let values: Vec<Vec<u8>> = (0..7).map(|j| vec![j as u8; 128 * 1024]).collect();
+    let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    for i in 0..70 {
+        w.send(1, 9, &produce_req("t", 0, batch(&refs, T0_MS + i), -1));
+        assert_eq!(produce_answer(&mut w, 1), Some((0, i * 7)));
+    }
+    let mut req = fetch_req("t", 0, 0, 0, 1);
+    req.topics[0].partitions[0].partition_max_bytes = i32::MAX;
+    req.max_bytes = i32::MAX;
+    w.send(2, 12, &req);
+    let p = fetch_answer(&mut w, 2).expect("fetch answered");
+    assert_eq!(p.error_code, 0);
+    let records = p.records.expect("records");
+    assert!(
+        records.len() <= 55 * MIB && records.len() > 54 * MIB,
+        "{} bytes answered",
+        records.len()
+    );
+    // Whole batches but for the last: 62 of them (55 MiB / 896 KiB and a bit).
+    let got = decode_values(records);
+    assert_eq!(got.len(), 62 * 7);
+    assert_eq!(got.last().map(|(o, _)| *o), Some(62 * 7 - 1));
+}
+
 /// A batch whose header disagrees with its records about time is stored
 /// as Kafka's LogValidator stores it on a CreateTime topic: the timestamp
 /// type CreateTime, the max timestamp the records' own (with a client's
