@@ -58,8 +58,9 @@ Everything is measured in one run, on one filesystem (the work dir's):
               read_committed, warm; cold too where the page cache can be
               dropped; doze-bench figures are medians of `--peer-read-reps`,
               doze's cold ones interleaved with raw cold reads; then doze
-              and Kafka up together read warm in turns, `--peer-turns`
-              rounds, on which the doze-bench warm targets are judged),
+              and Kafka up together read warm in turns with doze-bench and
+              confluent-kafka, `--peer-turns` rounds, on which the warm
+              targets are judged),
               transactions at 64 producers and one producer's commit
               latency (then doze and Kafka up together run 64 doze-bench
               transactional producers in turns, `--peer-turns` rounds, on
@@ -1757,6 +1758,10 @@ PEER_METRICS = (
     ("consume/lg/read_uncommitted", "consume warm read_uncommitted, doze-bench", "MB/s", True,
      "read/warm"),
     ("consume/lg/read_committed", "consume warm read_committed, doze-bench", "MB/s", True, "read/warm"),
+    ("consume/ck/turns/read_uncommitted", "consume warm read_uncommitted, confluent-kafka, doze "
+     "and Kafka read in turns", "MB/s", True, "read/warm"),
+    ("consume/ck/turns/read_committed", "consume warm read_committed, confluent-kafka, doze and "
+     "Kafka read in turns", "MB/s", True, "read/warm"),
     ("consume/lg/turns/read_uncommitted", "consume warm read_uncommitted, doze-bench, doze and "
      "Kafka read in turns", "MB/s", True, "read/warm"),
     ("consume/lg/turns/read_committed", "consume warm read_committed, doze-bench, doze and Kafka "
@@ -1775,7 +1780,8 @@ PEER_WORKLOAD_METRICS = {
     "latency": ("lat50", "lat99", "lat50/lg", "lat99/lg"),
     "consume": ("consume/ck/read_uncommitted", "consume/ck/read_committed",
                 "consume/lg/read_uncommitted", "consume/lg/read_committed", "consume/lg/cold"),
-    "turns": ("consume/lg/turns/read_uncommitted", "consume/lg/turns/read_committed"),
+    "turns": ("consume/lg/turns/read_uncommitted", "consume/lg/turns/read_committed",
+              "consume/ck/turns/read_uncommitted", "consume/ck/turns/read_committed"),
     "txn": ("txn64/ck", "txn64/lg", "commit1/ck", "commit1/lg"),
     "txnturns": ("txn64/lg/turns",),
 }
@@ -2123,7 +2129,7 @@ def peer_consume(args, work, b, res, can_drop, why_not):
         if not r:
             res.na("consume/lg/cold", b.name, why)
         else:
-            first = (f"; its first answer (64 MiB at most) after {r['first_s'] * 1e3:.0f} ms"
+            first = (f"; its first answer (55 MiB at most) after {r['first_s'] * 1e3:.0f} ms"
                      if "first_s" in r else "")
             res.put("consume/lg/cold", b.name, r["mbps"], cpu, r["seconds"],
                     f"page cache dropped first; {log_bytes / MiB:.0f} MiB of .log files; median "
@@ -2225,11 +2231,12 @@ def peer_consume_turns(args, work, res):
     parts, topic = args.peer_partitions, "peer-turns"
     records = args.peer_consume_mib * MiB // args.record_bytes
     want = records * args.record_bytes
-    say(f"e. consume warm in turns, doze-bench: doze and Kafka (default) up together, each "
-        f"filled with {records:,} x {args.record_bytes} B in {parts} partitions (doze-bench "
-        f"produce), one uncounted read each, then {args.peer_turns} rounds of a read of the "
-        f"whole topic {args.peer_fetch_repeat} time(s) per broker and isolation level, the order "
-        f"swapped every round; medians")
+    say(f"e. consume warm in turns, doze-bench and confluent-kafka: doze and Kafka (default) up "
+        f"together, each filled with {records:,} x {args.record_bytes} B in {parts} partitions "
+        f"(doze-bench produce), one uncounted read each with each client, then "
+        f"{args.peer_turns} rounds, per isolation level, of a doze-bench read of the whole topic "
+        f"{args.peer_fetch_repeat} time(s) from each broker and a confluent-kafka read of it "
+        f"once from each, the order swapped every round; medians")
     brokers = {}
     try:
         start_turns(args, work, "turns", brokers)
@@ -2245,21 +2252,38 @@ def peer_consume_turns(args, work, res):
             if not r or r["records"] < records:
                 raise RuntimeError(f"{name}: the fill stopped: {why or r}")
             loadgen_read_whole(args, b, topic, parts, want, "0", 1)  # warm-up, not counted
-        runs = {(n, iso): [] for n in names for iso in ("0", "1")}
+            # confluent-kafka's warm-up read, not counted
+            if consume_all(b.bootstrap, topic, parts, "read_uncommitted", args.max_s)[1] < records:
+                raise RuntimeError(f"{name}: confluent-kafka's first read stopped short")
+        # (metric, broker) -> [(MB/s, broker CPU s, s)]
+        runs = {(m, n): [] for m in metrics for n in names}
         for k in range(args.peer_turns):
             order = names if k % 2 == 0 else names[::-1]
-            for iso in ("0", "1"):
+            for iso, level in (("read_uncommitted", "0"), ("read_committed", "1")):
                 for name in order:
-                    r, why, cpu = loadgen_read_whole(args, brokers[name], topic, parts, want, iso,
+                    b = brokers[name]
+                    r, why, cpu = loadgen_read_whole(args, b, topic, parts, want, level,
                                                      args.peer_fetch_repeat)
                     if not r:
                         raise RuntimeError(f"{name} read {iso}: {why}")
-                    runs[(name, iso)].append((r, cpu))
-        for (name, iso), got in runs.items():
-            r, cpu = middle(got, key=lambda run: run[0]["mbps"])
-            res.put(metrics[int(iso)], name, r["mbps"], cpu, r["seconds"],
+                    runs[(f"consume/lg/turns/{iso}", name)].append((r["mbps"], cpu, r["seconds"]))
+                for name in order:
+                    # confluent-kafka reads are bound by the client process
+                    # and steadier, but one broker after the other they still
+                    # moved by 0.93-1.18x from run to run: read in turns too.
+                    b = brokers[name]
+                    cpu0 = b.cpu_seconds()
+                    values, got, el = consume_all(b.bootstrap, topic, parts, iso, args.max_s)
+                    if got < records:
+                        raise RuntimeError(f"{name} confluent-kafka read {iso}: {got:,} of "
+                                           f"{records:,} records in {el:.1f} s")
+                    runs[(f"consume/ck/turns/{iso}", name)].append(
+                        (values / el / 1e6, b.cpu_seconds() - cpu0, el))
+        for (metric, name), got in runs.items():
+            mbps, cpu, el = middle(got, key=lambda run: run[0])
+            res.put(metric, name, mbps, cpu, el,
                     f"median of {len(got)} reads in turns: "
-                    + ", ".join(f"{run[0]['mbps']:.0f}" for run in got))
+                    + ", ".join(f"{run[0]:.0f}" for run in got))
     except Exception as e:  # the other figures stand without this one
         say(f"WARNING: consume in turns: {type(e).__name__}: {e}")
         for m in metrics:
@@ -2555,8 +2579,8 @@ def peer_targets(res):
     for client, cname in (("ck", "confluent-kafka"), ("lg", "doze-bench")):
         for iso in ("read_uncommitted", "read_committed"):
             m = f"consume/{client}/{iso}"
-            turns = f"consume/lg/turns/{iso}"
-            if client == "lg" and res.get(turns, "doze") is not None \
+            turns = f"consume/{client}/turns/{iso}"
+            if res.get(turns, "doze") is not None \
                     and res.get(turns, "kafka-default") is not None:
                 # The same reads, taken in turns in the same minutes: the
                 # target is judged on these, the figures above them stand
