@@ -1838,6 +1838,12 @@ class PeerResults:
         self.fig.setdefault(metric, {})[broker] = {"na": reason}
         say(f"   {PEER_METRIC[metric][1]}: n/a: {reason}")
 
+    def failed(self, metrics, brokers, e):
+        """What a workload that raised `e` had not figured yet: n/a, saying why."""
+        for m in metrics:
+            for name in brokers:
+                self.fig.setdefault(m, {}).setdefault(name, {"na": f"{type(e).__name__}: {e}"})
+
     def get(self, metric, broker):
         f = self.fig.get(metric, {}).get(broker)
         return f["v"] if f and "v" in f else None
@@ -2286,9 +2292,7 @@ def peer_consume_turns(args, work, res):
                     + ", ".join(f"{run[0]:.0f}" for run in got))
     except Exception as e:  # the other figures stand without this one
         say(f"WARNING: consume in turns: {type(e).__name__}: {e}")
-        for m in metrics:
-            for name in names:
-                res.fig.setdefault(m, {}).setdefault(name, {"na": f"{type(e).__name__}: {e}"})
+        res.failed(metrics, names, e)
     finally:
         stop_turns(args, work, "turns", brokers)
 
@@ -2348,8 +2352,7 @@ def peer_txn_turns(args, work, res):
                     + f"; its EndTxn p50 {lg['endtxn_p50_us'] / 1e3:.1f} ms; retries {lg['retries']}")
     except Exception as e:  # the other figures stand without this one
         say(f"WARNING: transactions in turns: {type(e).__name__}: {e}")
-        for name in names:
-            res.fig.setdefault(metric, {}).setdefault(name, {"na": f"{type(e).__name__}: {e}"})
+        res.failed([metric], names, e)
     finally:
         stop_turns(args, work, "txnturns", brokers)
 
@@ -2476,8 +2479,7 @@ def bench_peers(args, work):
                         peer_txn(args, work, b, res, fsync)
                 except Exception as e:  # one broker's failure must not lose the others' figures
                     say(f"WARNING: {name} {w}: {type(e).__name__}: {e}")
-                    for m in PEER_WORKLOAD_METRICS[w]:
-                        res.fig.setdefault(m, {}).setdefault(name, {"na": f"{type(e).__name__}: {e}"})
+                    res.failed(PEER_WORKLOAD_METRICS[w], [name], e)
         finally:
             cpu_total = b.cpu_seconds()
             rc = b.stop()
