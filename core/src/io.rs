@@ -196,7 +196,8 @@ pub struct RecoveredPartition {
     /// swap had already renamed it into place). The core finishes the swap.
     pub swaps: Vec<RecoveredSegment>,
     /// Segment bases with any other `.cleaned` or `.swap` file: a cleaning
-    /// that did not commit, which the core discards.
+    /// that did not commit, which the core discards. A base that is also in
+    /// `swaps` is a swap, never discarded (`log::clean::finish_swaps`).
     pub abandoned: Vec<i64>,
 }
 

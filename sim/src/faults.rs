@@ -81,10 +81,17 @@ pub enum FaultKind {
     /// that swap a cleaned segment in (or finish a swap at start-up), with
     /// the renames before it not yet synced.
     PowerCutDuringSwap,
+    /// Armed: the sync after the next rename of a cleaned `.log` into place
+    /// fails, so the swap may or may not be durable while the cleaner goes
+    /// on, and so does every sync after it for a while
+    /// (`FAILED_SWAP_SPELL_MS`); when the cleaner writes a `.cleaned` file
+    /// under that base again meanwhile, the power goes just after it.
+    /// Scripted only (the swarm meets it through its random sync failures).
+    FailSwapSync,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 25] = [
+    pub const ALL: [FaultKind; 26] = [
         FaultKind::Crash,
         FaultKind::PowerCut,
         FaultKind::CrashDuringSync,
@@ -110,6 +117,7 @@ impl FaultKind {
         FaultKind::PowerCutAfterStop,
         FaultKind::KillDuringClean,
         FaultKind::PowerCutDuringSwap,
+        FaultKind::FailSwapSync,
     ];
 
     pub fn name(self) -> &'static str {
@@ -139,6 +147,7 @@ impl FaultKind {
             FaultKind::PowerCutAfterStop => "power-cut-after-stop",
             FaultKind::KillDuringClean => "kill-during-clean",
             FaultKind::PowerCutDuringSwap => "power-cut-during-swap",
+            FaultKind::FailSwapSync => "fail-swap-sync",
         }
     }
 
@@ -156,6 +165,12 @@ impl FaultKind {
             self,
             FaultKind::KillDuringClean | FaultKind::PowerCutDuringSwap
         )
+    }
+
+    /// Kinds only a scenario names: the swarm never draws them, so adding
+    /// one leaves every seed's run as it was.
+    pub fn scripted_only(self) -> bool {
+        matches!(self, FaultKind::FailSwapSync)
     }
 
     /// Faults that last a while (`for` applies).
@@ -269,7 +284,10 @@ impl FaultMix {
     /// (but the kinds with `own_draws`: `draw_own`).
     pub fn draw(rng: &mut impl rand::Rng) -> Self {
         let mut mean_interval_ms = Vec::new();
-        for kind in FaultKind::ALL.into_iter().filter(|k| !k.own_draws()) {
+        for kind in FaultKind::ALL
+            .into_iter()
+            .filter(|k| !k.own_draws() && !k.scripted_only())
+        {
             if rng.random_bool(0.5) {
                 mean_interval_ms.push((kind, rng.random_range(300..=8000)));
             }
@@ -295,7 +313,10 @@ impl FaultMix {
     /// The kinds with `own_draws`, from their own generator, as `draw`
     /// does the others.
     pub fn draw_own(&mut self, rng: &mut impl rand::Rng) {
-        for kind in FaultKind::ALL.into_iter().filter(|k| k.own_draws()) {
+        for kind in FaultKind::ALL
+            .into_iter()
+            .filter(|k| k.own_draws() && !k.scripted_only())
+        {
             if rng.random_bool(0.5) {
                 self.mean_interval_ms
                     .push((kind, rng.random_range(300..=8000)));

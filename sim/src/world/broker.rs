@@ -15,6 +15,7 @@ use doze_core::{
 };
 use rand::RngExt;
 
+use super::faults::FAILED_SWAP_SPELL_MS;
 use super::{Event, Process, SyncFate, World};
 use crate::faults::FaultKind;
 
@@ -155,13 +156,25 @@ impl World {
                     _ => None,
                 };
                 if let DiskOp::Rename {
+                    dir,
+                    segment_base,
                     file: SegmentFile::Log,
                     to: FileStage::Live,
                     ..
                 } = &op
                 {
                     self.stats.cleaned_segments += 1;
+                    self.swap_unsynced = Some((dir.clone(), *segment_base));
                 }
+                let cut_after = match &op {
+                    DiskOp::AppendCleaned {
+                        dir, segment_base, ..
+                    } => self
+                        .failed_swap
+                        .as_ref()
+                        .is_some_and(|(d, b)| d == dir && b == segment_base),
+                    _ => false,
+                };
                 if let DiskOp::AppendBatch { batch, .. } = &op {
                     self.marker_unsynced |= holds_control_batch(batch);
                 }
@@ -172,6 +185,12 @@ impl World {
                 }
                 if let Some((false, power)) = kill {
                     self.kill_at_cleaner_op(format!("just after {summary}"), power);
+                } else if cut_after {
+                    // FailSwapSync's story: the failed swap is not durable,
+                    // and a new pass stages files under its base.
+                    self.failed_swap = None;
+                    let what = format!("just after {summary}, its base's swap not durable");
+                    self.kill_at_cleaner_op(what, true);
                 }
             }
             Output::Meta { io, ops } => {
@@ -476,8 +495,17 @@ impl World {
     fn schedule_sync(&mut self, io: IoId) {
         self.stats.syncs += 1;
         let marker = std::mem::take(&mut self.marker_unsynced);
+        let swap = self.swap_unsynced.take();
+        if swap.is_some() && self.armed.remove(&FaultKind::FailSwapSync) {
+            self.failed_swap = swap;
+            self.queue.push(
+                self.now_ms + FAILED_SWAP_SPELL_MS,
+                Event::FaultEnd(FaultKind::FailSwapSync),
+            );
+        }
         let fail = self.armed.remove(&FaultKind::FailSync)
             || (marker && self.armed.remove(&FaultKind::FailMarkerSync))
+            || self.failed_swap.is_some()
             || self.chance(self.mix.sync_fail_p);
         let lie = !fail
             && self
@@ -602,6 +630,8 @@ impl World {
         self.meta_fates.clear();
         self.cut_after_meta.clear();
         self.marker_unsynced = false;
+        self.swap_unsynced = None;
+        self.failed_swap = None;
         self.process = Process {
             clean_down: clean,
             ..Process::default()

@@ -10,6 +10,10 @@ use crate::faults::FaultKind;
 
 /// How long a random disk-full or slow-sync spell lasts.
 const SPELL_MS: std::ops::RangeInclusive<i64> = 100..=2000;
+/// How long every sync fails after `FailSwapSync` strikes (unless the power
+/// goes first): more than log.cleaner.backoff.ms (`CLEANER_BACKOFF_MS`),
+/// so that the cleaner, its passes abandoned, comes back to the base.
+pub(super) const FAILED_SWAP_SPELL_MS: i64 = 2_000;
 
 impl World {
     pub(super) fn schedule_faults(&mut self) {
@@ -84,7 +88,8 @@ impl World {
             | FaultKind::PowerCutDuringRecovery
             | FaultKind::PowerCutAfterStop
             | FaultKind::KillDuringClean
-            | FaultKind::PowerCutDuringSwap => {
+            | FaultKind::PowerCutDuringSwap
+            | FaultKind::FailSwapSync => {
                 self.armed.insert(kind);
             }
             FaultKind::CleanStop => self.clean_stop(),
@@ -107,10 +112,14 @@ impl World {
     }
 
     pub(super) fn end_fault(&mut self, kind: FaultKind) {
+        if kind == FaultKind::FailSwapSync && self.failed_swap.is_none() {
+            return; // its story ended in a power cut (or a crash) before
+        }
         self.note(format!("fault over: {}", kind.name()));
         match kind {
             FaultKind::DiskFull => self.disk.full = false,
             FaultKind::SlowSync => self.slow_sync = false,
+            FaultKind::FailSwapSync => self.failed_swap = None,
             _ => unreachable!("only lasting faults end"),
         }
     }

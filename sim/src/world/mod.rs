@@ -208,6 +208,13 @@ pub struct World {
     slow_sync: bool,
     /// A marker was appended since the last sync was issued.
     marker_unsynced: bool,
+    /// The segment whose cleaned `.log` was renamed into place since the
+    /// last sync was issued.
+    swap_unsynced: Option<(PartitionDir, i64)>,
+    /// `FailSwapSync` struck on this segment's swap and no sync has
+    /// succeeded since: syncs are slow, and the power goes just after the
+    /// cleaner's next `.cleaned` write under its base.
+    failed_swap: Option<(PartitionDir, i64)>,
     /// Meta writes (decisions) after whose completion the power goes.
     cut_after_meta: BTreeSet<IoId>,
     process: Process,
@@ -326,6 +333,8 @@ impl World {
             mix,
             slow_sync: false,
             marker_unsynced: false,
+            swap_unsynced: None,
+            failed_swap: None,
             cut_after_meta: BTreeSet::new(),
             process: Process::default(),
         }
