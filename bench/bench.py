@@ -65,7 +65,8 @@ Everything is measured in one run, on one filesystem (the work dir's):
               latency (then doze and Kafka up together run 64 doze-bench
               transactional producers in turns, `--peer-turns` rounds, on
               which the doze-bench transaction targets are judged); doze's
-              produce and 64-producer transaction runs also give its core task's busy time (doze_core_busy_seconds_total)
+              produce and 64-producer transaction runs also give its core
+              task's busy time (doze_core_busy_seconds_total)
               as a share of one CPU, target <= 0.5 (two cores: the core must
               not be the bottleneck). A workload a peer cannot do is printed
               "n/a: why". Every
@@ -2049,6 +2050,18 @@ def loadgen_read_whole(args, b, topic, parts, want, level, repeat):
     return r, why, cpu
 
 
+def ck_read_whole(args, b, topic, parts, iso, records):
+    """confluent-kafka reads every partition of `topic` from offset 0 to its
+    end: (MB/s of values or None, seconds, broker CPU s, why not); no figure
+    if it got fewer than `records` records."""
+    cpu0 = b.cpu_seconds()
+    values, got, el = consume_all(b.bootstrap, topic, parts, iso, args.max_s)
+    cpu = b.cpu_seconds() - cpu0
+    if got < records:
+        return None, el, cpu, f"{got:,} of {records:,} records in {el:.1f} s"
+    return values / el / 1e6, el, cpu, None
+
+
 def peer_consume(args, work, b, res, can_drop, why_not):
     parts = args.peer_partitions
     topic = "peer-consume"
@@ -2075,14 +2088,12 @@ def peer_consume(args, work, b, res, can_drop, why_not):
     for iso in ("read_uncommitted", "read_committed"):
         best, fail = None, None
         for _ in range(args.peer_reps):
-            cpu0 = b.cpu_seconds()
-            values, got, el = consume_all(b.bootstrap, topic, parts, iso, args.max_s)
-            cpu = b.cpu_seconds() - cpu0
-            if got < acked:
-                fail = f"{got:,} of {acked:,} records in {el:.1f} s"
+            mbps, el, cpu, why = ck_read_whole(args, b, topic, parts, iso, acked)
+            if mbps is None:
+                fail = why
                 continue
-            if best is None or values / el / 1e6 > best[0]:
-                best = (values / el / 1e6, cpu, el)
+            if best is None or mbps > best[0]:
+                best = (mbps, cpu, el)
         if best is None:
             res.na(f"consume/ck/{iso}", b.name, fail)
         else:
@@ -2259,8 +2270,9 @@ def peer_consume_turns(args, work, res):
                 raise RuntimeError(f"{name}: the fill stopped: {why or r}")
             loadgen_read_whole(args, b, topic, parts, want, "0", 1)  # warm-up, not counted
             # confluent-kafka's warm-up read, not counted
-            if consume_all(b.bootstrap, topic, parts, "read_uncommitted", args.max_s)[1] < records:
-                raise RuntimeError(f"{name}: confluent-kafka's first read stopped short")
+            _, _, _, why = ck_read_whole(args, b, topic, parts, "read_uncommitted", records)
+            if why:
+                raise RuntimeError(f"{name}: confluent-kafka's first read: {why}")
         # (metric, broker) -> [(MB/s, broker CPU s, s)]
         runs = {(m, n): [] for m in metrics for n in names}
         for k in range(args.peer_turns):
@@ -2277,14 +2289,11 @@ def peer_consume_turns(args, work, res):
                     # confluent-kafka reads are bound by the client process
                     # and steadier, but one broker after the other they still
                     # moved by 0.93-1.18x from run to run: read in turns too.
-                    b = brokers[name]
-                    cpu0 = b.cpu_seconds()
-                    values, got, el = consume_all(b.bootstrap, topic, parts, iso, args.max_s)
-                    if got < records:
-                        raise RuntimeError(f"{name} confluent-kafka read {iso}: {got:,} of "
-                                           f"{records:,} records in {el:.1f} s")
-                    runs[(f"consume/ck/turns/{iso}", name)].append(
-                        (values / el / 1e6, b.cpu_seconds() - cpu0, el))
+                    mbps, el, cpu, why = ck_read_whole(args, brokers[name], topic, parts, iso,
+                                                       records)
+                    if why:
+                        raise RuntimeError(f"{name} confluent-kafka read {iso}: {why}")
+                    runs[(f"consume/ck/turns/{iso}", name)].append((mbps, cpu, el))
         for (metric, name), got in runs.items():
             mbps, cpu, el = middle(got, key=lambda run: run[0])
             res.put(metric, name, mbps, cpu, el,

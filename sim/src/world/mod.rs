@@ -211,9 +211,9 @@ pub struct World {
     /// The segment whose cleaned `.log` was renamed into place since the
     /// last sync was issued.
     swap_unsynced: Option<(PartitionDir, i64)>,
-    /// `FailSwapSync` struck on this segment's swap and no sync has
-    /// succeeded since: syncs are slow, and the power goes just after the
-    /// cleaner's next `.cleaned` write under its base.
+    /// `FailSwapSync` struck on this segment's swap and its spell is on:
+    /// every sync fails, and the power goes just after the cleaner's next
+    /// `.cleaned` write under its base.
     failed_swap: Option<(PartitionDir, i64)>,
     /// Meta writes (decisions) after whose completion the power goes.
     cut_after_meta: BTreeSet<IoId>,
