@@ -76,9 +76,10 @@ Everything is measured in one run, on one filesystem (the work dir's):
               of one record, and per fetched MiB: the release doze under
               `valgrind --tool=callgrind`, a fixed doze-bench load
               (`--callgrind-records`, default 20,000, in batches of 1,000;
-              `--callgrind-requests`, default 2,000, of one record each),
-              minus an idle start/stop: a figure that does not move with the
-              machine's load, for regressions
+              `--callgrind-requests`, default 2,000, of one record each;
+              `--callgrind-fetch-repeat`, default 200 whole reads of that
+              topic, 3.9 GiB), minus an idle start/stop: a figure that does
+              not move with the machine's load, for regressions
   9. summary  every figure beside its target, PASS / MISS
 
 `--only peers,callgrind` (= `--sections`) runs some sections; `--quick` makes
@@ -2845,7 +2846,12 @@ def main():
                     help="callgrind: records produced in the fixed load")
     ap.add_argument("--callgrind-requests", type=int, default=2000,
                     help="callgrind: produce requests of one record each in the small-request load")
-    ap.add_argument("--callgrind-fetch-repeat", type=int, default=5,
+    # 200, not 5: the fetch figure is the difference of two runs, and the
+    # produce part of a run moves by up to 0.3 M Ir from run to run. Five
+    # reads (100 MiB) added 0.5-0.7 M Ir, so per fetched MiB moved between
+    # 4,735 and 7,285 over seven benches; with 200 reads (3.9 GiB, ~1 s more
+    # under valgrind) three runs gave 4,466-4,513.
+    ap.add_argument("--callgrind-fetch-repeat", type=int, default=200,
                     help="callgrind: whole-topic reads in the fetch run")
     ap.add_argument("--set", action="append", default=[], help="broker --set key=value")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (broker logs)")
