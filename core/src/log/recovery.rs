@@ -157,13 +157,20 @@ impl LogRecovery {
             .iter()
             .filter(|s| s.base_offset > c.segment_base)
             .collect();
-        if at.is_none() && !below.is_empty() {
-            return false; // the checkpoint's segment is gone but older ones are not
-        }
-        if let Some(at) = at {
-            if at.log_bytes.unwrap_or(0) < c.position {
-                return false; // synced bytes are missing
-            }
+        let Some(at) = at else {
+            // The checkpoint's segment is gone. With older ones left, the
+            // directory is not one we left; with none left, retention
+            // deleted it, and with it the batches between the recovery
+            // point and the next segment that the checkpoint's producer and
+            // transaction snapshot never saw: a marker there would leave its
+            // transaction open for good (the LSO stuck at the log start).
+            // As Kafka's ProducerStateManager.truncateAndReload drops the
+            // snapshots at or below the log start, the state is rebuilt
+            // from the batches that remain.
+            return false;
+        };
+        if at.log_bytes.unwrap_or(0) < c.position {
+            return false; // synced bytes are missing
         }
         let mut segments = VecDeque::new();
         let mut aborted = Vec::new();
@@ -180,30 +187,28 @@ impl LogRecovery {
         }
         let mut ops = Vec::new();
         let mut jobs = VecDeque::new();
-        if let Some(at) = at {
-            let Some(segment) = checkpoint_segment(at, c, &mut aborted) else {
-                tracing::warn!(
-                    segment = at.base_offset,
-                    "index files inconsistent; rebuilding every index from the log"
-                );
-                return false;
-            };
-            ops.extend(segment.index_cut_ops(&self.log.dir));
-            // Adopted even with nothing above the recovery point: a roll may
-            // have written its final time entry (of a batch below the point)
-            // after the checkpoint's sync, and a crash left it unsynced.
-            ops.push(self.adopt(segment.base_offset));
-            let end = at.log_bytes.expect("checked");
-            if end > c.position {
-                jobs.push_back(ScanJob {
-                    segment_base: at.base_offset,
-                    position: c.position,
-                    end,
-                    need: 0,
-                });
-            }
-            segments.push_back(segment);
+        let Some(segment) = checkpoint_segment(at, c, &mut aborted) else {
+            tracing::warn!(
+                segment = at.base_offset,
+                "index files inconsistent; rebuilding every index from the log"
+            );
+            return false;
+        };
+        ops.extend(segment.index_cut_ops(&self.log.dir));
+        // Adopted even with nothing above the recovery point: a roll may
+        // have written its final time entry (of a batch below the point)
+        // after the checkpoint's sync, and a crash left it unsynced.
+        ops.push(self.adopt(segment.base_offset));
+        let end = at.log_bytes.expect("checked");
+        if end > c.position {
+            jobs.push_back(ScanJob {
+                segment_base: at.base_offset,
+                position: c.position,
+                end,
+                need: 0,
+            });
         }
+        segments.push_back(segment);
         for s in above {
             let (segment, job) = self.whole_scan(s, &mut ops);
             jobs.push_back(job);

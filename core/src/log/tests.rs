@@ -1475,6 +1475,42 @@ fn recovery_from_a_checkpoint_reads_only_above_it() {
     }
 }
 
+/// Retention deleted the checkpoint's segment, and the batches after its
+/// recovery point with it: the checkpoint's producer and transaction
+/// snapshot never saw those batches (a marker there would leave its
+/// transaction open for good), so recovery rebuilds from what remains, as
+/// Kafka drops producer snapshots at or below the log start
+/// (ProducerStateManager.truncateAndReload). Found by the simulator
+/// (retention-under-faults seeds 59, 67, 121 and 249: the LSO stuck at the
+/// log start after a restart).
+#[test]
+fn recovery_does_not_use_a_checkpoint_whose_segment_retention_deleted() {
+    let size = kib_bytes();
+    let (mut log, mut disk, mut infos) = kib_log(5);
+    sync(&mut log, &mut disk);
+    let checkpoint = log.checkpoint();
+    assert_eq!((checkpoint.segment_base, checkpoint.offset), (0, 5));
+    for i in 5..35 {
+        infos.push(append(&mut log, &mut disk, kib(kib_ts(i))));
+    }
+    sync(&mut log, &mut disk);
+    // Keep 15 KiB: segments 0 and 10 go, 20 and the active 30 stay.
+    let deleted = log.apply_retention(kib_ts(35), -1, 15 * size as i64);
+    disk.apply(&deleted);
+    assert_eq!(log.log_start_offset(), 20);
+    let r = recover(&mut disk, 10 * size, Some(&checkpoint));
+    assert!(
+        !r.from_checkpoint,
+        "a checkpoint inside a deleted segment gives no snapshot"
+    );
+    let scanned: Vec<_> = r.scanned.iter().map(|b| b.pos.base_offset).collect();
+    assert_eq!(scanned, (20..35).collect::<Vec<_>>());
+    assert!(repairs(&r.ops).is_empty());
+    assert_eq!(r.log.log_start_offset(), 20);
+    assert_eq!(r.log.log_end_offset(), 35);
+    check_every_offset(&r.log, &disk, &infos);
+}
+
 #[test]
 fn recovery_of_a_clean_checkpoint_reads_nothing() {
     let (mut log, mut disk, infos) = kib_log(35);
