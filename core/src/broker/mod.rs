@@ -306,8 +306,16 @@ impl Broker {
             let ops = self
                 .topics
                 .apply_retention(&self.config, self.now_ms, cleaning.as_ref());
+            let deleted = !ops.is_empty();
             for (key, op) in ops {
                 self.emit_disk(key, op);
+            }
+            if deleted {
+                // The deletions are made durable now, not with the next
+                // append, which on an idle partition may never come: until
+                // then a power cut brings the segments back, and the log
+                // start with them.
+                self.request_sync();
             }
             // Aborted transactions below the new log starts are no longer fetched.
             for (key, txns) in self.partition_txns.iter_mut() {
@@ -344,6 +352,10 @@ impl Broker {
             return;
         }
         if self.sync_in_flight.is_some() || !self.dirty.is_empty() {
+            // Whatever is still dirty is synced before the stop, whoever
+            // left it so (a retention deletion during the stop, say):
+            // waiting for an append that never comes would never stop.
+            self.request_sync();
             return;
         }
         if crate::txn::complete::write_owed_for_stop(self) {
