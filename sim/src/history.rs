@@ -81,12 +81,21 @@ pub struct HwSeen {
     pub partition: i32,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
+    /// The log start in the same answer (Fetch v5 and later).
+    pub log_start_offset: i64,
 }
 
 #[derive(Default)]
 pub struct History {
     /// The main topic is compacted (`oracle_compact`).
     pub compacted: bool,
+    /// The main topic has retention: records below `final_log_start` may
+    /// be gone (`oracle::below_log_start`).
+    pub retention: bool,
+    /// Per partition of the main topic, the log start the final read was
+    /// last sent to (ListOffsets' earliest after OFFSET_OUT_OF_RANGE); 0
+    /// when it read from the beginning.
+    pub final_log_start: BTreeMap<i32, i64>,
     pub acks: Vec<Ack>,
     pub seen: Vec<Seen>,
     pub hws: Vec<HwSeen>,

@@ -17,12 +17,15 @@
 //!    restarts too, and so does the final read. Neither the high watermark
 //!    nor the last stable offset ever goes back: a fetch sent after another
 //!    was answered sees both at least as far (both lie in durable data, and
-//!    a transaction that ended stays ended across restarts).
+//!    a transaction that ended stays ended across restarts). With retention
+//!    an LSO held at the log start may go back with it
+//!    (`log_start_went_back`).
 //! 7. Transactions (`oracle_txn`): no aborted read, atomic outcomes that
 //!    match the EndTxn answers, fencing, exactly-once copying.
 //!
 //! On a compacted main topic, 3, 5 and 7 allow what the log cleaner may
-//! remove (`oracle_compact`).
+//! remove (`oracle_compact`); on one with retention, what lies below the
+//! log start the final read found (`below_log_start`).
 
 use std::collections::BTreeMap;
 
@@ -91,7 +94,8 @@ fn check_acks(
 ) {
     for ack in &h.acks {
         let at = format!("p{}@{}", ack.partition, ack.offset);
-        let cleaned = compaction.is_some_and(|c| c.may_be_gone(ack.partition, ack.offset, ack.id));
+        let cleaned = compaction.is_some_and(|c| c.may_be_gone(ack.partition, ack.offset, ack.id))
+            || below_log_start(h, ack.partition, ack.offset);
         match log
             .get(&(ack.partition, ack.offset))
             .map(|v| values::decode(v))
@@ -110,6 +114,14 @@ fn check_acks(
             Some(_) => {}
         }
     }
+}
+
+/// On a main topic with retention, whether `offset` of partition `p` lies
+/// below the log start the final read found: retention deleted the
+/// segments there, whole and oldest first, so a record there may be gone.
+/// At and above that start, every record must be where it was.
+pub fn below_log_start(h: &History, p: i32, offset: i64) -> bool {
+    h.retention && offset < h.final_log_start.get(&p).copied().unwrap_or(0)
 }
 
 fn check_duplicates(h: &History, out: &mut Vec<String>) {
@@ -142,7 +154,7 @@ fn check_seen(
         let cleaned = compaction.is_some_and(|c| {
             values::decode(&seen.value)
                 .is_some_and(|id| c.may_be_gone(seen.partition, seen.offset, id))
-        });
+        }) || below_log_start(h, seen.partition, seen.offset);
         match log.get(&(seen.partition, seen.offset)) {
             None if cleaned => {}
             None => out.push(format!(
@@ -242,7 +254,10 @@ fn check_monotonic_ends(h: &History, out: &mut Vec<String>) {
                     b.consumer, b.sent_ms, b.high_watermark, a.consumer, a.received_ms
                 ));
             }
-            if let Some((lso, a)) = best_lso.filter(|(lso, _)| b.last_stable_offset < *lso) {
+            if let Some((lso, a)) = best_lso
+                .filter(|(lso, _)| b.last_stable_offset < *lso)
+                .filter(|(_, a)| !log_start_went_back(h, a, b))
+            {
                 problems.push(format!(
                     "p{p}: LAST STABLE OFFSET WENT BACK: a fetch of c{} sent at t={}ms got {}, below {lso} that c{} was answered at t={}ms",
                     b.consumer, b.sent_ms, b.last_stable_offset, a.consumer, a.received_ms
@@ -257,6 +272,24 @@ fn check_monotonic_ends(h: &History, out: &mut Vec<String>) {
             "{count} high watermarks or last stable offsets went back in all"
         ));
     }
+}
+
+/// With retention, an LSO may go back with the log start: an open
+/// transaction whose first offset lies below the log start holds the LSO
+/// at the log start (Kafka's UnifiedLog takes max(first unstable offset,
+/// log start offset)), and a power cut that brings back segments whose
+/// deletion was not yet durable moves the log start back, and that LSO
+/// with it. Kafka's log start goes back the same way, to its last
+/// log-start-offset checkpoint. Data is neither lost nor exposed: the
+/// records below the old log start come back as they were.
+fn log_start_went_back(
+    h: &History,
+    earlier: &crate::history::HwSeen,
+    later: &crate::history::HwSeen,
+) -> bool {
+    h.retention
+        && earlier.last_stable_offset == earlier.log_start_offset
+        && later.log_start_offset < earlier.log_start_offset
 }
 
 fn preview(value: &[u8]) -> String {

@@ -125,10 +125,15 @@ fn fates_by_id(main: &str, view: &View) -> BTreeMap<RecordId, Vec<Fate>> {
     fates
 }
 
+/// Said of the records `check_atomic` counts as committed though gone.
+const GONE_BY_RIGHT: &str =
+    " (or gone by right: overwritten by later ones of their keys, or below the log start)";
+
 /// A transaction's records all committed or none. On a compacted topic a
 /// committed record may be gone, overwritten by a later committed record of
-/// its key: it counts as committed (`whole`) when its acknowledgement says
-/// where it was and the cleaner had that right there.
+/// its key, and on one with retention, below the final log start: it
+/// counts as committed (`whole`) when its acknowledgement says where it
+/// was and the cleaner or retention had that right there.
 fn check_atomic(
     h: &History,
     main: &str,
@@ -146,20 +151,21 @@ fn check_atomic(
         let is_committed =
             |id: &RecordId| fates.get(id).is_some_and(|f| f.contains(&Fate::Committed));
         let committed = t.ids.iter().filter(|id| is_committed(id)).count();
-        let whole = match compaction {
-            None => committed,
-            Some(c) => t
-                .ids
-                .iter()
-                .filter(|id| {
-                    is_committed(id)
-                        || (!fates.contains_key(id)
-                            && acked
-                                .get(id)
-                                .is_some_and(|&(p, o)| c.overwritten(p, o, **id)))
+        // A record not in the final log counts as committed where it was
+        // acknowledged when the cleaner had the right to take it there, or
+        // retention deleted the segment it was in.
+        let gone_by_right = |id: &RecordId| {
+            !fates.contains_key(id)
+                && acked.get(id).is_some_and(|&(p, o)| {
+                    compaction.is_some_and(|c| c.overwritten(p, o, *id))
+                        || crate::oracle::below_log_start(h, p, o)
                 })
-                .count(),
         };
+        let whole = t
+            .ids
+            .iter()
+            .filter(|id| is_committed(id) || gone_by_right(id))
+            .count();
         let all = t.ids.len();
         let what = format!(
             "transaction of c{} ({} producer {} epoch {}, {} records from {})",
@@ -173,17 +179,13 @@ fn check_atomic(
         if committed > 0 && whole < all {
             out.push(format!(
                 "TORN: {what}: {whole} of {all} records committed{}",
-                if whole > committed {
-                    " (or overwritten by later ones of their keys)"
-                } else {
-                    ""
-                }
+                if whole > committed { GONE_BY_RIGHT } else { "" }
             ));
         }
         match t.answered {
             Some(true) if whole < all => out.push(format!(
                 "LOST COMMIT: {what}: EndTxn answered commit, but after the final restart only {whole} of {all} records are committed{}",
-                if whole > committed { " (or overwritten by later ones of their keys)" } else { "" }
+                if whole > committed { GONE_BY_RIGHT } else { "" }
             )),
             Some(false) if committed > 0 => out.push(format!(
                 "ABORT REVERSED: {what}: EndTxn answered abort, but {committed} records are committed"

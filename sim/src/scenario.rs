@@ -78,6 +78,10 @@ pub struct Scenario {
     /// The main topic is compacted (`cleanup.policy=compact`, records with
     /// keys); a swarm run draws it now and then.
     pub compacted: bool,
+    /// The main topic has retention (`retention.bytes` or `retention.ms`,
+    /// small segments): the broker deletes its oldest segments as the run
+    /// goes; a swarm run that is not compacted draws it now and then.
+    pub retention: bool,
     /// Transactional producers, and the transactions each runs.
     pub txn_producers: Count,
     pub transactions: Count,
@@ -129,6 +133,7 @@ impl Scenario {
             faults: Vec::new(),
             swarm: false,
             compacted: false,
+            retention: false,
             txn_producers: Count::one(0),
             transactions: Count { min: 5, max: 20 },
             zombies: Count::one(0),
@@ -196,6 +201,11 @@ impl Scenario {
                     s.compacted = value
                         .parse()
                         .map_err(|_| err(format!("bad compacted {value:?}")))?
+                }
+                "retention" => {
+                    s.retention = value
+                        .parse()
+                        .map_err(|_| err(format!("bad retention {value:?}")))?
                 }
                 "swarm" => {
                     s.swarm = value

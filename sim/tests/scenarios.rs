@@ -146,6 +146,11 @@ fn the_faults_each_scenario_names_really_happen() {
 /// the boot sync skipped markers that were in the log but only in the page
 /// cache of the killed process; a failed boot sync then lost them, and the
 /// copier's output stayed open for good (NOT EXACTLY ONCE, LSO stuck).
+/// retention-under-faults 67 and 249: a start used a checkpoint whose
+/// segment retention had deleted, and the transaction snapshot in it kept
+/// open a transaction whose marker went with that segment (LSO stuck at
+/// the log start). Swarm 4260 and 2484 (they drew retention): a clean stop
+/// waited for ever for the sync of a retention deletion made during it.
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
     let failures: Vec<String> = [
@@ -153,6 +158,10 @@ fn seeds_that_once_failed_keep_every_promise() {
         ("swarm", 156),
         ("swarm", 172),
         ("swarm", 247),
+        ("retention-under-faults", 67),
+        ("retention-under-faults", 249),
+        ("swarm", 2484),
+        ("swarm", 4260),
     ]
     .into_iter()
     .filter_map(|(name, seed)| failure(name, seed))

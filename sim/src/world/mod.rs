@@ -201,6 +201,10 @@ pub struct World {
     /// holds it to compaction's promises, and no copier reads it (a copy
     /// of a log the cleaner thins is not exactly-once checkable).
     compacted: bool,
+    /// The main topic's retention, when the run has it: the broker deletes
+    /// its oldest segments, the oracle lets records below the final log
+    /// start go, and no copier reads it (as on a compacted topic).
+    retention: Option<Retention>,
     workload_start_ms: i64,
     faults_on: bool,
     armed: BTreeSet<FaultKind>,
@@ -269,6 +273,60 @@ fn compacted_topic_configs() -> Vec<(String, String)> {
 /// Seeds `World::own_rng` apart from the run's generator.
 const OWN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0001;
 
+/// Chance that a swarm run whose main topic is not compacted gives it
+/// retention.
+const SWARM_RETENTION_P: f64 = 0.2;
+/// Seeds the retention draw apart from the other generators: a run that
+/// does not draw retention goes as it did before retention came.
+const RETENTION_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0003;
+/// log.retention.check.interval.ms in a run with retention (the broker's
+/// default is five minutes; a run lasts tens of seconds).
+const RETENTION_CHECK_INTERVAL_MS: i64 = 250;
+/// log.segment.bytes in a run with retention: retention deletes closed
+/// segments only, so they must close often.
+const RETENTION_SEGMENT_BYTES: u64 = 4096;
+
+/// The main topic's retention in a run that has it; `None` leaves a rule
+/// at the broker's default (7 days, unlimited bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    pub bytes: Option<i64>,
+    pub ms: Option<i64>,
+}
+
+impl Retention {
+    /// By size, by time, or both: a few segments' worth, or a second or so
+    /// (a workload lasts a few simulated seconds).
+    fn draw(rng: &mut ChaCha8Rng) -> Self {
+        let segment = RETENTION_SEGMENT_BYTES as i64;
+        let bytes = [None, Some(2 * segment), Some(4 * segment)][rng.random_range(0..3)];
+        let ms = [None, Some(500), Some(1_500)][rng.random_range(0..3)];
+        Self {
+            bytes: bytes.or(if ms.is_none() {
+                Some(2 * segment)
+            } else {
+                None
+            }),
+            ms,
+        }
+    }
+
+    fn topic_configs(self) -> Vec<(String, String)> {
+        let bytes = self.bytes.map(|b| ("retention.bytes", b.to_string()));
+        let ms = self.ms.map(|ms| ("retention.ms", ms.to_string()));
+        [bytes, ms]
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }
+
+    fn describe(self) -> String {
+        let rule = |v: Option<i64>| v.map_or("default".to_string(), |v| v.to_string());
+        format!(" retention bytes={} ms={}", rule(self.bytes), rule(self.ms))
+    }
+}
+
 impl World {
     pub fn new(cfg: RunConfig) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
@@ -297,6 +355,17 @@ impl World {
             CHECKPOINT_CHOICES[own_rng.random_range(0..CHECKPOINT_CHOICES.len())];
         broker_config.checkpoint_bytes = bytes;
         broker_config.checkpoint_interval_ms = interval_ms;
+        // Retention from a generator of its own (it came later still), and
+        // never beside compaction: the oracle holds a run to one or the other.
+        let mut retention_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RETENTION_RNG_SALT);
+        let retention = (!compacted
+            && (cfg.scenario.retention
+                || (cfg.scenario.swarm && retention_rng.random_bool(SWARM_RETENTION_P))))
+        .then(|| Retention::draw(&mut retention_rng));
+        if retention.is_some() {
+            broker_config.segment_bytes = RETENTION_SEGMENT_BYTES;
+            broker_config.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
+        }
         let trace = Trace::new(cfg.keep_trace, cfg.echo_trace);
         let ignore_adopt = cfg.plant == Some(PlantedBug::IgnoreAdopt);
         Self {
@@ -308,6 +377,7 @@ impl World {
             trace,
             history: History {
                 compacted,
+                retention: retention.is_some(),
                 ..History::default()
             },
             stats: Stats::default(),
@@ -327,6 +397,7 @@ impl World {
             phase: Phase::Setup,
             topic_partitions: 1,
             compacted,
+            retention,
             workload_start_ms: T0_MS,
             faults_on: false,
             armed: BTreeSet::new(),
@@ -343,11 +414,12 @@ impl World {
     /// Runs to the end and returns the verdict.
     pub fn run(mut self) -> RunResult {
         let setup = format!(
-            "scenario {} seed {} segment_bytes {}{} faults {}{}",
+            "scenario {} seed {} segment_bytes {}{}{} faults {}{}",
             self.cfg.scenario.name,
             self.cfg.seed,
             self.broker_config.segment_bytes,
             if self.compacted { " compacted" } else { "" },
+            self.retention.map(Retention::describe).unwrap_or_default(),
             self.mix.describe(),
             self.cfg
                 .plant
@@ -365,10 +437,11 @@ impl World {
         let topics = topics
             .into_iter()
             .map(|(name, partitions)| {
-                let configs = if name == TOPIC && self.compacted {
-                    compacted_topic_configs()
-                } else {
-                    Vec::new()
+                let configs = match self.retention {
+                    _ if name != TOPIC => Vec::new(),
+                    _ if self.compacted => compacted_topic_configs(),
+                    Some(retention) => retention.topic_configs(),
+                    None => Vec::new(),
                 };
                 (name, partitions, configs)
             })
@@ -426,6 +499,12 @@ impl World {
     fn note(&mut self, line: String) {
         let elapsed_ms = self.elapsed_ms();
         self.trace.record(elapsed_ms, &line);
+    }
+
+    /// The main topic loses records on purpose (compaction or retention):
+    /// no copier reads it, as its copy could not be checked exactly once.
+    fn main_topic_thins(&self) -> bool {
+        self.compacted || self.retention.is_some()
     }
 
     fn draw_count(&mut self, count: crate::scenario::Count) -> u64 {

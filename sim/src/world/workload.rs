@@ -46,7 +46,7 @@ impl World {
             };
             self.add_client(Box::new(producer), Role::Producer, delay_ms);
         }
-        if self.draw_count(s.copiers) > 0 && !self.compacted {
+        if self.draw_count(s.copiers) > 0 && !self.main_topic_thins() {
             let cfg = CopierConfig {
                 input: TOPIC.into(),
                 input_partitions: self.topic_partitions,
@@ -70,7 +70,7 @@ impl World {
     /// of the others' transactions).
     fn start_group_copiers(&mut self) {
         let s = self.cfg.scenario.clone();
-        if self.rng.random_range(0..100) >= s.group_percent || self.compacted {
+        if self.rng.random_range(0..100) >= s.group_percent || self.main_topic_thins() {
             return;
         }
         let first = self.draw_count(s.group_copiers);
