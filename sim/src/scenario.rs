@@ -79,8 +79,9 @@ pub struct Scenario {
     /// keys); a swarm run draws it now and then.
     pub compacted: bool,
     /// The main topic has retention (`retention.bytes` or `retention.ms`,
-    /// small segments): the broker deletes its oldest segments as the run
-    /// goes; a swarm run that is not compacted draws it now and then.
+    /// small segments; `compact,delete` when compacted too): the broker
+    /// deletes its oldest segments as the run goes; a swarm run draws it
+    /// now and then.
     pub retention: bool,
     /// Transactional producers, and the transactions each runs.
     pub txn_producers: Count,

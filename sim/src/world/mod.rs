@@ -256,25 +256,34 @@ const CHECKPOINT_CHOICES: [(u64, i64); 3] = [
     ),
 ];
 
-/// The main topic's configs when it is compacted: every closed segment is
-/// worth a pass, and markers and tombstones may go soon after.
-fn compacted_topic_configs() -> Vec<(String, String)> {
-    [
-        ("cleanup.policy", "compact"),
+/// The main topic's configs: when it is compacted, every closed segment is
+/// worth a pass, and markers and tombstones may go soon after; with
+/// retention too, the policy is `compact,delete`.
+fn main_topic_configs(compacted: bool, retention: Option<Retention>) -> Vec<(String, String)> {
+    let policy = if retention.is_some() {
+        "compact,delete"
+    } else {
+        "compact"
+    };
+    let compaction = [
+        ("cleanup.policy", policy),
         ("min.cleanable.dirty.ratio", "0.01"),
         ("delete.retention.ms", "1000"),
         ("min.compaction.lag.ms", "0"),
     ]
     .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    .filter(|_| compacted)
+    .map(|(k, v)| (k.to_string(), v.to_string()));
+    compaction
+        .chain(retention.into_iter().flat_map(Retention::topic_configs))
+        .collect()
 }
 
 /// Seeds `World::own_rng` apart from the run's generator.
 const OWN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0001;
 
-/// Chance that a swarm run whose main topic is not compacted gives it
-/// retention.
+/// Chance that a swarm run gives its main topic retention (beside
+/// compaction when it drew that: `compact,delete`).
 const SWARM_RETENTION_P: f64 = 0.2;
 /// Seeds the retention draw apart from the other generators: a run that
 /// does not draw retention goes as it did before retention came.
@@ -355,12 +364,10 @@ impl World {
             CHECKPOINT_CHOICES[own_rng.random_range(0..CHECKPOINT_CHOICES.len())];
         broker_config.checkpoint_bytes = bytes;
         broker_config.checkpoint_interval_ms = interval_ms;
-        // Retention from a generator of its own (it came later still), and
-        // never beside compaction: the oracle holds a run to one or the other.
+        // Retention from a generator of its own (it came later still).
         let mut retention_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ RETENTION_RNG_SALT);
-        let retention = (!compacted
-            && (cfg.scenario.retention
-                || (cfg.scenario.swarm && retention_rng.random_bool(SWARM_RETENTION_P))))
+        let retention = (cfg.scenario.retention
+            || (cfg.scenario.swarm && retention_rng.random_bool(SWARM_RETENTION_P)))
         .then(|| Retention::draw(&mut retention_rng));
         if retention.is_some() {
             broker_config.segment_bytes = RETENTION_SEGMENT_BYTES;
@@ -437,11 +444,10 @@ impl World {
         let topics = topics
             .into_iter()
             .map(|(name, partitions)| {
-                let configs = match self.retention {
-                    _ if name != TOPIC => Vec::new(),
-                    _ if self.compacted => compacted_topic_configs(),
-                    Some(retention) => retention.topic_configs(),
-                    None => Vec::new(),
+                let configs = if name == TOPIC {
+                    main_topic_configs(self.compacted, self.retention)
+                } else {
+                    Vec::new()
                 };
                 (name, partitions, configs)
             })
