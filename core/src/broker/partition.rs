@@ -276,6 +276,7 @@ impl Broker {
     /// the stable offset counts from the start (`last_stable_offset`).
     pub(crate) fn move_log_start(&mut self, key: &PartitionKey, offset: i64) -> Option<i64> {
         let log = self.topics.partition_mut_by_key(key)?;
+        log.log_start_stored(offset);
         let ops = log.increment_log_start(offset);
         let start = log.log_start_offset();
         assert!(start >= offset, "the log start never moves back");

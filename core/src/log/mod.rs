@@ -121,6 +121,10 @@ pub struct PartitionLog {
     /// Empty only for a new log before its first append.
     segments: VecDeque<Segment>,
     log_start_offset: i64,
+    /// The log start meta.db holds (DeleteRecords stored it; 0 when none).
+    /// Below `log_start_offset` when retention moved the start since: that
+    /// start is durable only once its deletions are synced.
+    stored_log_start: i64,
     log_end_offset: i64,
     high_watermark: i64,
     /// Where the high watermark lies (a batch boundary).
@@ -175,6 +179,7 @@ impl PartitionLog {
             segment_ms: i64::MAX,
             segments: VecDeque::new(),
             log_start_offset: offset,
+            stored_log_start: 0,
             log_end_offset: offset,
             high_watermark: offset,
             high_watermark_position: LogPosition {
@@ -200,6 +205,16 @@ impl PartitionLog {
     /// The first offset still in the log (earlier ones were deleted by retention).
     pub fn log_start_offset(&self) -> i64 {
         self.log_start_offset
+    }
+
+    /// The log start meta.db holds (0 when none).
+    pub fn stored_log_start(&self) -> i64 {
+        self.stored_log_start
+    }
+
+    /// meta.db now holds `offset` as this log's start.
+    pub fn log_start_stored(&mut self, offset: i64) {
+        self.stored_log_start = self.stored_log_start.max(offset);
     }
 
     /// The next offset to assign.

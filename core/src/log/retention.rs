@@ -97,6 +97,7 @@ impl PartitionLog {
     /// the start stops at the log's end instead of claiming offsets no batch
     /// holds.
     pub fn restore_log_start(&mut self, offset: i64) {
+        self.log_start_stored(offset);
         if offset <= self.log_start_offset {
             return;
         }
