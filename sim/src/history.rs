@@ -85,6 +85,15 @@ pub struct HwSeen {
     pub log_start_offset: i64,
 }
 
+/// A DeleteRecords answer: the partition's log start (its low watermark),
+/// stored before the answer left.
+#[derive(Clone, Debug)]
+pub struct RecordsDeleted {
+    pub answered_ms: i64,
+    pub partition: i32,
+    pub low_watermark: i64,
+}
+
 #[derive(Default)]
 pub struct History {
     /// The main topic is compacted (`oracle_compact`).
@@ -96,6 +105,8 @@ pub struct History {
     /// last sent to (ListOffsets' earliest after OFFSET_OUT_OF_RANGE); 0
     /// when it read from the beginning.
     pub final_log_start: BTreeMap<i32, i64>,
+    /// DeleteRecords answers on the main topic, in the order they came.
+    pub records_deleted: Vec<RecordsDeleted>,
     pub acks: Vec<Ack>,
     pub seen: Vec<Seen>,
     pub hws: Vec<HwSeen>,

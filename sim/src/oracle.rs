@@ -20,10 +20,12 @@
 //!    a transaction that ended stays ended across restarts). With retention
 //!    an LSO held at the log start may go back with it
 //!    (`log_start_went_back`).
-//! 7. Transactions (`oracle_txn`): no aborted read, atomic outcomes that
+//! 7. A log start DeleteRecords answered never goes back
+//!    (`check_deleted_records`).
+//! 8. Transactions (`oracle_txn`): no aborted read, atomic outcomes that
 //!    match the EndTxn answers, fencing, exactly-once copying.
 //!
-//! On a compacted main topic, 3, 5 and 7 allow what the log cleaner may
+//! On a compacted main topic, 3, 5 and 8 allow what the log cleaner may
 //! remove (`oracle_compact`); on one with retention, what lies below the
 //! log start the final read found (`below_log_start`).
 
@@ -54,6 +56,7 @@ pub fn check(h: &History) -> Vec<String> {
     check_duplicates(h, &mut out);
     check_seen(h, &log, compaction, &mut out);
     check_high_watermarks(h, &mut out);
+    check_deleted_records(h, &mut out);
     crate::oracle_txn::check(h, main, &view, compaction, &mut out);
     out
 }
@@ -272,6 +275,34 @@ fn check_monotonic_ends(h: &History, out: &mut Vec<String>) {
             "{count} high watermarks or last stable offsets went back in all"
         ));
     }
+}
+
+/// A DeleteRecords answer is durable: the log start it answered never
+/// goes back, across restarts and power cuts too (the broker stores it in
+/// meta.db before answering, and a start takes the stored one over the
+/// first segment's base). Every fetch sent after the
+/// answer came, and the final read, see the log start at least there.
+fn check_deleted_records(h: &History, out: &mut Vec<String>) {
+    let mut problems = Vec::new();
+    for d in &h.records_deleted {
+        let p = d.partition;
+        let final_start = h.final_log_start.get(&p).copied().unwrap_or(0);
+        if final_start < d.low_watermark {
+            problems.push(format!(
+                "p{p}: DELETE RECORDS UNDONE: answered the low watermark {} at t={}ms, but the final read started at {final_start}",
+                d.low_watermark, d.answered_ms
+            ));
+        }
+        if let Some(b) = h.hws.iter().find(|b| {
+            b.partition == p && b.sent_ms > d.answered_ms && b.log_start_offset < d.low_watermark
+        }) {
+            problems.push(format!(
+                "p{p}: LOG START WENT BACK: DeleteRecords answered the low watermark {} at t={}ms, but a fetch of c{} sent at t={}ms got the log start {}",
+                d.low_watermark, d.answered_ms, b.consumer, b.sent_ms, b.log_start_offset
+            ));
+        }
+    }
+    out.extend(problems.into_iter().take(SHOWN_MAX));
 }
 
 /// With retention, an LSO may go back with the log start: an open

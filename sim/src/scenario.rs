@@ -83,6 +83,10 @@ pub struct Scenario {
     /// deletes its oldest segments as the run goes; a swarm run draws it
     /// now and then.
     pub retention: bool,
+    /// With retention on a topic that is not compacted: an operator also
+    /// trims the main topic with DeleteRecords now and then (a swarm run
+    /// with retention draws it one time in two).
+    pub delete_records: bool,
     /// Transactional producers, and the transactions each runs.
     pub txn_producers: Count,
     pub transactions: Count,
@@ -135,6 +139,7 @@ impl Scenario {
             swarm: false,
             compacted: false,
             retention: false,
+            delete_records: false,
             txn_producers: Count::one(0),
             transactions: Count { min: 5, max: 20 },
             zombies: Count::one(0),
@@ -207,6 +212,11 @@ impl Scenario {
                     s.retention = value
                         .parse()
                         .map_err(|_| err(format!("bad retention {value:?}")))?
+                }
+                "delete_records" => {
+                    s.delete_records = value
+                        .parse()
+                        .map_err(|_| err(format!("bad delete_records {value:?}")))?
                 }
                 "swarm" => {
                     s.swarm = value

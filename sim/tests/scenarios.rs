@@ -151,6 +151,8 @@ fn the_faults_each_scenario_names_really_happen() {
 /// open a transaction whose marker went with that segment (LSO stuck at
 /// the log start). Swarm 4260 and 2484 (they drew retention): a clean stop
 /// waited for ever for the sync of a retention deletion made during it.
+/// Swarm 470 (it drew DeleteRecords): a low watermark answered from a log
+/// start retention had moved, never stored, went back after a power cut.
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
     let failures: Vec<String> = [
@@ -162,6 +164,7 @@ fn seeds_that_once_failed_keep_every_promise() {
         ("retention-under-faults", 249),
         ("swarm", 2484),
         ("swarm", 4260),
+        ("swarm", 470),
     ]
     .into_iter()
     .filter_map(|(name, seed)| failure(name, seed))

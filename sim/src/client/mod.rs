@@ -25,6 +25,7 @@ mod group_member;
 pub mod group_requests;
 pub mod producer;
 mod reset;
+pub mod truncator;
 pub mod txn_producer;
 pub mod txn_requests;
 pub mod values;

@@ -33,6 +33,7 @@ use rand::{RngExt, SeedableRng};
 use crate::client::admin::Admin;
 use crate::client::consumer::{Consumer, Isolation, Mode};
 use crate::client::producer::{Producer, ProducerConfig};
+use crate::client::truncator::Truncator;
 use crate::client::wire::Wire;
 use crate::client::{Client, Cx};
 use crate::disk::SimDisk;
@@ -205,6 +206,9 @@ pub struct World {
     /// its oldest segments, the oracle lets records below the final log
     /// start go, and no copier reads it (as on a compacted topic).
     retention: Option<Retention>,
+    /// An operator trims the main topic with DeleteRecords during the
+    /// workload (`client::truncator`).
+    delete_records: bool,
     workload_start_ms: i64,
     faults_on: bool,
     armed: BTreeSet<FaultKind>,
@@ -285,6 +289,9 @@ const OWN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0001;
 /// Chance that a swarm run gives its main topic retention (beside
 /// compaction when it drew that: `compact,delete`).
 const SWARM_RETENTION_P: f64 = 0.2;
+/// Chance that a swarm run with retention (not compacted) also has an
+/// operator trimming the main topic with DeleteRecords.
+const SWARM_DELETE_RECORDS_P: f64 = 0.5;
 /// Seeds the retention draw apart from the other generators: a run that
 /// does not draw retention goes as it did before retention came.
 const RETENTION_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0003;
@@ -369,6 +376,12 @@ impl World {
         let retention = (cfg.scenario.retention
             || (cfg.scenario.swarm && retention_rng.random_bool(SWARM_RETENTION_P)))
         .then(|| Retention::draw(&mut retention_rng));
+        // DeleteRecords beside retention (the oracle's log start floors
+        // serve both), on a topic that is not compacted.
+        let delete_records = retention.is_some()
+            && !compacted
+            && (cfg.scenario.delete_records
+                || (cfg.scenario.swarm && retention_rng.random_bool(SWARM_DELETE_RECORDS_P)));
         if retention.is_some() {
             broker_config.segment_bytes = RETENTION_SEGMENT_BYTES;
             broker_config.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
@@ -405,6 +418,7 @@ impl World {
             topic_partitions: 1,
             compacted,
             retention,
+            delete_records,
             workload_start_ms: T0_MS,
             faults_on: false,
             armed: BTreeSet::new(),
@@ -426,7 +440,12 @@ impl World {
             self.cfg.seed,
             self.broker_config.segment_bytes,
             if self.compacted { " compacted" } else { "" },
-            self.retention.map(Retention::describe).unwrap_or_default(),
+            self.retention.map(Retention::describe).unwrap_or_default()
+                + if self.delete_records {
+                    " delete-records"
+                } else {
+                    ""
+                },
             self.mix.describe(),
             self.cfg
                 .plant
@@ -672,6 +691,11 @@ impl World {
             );
             let delay_ms = self.rng.random_range(0..=10);
             self.add_client(Box::new(consumer), Role::Consumer, delay_ms);
+        }
+        if self.delete_records {
+            let client = self.slots.len() as u32;
+            let truncator = Truncator::new(client, TOPIC.into(), partitions);
+            self.add_client(Box::new(truncator), Role::Consumer, 100);
         }
         self.start_transactional_clients();
         self.schedule_faults();
