@@ -12,7 +12,8 @@ use kafka_protocol::messages::delete_records_request::{
 };
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
-    BrokerId, DeleteRecordsRequest, ListOffsetsRequest, ResponseKind, TopicName,
+    BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
@@ -124,6 +125,64 @@ impl Truncator {
         let delay_ms = backoff_ms(cx.rng, self.attempts);
         cx.wake_in(delay_ms);
     }
+    /// ListOffsets answered the high watermark of `partition`.
+    fn on_end(&mut self, cx: &mut Cx, partition: i32, r: &ListOffsetsResponse) {
+        let Some(part) = r.topics.iter().flat_map(|t| t.partitions.iter()).next() else {
+            return cx.violation(format!(
+                "c{}: ListOffsets answered no partition",
+                self.client
+            ));
+        };
+        if part.error_code != 0 {
+            return self.retry(cx, part.error_code, "ListOffsets latest");
+        }
+        self.attempts = 0;
+        if !self.stopped {
+            self.ask_delete(cx, partition, part.offset);
+        }
+    }
+
+    /// DeleteRecords answered for (partition, offset asked, high watermark
+    /// seen before).
+    fn on_deleted(&mut self, cx: &mut Cx, asked: (i32, i64, i64), r: &DeleteRecordsResponse) {
+        let (partition, offset, high_watermark) = asked;
+        let Some(part) = r.topics.iter().flat_map(|t| t.partitions.iter()).next() else {
+            return cx.violation(format!(
+                "c{}: DeleteRecords answered no partition",
+                self.client
+            ));
+        };
+        if part.error_code != 0 {
+            let what = format!("DeleteRecords p{partition} below {offset}");
+            return self.retry(cx, part.error_code, &what);
+        }
+        self.attempts = 0;
+        let low_watermark = part.low_watermark;
+        if offset != TO_HIGH_WATERMARK && low_watermark < offset {
+            cx.violation(format!(
+                "c{}: DeleteRecords p{partition} below {offset} answered the low watermark {low_watermark}",
+                self.client
+            ));
+        }
+        if offset == TO_HIGH_WATERMARK && low_watermark < high_watermark {
+            cx.violation(format!(
+                "c{}: DeleteRecords p{partition} up to the high watermark answered the low watermark {low_watermark}, below the high watermark {high_watermark} seen before",
+                self.client
+            ));
+        }
+        cx.note(format!(
+            "p{partition}: records deleted below {offset}: low watermark {low_watermark}"
+        ));
+        let slot = &mut self.known_start[partition as usize];
+        *slot = (*slot).max(low_watermark);
+        cx.history.records_deleted.push(RecordsDeleted {
+            answered_ms: cx.elapsed_ms,
+            partition,
+            low_watermark,
+        });
+        let pause_ms = cx.rng.random_range(PAUSE_MS);
+        cx.wake_in(pause_ms);
+    }
 }
 
 impl Client for Truncator {
@@ -146,19 +205,7 @@ impl Client for Truncator {
         match (step, response) {
             (Step::AskedEnd { corr: c, partition }, ResponseKind::ListOffsets(r)) => {
                 assert_eq!(c, corr, "one request in flight");
-                let Some(part) = r.topics.iter().flat_map(|t| t.partitions.iter()).next() else {
-                    return cx.violation(format!(
-                        "c{}: ListOffsets answered no partition",
-                        self.client
-                    ));
-                };
-                if part.error_code != 0 {
-                    return self.retry(cx, part.error_code, "ListOffsets latest");
-                }
-                self.attempts = 0;
-                if !self.stopped {
-                    self.ask_delete(cx, partition, part.offset);
-                }
+                self.on_end(cx, partition, &r);
             }
             (
                 Step::AskedDelete {
@@ -170,42 +217,7 @@ impl Client for Truncator {
                 ResponseKind::DeleteRecords(r),
             ) => {
                 assert_eq!(c, corr, "one request in flight");
-                let Some(part) = r.topics.iter().flat_map(|t| t.partitions.iter()).next() else {
-                    return cx.violation(format!(
-                        "c{}: DeleteRecords answered no partition",
-                        self.client
-                    ));
-                };
-                if part.error_code != 0 {
-                    let what = format!("DeleteRecords p{partition} below {offset}");
-                    return self.retry(cx, part.error_code, &what);
-                }
-                self.attempts = 0;
-                let low_watermark = part.low_watermark;
-                if offset != TO_HIGH_WATERMARK && low_watermark < offset {
-                    cx.violation(format!(
-                        "c{}: DeleteRecords p{partition} below {offset} answered the low watermark {low_watermark}",
-                        self.client
-                    ));
-                }
-                cx.note(format!(
-                    "p{partition}: records deleted below {offset}: low watermark {low_watermark}"
-                ));
-                let slot = &mut self.known_start[partition as usize];
-                *slot = (*slot).max(low_watermark);
-                if offset == TO_HIGH_WATERMARK && low_watermark < high_watermark {
-                    cx.violation(format!(
-                        "c{}: DeleteRecords p{partition} up to the high watermark answered the low watermark {low_watermark}, below the high watermark {high_watermark} seen before",
-                        self.client
-                    ));
-                }
-                cx.history.records_deleted.push(RecordsDeleted {
-                    answered_ms: cx.elapsed_ms,
-                    partition,
-                    low_watermark,
-                });
-                let pause_ms = cx.rng.random_range(PAUSE_MS);
-                cx.wake_in(pause_ms);
+                self.on_deleted(cx, (partition, offset, high_watermark), &r);
             }
             (_, other) => panic!("c{}: unexpected answer {other:?}", self.client),
         }
