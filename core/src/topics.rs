@@ -331,6 +331,10 @@ impl Topics {
     /// segments for the cleaner (both rules off: -1).
     /// `skip` is a partition the log cleaner is rewriting: its segments stay
     /// put until the pass is over (the next check deletes what is due).
+    /// A busy topic (a meta.db change in flight) is skipped too: a
+    /// DeleteRecords storing a start must answer the start it stored, not
+    /// one retention moved past it meanwhile, which a power cut could undo
+    /// (found by the simulator, swarm seed 76112353).
     pub fn apply_retention(
         &mut self,
         config: &BrokerConfig,
@@ -338,7 +342,11 @@ impl Topics {
         skip: Option<&PartitionKey>,
     ) -> Vec<(PartitionKey, DiskOp)> {
         let mut ops = Vec::new();
+        let busy = &self.busy;
         for topic in self.map.values_mut() {
+            if busy.contains(&*topic.name) {
+                continue;
+            }
             let (retention_ms, retention_bytes) = if topic.cleanup_config(config).delete {
                 (
                     topic.config_i64(config, "retention.ms"),

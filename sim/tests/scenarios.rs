@@ -152,7 +152,9 @@ fn the_faults_each_scenario_names_really_happen() {
 /// the log start). Swarm 4260 and 2484 (they drew retention): a clean stop
 /// waited for ever for the sync of a retention deletion made during it.
 /// Swarm 470 (it drew DeleteRecords): a low watermark answered from a log
-/// start retention had moved, never stored, went back after a power cut.
+/// start retention had moved, never stored, went back after a power cut;
+/// swarm 76112353: the same, retention moving the start while the
+/// DeleteRecords write was in flight.
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
     let failures: Vec<String> = [
@@ -165,6 +167,7 @@ fn seeds_that_once_failed_keep_every_promise() {
         ("swarm", 2484),
         ("swarm", 4260),
         ("swarm", 470),
+        ("swarm", 76112353),
     ]
     .into_iter()
     .filter_map(|(name, seed)| failure(name, seed))
