@@ -124,7 +124,13 @@ fn check_acks(
 /// segments there, whole and oldest first, so a record there may be gone.
 /// At and above that start, every record must be where it was.
 pub fn below_log_start(h: &History, p: i32, offset: i64) -> bool {
-    h.retention && offset < h.final_log_start.get(&p).copied().unwrap_or(0)
+    h.retention && offset < final_log_start(h, p)
+}
+
+/// Where the final read of partition `p` started (0 unless it was sent
+/// to the log start).
+fn final_log_start(h: &History, p: i32) -> i64 {
+    h.final_log_start.get(&p).copied().unwrap_or(0)
 }
 
 fn check_duplicates(h: &History, out: &mut Vec<String>) {
@@ -286,7 +292,7 @@ fn check_deleted_records(h: &History, out: &mut Vec<String>) {
     let mut problems = Vec::new();
     for d in &h.records_deleted {
         let p = d.partition;
-        let final_start = h.final_log_start.get(&p).copied().unwrap_or(0);
+        let final_start = final_log_start(h, p);
         if final_start < d.low_watermark {
             problems.push(format!(
                 "p{p}: DELETE RECORDS UNDONE: answered the low watermark {} at t={}ms, but the final read started at {final_start}",

@@ -231,16 +231,17 @@ fn decide(b: &Broker, topic: &str, partition: i32, offset: i64) -> Decision {
         return Decision::Refused(ResponseError::OffsetOutOfRange);
     }
     let start = log.log_start_offset();
-    if offset <= start && start > log.stored_log_start() {
-        // Nothing to move, but the start answered is not stored: retention
-        // moved it, and until its deletions are synced a power cut brings
-        // the segments back, the log start with them. Stored, the low
-        // watermark answered survives a power cut as one asked for does
-        // (Kafka answers from memory and checkpoints its log start once a
-        // minute). Found by the simulator (swarm seed 470).
-        return Decision::Move(t.key(partition), start);
-    }
     if offset <= start {
+        if start > log.stored_log_start() {
+            // Nothing to move, but the start answered is not stored:
+            // retention moved it, and until its deletions are synced a
+            // power cut brings the segments back, the log start with them.
+            // Stored, the low watermark answered survives a power cut as
+            // one asked for does (Kafka answers from memory and checkpoints
+            // its log start once a minute). Found by the simulator (swarm
+            // seed 470).
+            return Decision::Move(t.key(partition), start);
+        }
         return Decision::Already(start);
     }
     Decision::Move(t.key(partition), offset)

@@ -317,14 +317,13 @@ impl Retention {
         let segment = RETENTION_SEGMENT_BYTES as i64;
         let bytes = [None, Some(2 * segment), Some(4 * segment)][rng.random_range(0..3)];
         let ms = [None, Some(500), Some(1_500)][rng.random_range(0..3)];
-        Self {
-            bytes: bytes.or(if ms.is_none() {
-                Some(2 * segment)
-            } else {
-                None
-            }),
-            ms,
-        }
+        // At least one rule: by size when the draw gave neither.
+        let bytes = if bytes.is_none() && ms.is_none() {
+            Some(2 * segment)
+        } else {
+            bytes
+        };
+        Self { bytes, ms }
     }
 
     fn topic_configs(self) -> Vec<(String, String)> {
