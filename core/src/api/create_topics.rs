@@ -97,10 +97,34 @@ pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRe
     for (name, _) in &topics {
         b.mark_topic_busy(name);
     }
-    b.emit_meta(
-        ops,
-        ApiWrite::CreateTopics(PendingCreate { origin, topics }),
-    );
+    let pending = PendingCreate { origin, topics };
+    // A topic of the same name was deleted, and the removal of its
+    // directories is not durable yet. Stored now, the new topic could meet
+    // the old one's files after a power cut, brought back into the
+    // directories they share, and recovery would take them for its own.
+    // So the record waits for the sync that covers the removal. (Kafka
+    // tells the two apart by the topic id in each directory's
+    // partition.metadata: LogManager.loadLog drops a stray log.)
+    if pending
+        .topics
+        .iter()
+        .any(|(name, _)| b.removal_unsynced(name))
+    {
+        return b.park_create(pending);
+    }
+    b.emit_meta(ops, ApiWrite::CreateTopics(pending));
+}
+
+/// A sync made some topics' removal durable: the creations that waited
+/// for it are stored now (or wait on, for a removal still unsynced).
+pub(crate) fn removals_synced(b: &mut Broker) {
+    for pending in b.take_parked_creates() {
+        let PendingCreate { origin, topics } = pending;
+        for (name, _) in &topics {
+            b.unmark_topic_busy(name);
+        }
+        store(b, origin, topics);
+    }
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) {

@@ -85,6 +85,21 @@ impl Broker {
         if self.booting.as_ref().is_some_and(|b| b.is_boot_sync(io)) {
             recovery::sync_done(self, ok);
         }
+        let removals = self.unsynced_removals.len();
+        if ok {
+            self.unsynced_removals
+                .retain(|_, covering| *covering != Some(io));
+        } else {
+            // The next sync covers them.
+            for covering in self.unsynced_removals.values_mut() {
+                if *covering == Some(io) {
+                    *covering = None;
+                }
+            }
+        }
+        if self.unsynced_removals.len() < removals {
+            api::create_topics::removals_synced(self);
+        }
         self.complete_durable_writes();
         crate::txn::complete::on_sync(self);
         self.cleaner_sync_done(io, ok);
@@ -160,9 +175,17 @@ impl Broker {
     /// flight at a time; appends made meanwhile ride the next one together
     /// (group commit).
     pub(crate) fn request_sync(&mut self) {
-        if self.sync_in_flight.is_none() && (!self.dirty.is_empty() || self.all_sync_wanted) {
+        if self.sync_in_flight.is_none() && self.sync_wanted() {
             self.start_sync();
         }
+    }
+
+    /// Something waits for a sync: disk operations no sync covered, an
+    /// `All` sync asked for, or a topic's removal whose sync failed.
+    pub(super) fn sync_wanted(&self) -> bool {
+        !self.dirty.is_empty()
+            || self.all_sync_wanted
+            || self.unsynced_removals.values().any(Option::is_none)
     }
 
     /// Asks for a `SyncScope::All` sync: the next one, or now if none is
@@ -197,6 +220,9 @@ impl Broker {
             SyncScope::Logs
         };
         let io = self.take_io();
+        for covering in self.unsynced_removals.values_mut() {
+            covering.get_or_insert(io);
+        }
         let mut keys = std::mem::take(&mut self.dirty);
         if scope == SyncScope::All {
             keys.extend(self.index_lagging.iter().cloned());

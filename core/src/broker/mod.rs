@@ -77,6 +77,13 @@ pub struct Broker {
     /// The next sync is a `SyncScope::All` one, even with nothing dirty;
     /// until one completes OK.
     all_sync_wanted: bool,
+    /// Deleted topics whose directories' removal no completed sync covers
+    /// yet, by name, each with the sync that covers it once one is started
+    /// after the removal. A topic of that name is not stored again until
+    /// then (`api::create_topics::store`).
+    unsynced_removals: BTreeMap<String, Option<IoId>>,
+    /// Topic creations waiting for such a removal to become durable.
+    parked_creates: Vec<api::create_topics::PendingCreate>,
     /// Meta.db writes in flight and what to do when each completes.
     pending_meta: BTreeMap<IoId, MetaAction>,
     /// Admin requests waiting for a topic's meta.db change in flight.
@@ -143,6 +150,8 @@ impl Broker {
             next_io: 1,
             dirty: BTreeSet::new(),
             sync_in_flight: None,
+            unsynced_removals: BTreeMap::new(),
+            parked_creates: Vec::new(),
             index_lagging: BTreeSet::new(),
             checkpoints_after_index_sync: BTreeSet::new(),
             all_sync_wanted: false,
@@ -351,7 +360,7 @@ impl Broker {
         if !self.shutting_down || self.stopped || self.booting.is_some() {
             return;
         }
-        if self.sync_in_flight.is_some() || !self.dirty.is_empty() {
+        if self.sync_in_flight.is_some() || self.sync_wanted() {
             // Whatever is still dirty is synced before the stop, whoever
             // left it so (a retention deletion during the stop, say):
             // waiting for an append that never comes would never stop.

@@ -59,5 +59,24 @@ impl Broker {
         for (key, op) in self.topics.remove(name) {
             self.emit_disk(key, op);
         }
+        // The next sync started covers the removal (`start_sync`).
+        self.unsynced_removals.insert(name.to_string(), None);
+    }
+
+    /// A topic of this name was deleted and no completed sync covers the
+    /// removal of its directories yet.
+    pub(crate) fn removal_unsynced(&self, name: &str) -> bool {
+        self.unsynced_removals.contains_key(name)
+    }
+
+    /// Parks a topic creation until the removals it waits for are durable
+    /// (`api::create_topics::store`).
+    pub(crate) fn park_create(&mut self, pending: crate::api::create_topics::PendingCreate) {
+        self.parked_creates.push(pending);
+    }
+
+    /// The parked topic creations, for `api::create_topics` to run again.
+    pub(crate) fn take_parked_creates(&mut self) -> Vec<crate::api::create_topics::PendingCreate> {
+        std::mem::take(&mut self.parked_creates)
     }
 }
