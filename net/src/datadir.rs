@@ -83,6 +83,13 @@ impl DataDir {
             // logs/ itself becomes durable here.
             sync_dir(root).with_context(|| format!("cannot fsync {}", root.display()))?;
         }
+        // A process that died may have removed a deleted topic's partition
+        // directories with no fsync of logs/ after. The listing does not
+        // show them, so nothing in this process would ever make their
+        // removal durable, and a topic created again under the same name
+        // could meet their files after a power cut. Made durable here,
+        // before anything is listed.
+        sync_dir(&logs).with_context(|| format!("cannot fsync {}", logs.display()))?;
         Ok(dir)
     }
 

@@ -156,10 +156,12 @@ impl SimStore {
 
     /// What a starting broker finds, as the production start-up (`boot.rs`)
     /// lists it: every meta pair, and every partition dir with its segments
-    /// (the `.log`'s length, the index files whole). Nothing is made durable
-    /// here: that is the core's job (`DiskOp::Adopt`).
+    /// (the `.log`'s length, the index files whole). Only what opening the
+    /// data dir makes durable is (`DataDir::open` fsyncs `logs/`); the rest
+    /// is the core's job (`DiskOp::Adopt`).
     pub fn boot_state(&self) -> BootState {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.disk.open_data_dir();
         let meta = inner
             .meta
             .iter()

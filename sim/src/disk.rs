@@ -172,6 +172,11 @@ pub struct SimDisk {
     /// removal, covers: its completion makes them durable where they were
     /// then, and their removal (which it does not cover) undone by a cut.
     orphans: BTreeMap<u64, Orphan>,
+    /// Partition directories removed whole (`DeletePartition`), each with
+    /// the op count at its removal: the entry in `logs/` goes, which the
+    /// driver's fsync of `logs/` as it opens the data dir makes durable
+    /// (`open_data_dir`) if no sync covered it before.
+    removed_dirs: BTreeMap<PartitionDir, u64>,
     /// Counts ops applied: orders removals, renames and cuts against syncs.
     ops: u64,
     write_error: Option<String>,
@@ -336,6 +341,7 @@ impl SimDisk {
             }
             DiskOp::DeletePartition { dir } => {
                 self.remove(|(d, _, _)| *d == dir);
+                self.removed_dirs.insert(dir.clone(), self.ops);
                 format!("delete partition {}", dir.dir_name())
             }
             DiskOp::Adopt { dir, segment_base } => {
@@ -670,6 +676,21 @@ impl SimDisk {
         Ok(())
     }
 
+    /// A driver opens the data dir and fsyncs `logs/` (net's
+    /// `DataDir::open`): a partition directory an earlier process removed
+    /// whole, with no sync since, is now durably gone. Without it, a topic
+    /// deleted just before a crash and created again after the restart
+    /// could meet the deleted topic's files at the next power cut.
+    pub fn open_data_dir(&mut self) {
+        for (dir, removed_at) in std::mem::take(&mut self.removed_dirs) {
+            self.shadows
+                .retain(|(d, _, _), s| *d != dir || s.at > removed_at);
+        }
+        let kept = self.kept_incarnations();
+        self.orphans
+            .retain(|incarnation, _| kept.contains(incarnation));
+    }
+
     /// The process died: the page cache survives, syncs in flight never
     /// answer, and the next process fsyncs only what it touches itself.
     pub fn crash(&mut self) {
@@ -758,6 +779,8 @@ impl SimDisk {
             self.files.insert(key, file);
         }
         self.orphans.clear();
+        // Every removal a sync did not cover is undone.
+        self.removed_dirs.clear();
         (lost_bytes, lost_files.len() as u64)
     }
 
@@ -1097,6 +1120,27 @@ mod tests {
             index_only |= log == 0 && index == 5;
         }
         assert!(log_only && index_only);
+    }
+
+    #[test]
+    fn opening_the_data_dir_makes_a_dead_processs_partition_removal_durable() {
+        for open in [false, true] {
+            let mut rng = ChaCha8Rng::seed_from_u64(1);
+            let mut disk = SimDisk::default();
+            append(&mut disk, &mut rng, b"old topic");
+            sync(&mut disk, &mut rng, 1);
+            disk.apply(DiskOp::DeletePartition { dir: dir() }, &mut rng);
+            disk.crash();
+            if open {
+                disk.open_data_dir();
+            }
+            disk.power_cut(&mut rng);
+            let back = file_of(&disk, SegmentFile::Log).is_some();
+            assert_eq!(
+                back, !open,
+                "open_data_dir={open}: whether the old files came back"
+            );
+        }
     }
 
     #[test]

@@ -61,6 +61,7 @@ impl World {
             // The core must read what the lost indexes described.
             clean_boot &= lost.is_empty();
         }
+        self.disk.open_data_dir();
         let state = self.disk.boot_state(self.meta.entries());
         let segments: usize = state.partitions.iter().map(|p| p.segments.len()).sum();
         let log_bytes: u64 = state
