@@ -34,6 +34,11 @@ fn percent(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A `true`/`false` value.
+fn flag(key: &str, value: &str) -> Result<bool, String> {
+    value.parse().map_err(|_| format!("bad {key} {value:?}"))
+}
+
 /// An inclusive range of a count, drawn per seed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Count {
@@ -87,6 +92,9 @@ pub struct Scenario {
     /// trims the main topic with DeleteRecords now and then (a swarm run
     /// with retention draws it one time in two).
     pub delete_records: bool,
+    /// An operator deletes a scratch topic and creates it again, round
+    /// after round (`client::churner`); a swarm run draws it now and then.
+    pub churn: bool,
     /// Transactional producers, and the transactions each runs.
     pub txn_producers: Count,
     pub transactions: Count,
@@ -140,6 +148,7 @@ impl Scenario {
             compacted: false,
             retention: false,
             delete_records: false,
+            churn: false,
             txn_producers: Count::one(0),
             transactions: Count { min: 5, max: 20 },
             zombies: Count::one(0),
@@ -203,26 +212,11 @@ impl Scenario {
                         parsed.map_err(|_| err(format!("bad segment_bytes {value:?}")))?;
                 }
                 "fault" => s.faults.push(FaultSpec::parse(value).map_err(err)?),
-                "compacted" => {
-                    s.compacted = value
-                        .parse()
-                        .map_err(|_| err(format!("bad compacted {value:?}")))?
-                }
-                "retention" => {
-                    s.retention = value
-                        .parse()
-                        .map_err(|_| err(format!("bad retention {value:?}")))?
-                }
-                "delete_records" => {
-                    s.delete_records = value
-                        .parse()
-                        .map_err(|_| err(format!("bad delete_records {value:?}")))?
-                }
-                "swarm" => {
-                    s.swarm = value
-                        .parse()
-                        .map_err(|_| err(format!("bad swarm {value:?}")))?
-                }
+                "compacted" => s.compacted = flag(key, value).map_err(err)?,
+                "retention" => s.retention = flag(key, value).map_err(err)?,
+                "delete_records" => s.delete_records = flag(key, value).map_err(err)?,
+                "swarm" => s.swarm = flag(key, value).map_err(err)?,
+                "churn" => s.churn = flag(key, value).map_err(err)?,
                 "txn_producers" => s.txn_producers = Count::parse(value).map_err(err)?,
                 "transactions" => s.transactions = Count::parse(value).map_err(err)?,
                 "zombies" => s.zombies = Count::parse(value).map_err(err)?,

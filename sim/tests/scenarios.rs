@@ -154,7 +154,10 @@ fn the_faults_each_scenario_names_really_happen() {
 /// Swarm 470 (it drew DeleteRecords): a low watermark answered from a log
 /// start retention had moved, never stored, went back after a power cut;
 /// swarm 76112353: the same, retention moving the start while the
-/// DeleteRecords write was in flight.
+/// DeleteRecords write was in flight. topic-churn-under-faults 14: a topic
+/// created again was stored before the removal of the deleted one's
+/// directories was durable, and a power cut gave it the old files; 457:
+/// the same after a crash, whose removal no later process made durable.
 #[test]
 fn seeds_that_once_failed_keep_every_promise() {
     let failures: Vec<String> = [
@@ -168,6 +171,8 @@ fn seeds_that_once_failed_keep_every_promise() {
         ("swarm", 4260),
         ("swarm", 470),
         ("swarm", 76112353),
+        ("topic-churn-under-faults", 14),
+        ("topic-churn-under-faults", 457),
     ]
     .into_iter()
     .filter_map(|(name, seed)| failure(name, seed))

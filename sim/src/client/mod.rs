@@ -13,10 +13,13 @@
 //! - `copier`: a read-process-write job (read_committed input, output and
 //!   input offsets in one transaction) that crashes and resumes;
 //! - `group_copier`: the same job as members of one consumer group, which
-//!   rebalance in the middle of transactions.
+//!   rebalance in the middle of transactions;
+//! - `truncator`: an operator trimming the main topic with DeleteRecords;
+//! - `churner`: an operator deleting a scratch topic and creating it again.
 
 pub mod admin;
 pub mod batches;
+pub mod churner;
 pub mod consumer;
 pub mod copier;
 pub mod group_copier;

@@ -31,6 +31,7 @@ use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
 use crate::client::admin::Admin;
+use crate::client::churner::Churner;
 use crate::client::consumer::{Consumer, Isolation, Mode};
 use crate::client::producer::{Producer, ProducerConfig};
 use crate::client::truncator::Truncator;
@@ -209,6 +210,9 @@ pub struct World {
     /// An operator trims the main topic with DeleteRecords during the
     /// workload (`client::truncator`).
     delete_records: bool,
+    /// An operator deletes and re-creates a scratch topic of this many
+    /// partitions during the workload (`client::churner`).
+    churn_partitions: Option<i32>,
     workload_start_ms: i64,
     faults_on: bool,
     armed: BTreeSet<FaultKind>,
@@ -292,6 +296,11 @@ const SWARM_RETENTION_P: f64 = 0.2;
 /// Chance that a swarm run with retention (not compacted) also has an
 /// operator trimming the main topic with DeleteRecords.
 const SWARM_DELETE_RECORDS_P: f64 = 0.5;
+/// Chance that a swarm run has an operator deleting and re-creating a
+/// scratch topic.
+const SWARM_CHURN_P: f64 = 0.2;
+/// Seeds the churn draw apart from the other generators, as retention's.
+const CHURN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0004;
 /// Seeds the retention draw apart from the other generators: a run that
 /// does not draw retention goes as it did before retention came.
 const RETENTION_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0003;
@@ -381,6 +390,10 @@ impl World {
             && !compacted
             && (cfg.scenario.delete_records
                 || (cfg.scenario.swarm && retention_rng.random_bool(SWARM_DELETE_RECORDS_P)));
+        let mut churn_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ CHURN_RNG_SALT);
+        let churn_partitions = (cfg.scenario.churn
+            || (cfg.scenario.swarm && churn_rng.random_bool(SWARM_CHURN_P)))
+        .then(|| churn_rng.random_range(1..=2));
         if retention.is_some() {
             broker_config.segment_bytes = RETENTION_SEGMENT_BYTES;
             broker_config.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
@@ -418,6 +431,7 @@ impl World {
             compacted,
             retention,
             delete_records,
+            churn_partitions,
             workload_start_ms: T0_MS,
             faults_on: false,
             armed: BTreeSet::new(),
@@ -434,17 +448,20 @@ impl World {
     /// Runs to the end and returns the verdict.
     pub fn run(mut self) -> RunResult {
         let setup = format!(
-            "scenario {} seed {} segment_bytes {}{}{} faults {}{}",
+            "scenario {} seed {} segment_bytes {}{}{}{}{} faults {}{}",
             self.cfg.scenario.name,
             self.cfg.seed,
             self.broker_config.segment_bytes,
             if self.compacted { " compacted" } else { "" },
-            self.retention.map(Retention::describe).unwrap_or_default()
-                + if self.delete_records {
-                    " delete-records"
-                } else {
-                    ""
-                },
+            self.retention.map(Retention::describe).unwrap_or_default(),
+            if self.delete_records {
+                " delete-records"
+            } else {
+                ""
+            },
+            self.churn_partitions
+                .map(|p| format!(" churn partitions={p}"))
+                .unwrap_or_default(),
             self.mix.describe(),
             self.cfg
                 .plant
@@ -695,6 +712,11 @@ impl World {
             let client = self.slots.len() as u32;
             let truncator = Truncator::new(client, TOPIC.into(), partitions);
             self.add_client(Box::new(truncator), Role::Consumer, 100);
+        }
+        if let Some(partitions) = self.churn_partitions {
+            let client = self.slots.len() as u32;
+            let churner = Churner::new(client, partitions);
+            self.add_client(Box::new(churner), Role::Consumer, 50);
         }
         self.start_transactional_clients();
         self.schedule_faults();

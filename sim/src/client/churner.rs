@@ -1,0 +1,502 @@
+//! An operator who deletes a scratch topic and creates it again, round
+//! after round, while the faults strike: CreateTopics, a few records
+//! produced (acks=all), a read-back from offset 0, DeleteTopics, and then a
+//! Metadata request that must not find it. Every record names the
+//! incarnation of the topic it was produced to, so the read-back tells a
+//! record of an earlier incarnation, which a deleted topic's files come
+//! back would hold. The operator holds the broker to these promises itself:
+//!
+//! - a topic whose deletion was answered stays gone until it is created
+//!   again: no crash or power cut brings it back;
+//! - a topic whose creation was answered exists, and holds nothing but what
+//!   was produced to it since;
+//! - every record acknowledged to it is read back.
+//!
+//! Retries are AdminClient's: an answer may be lost with the connection, so
+//! TOPIC_ALREADY_EXISTS after a CreateTopics went unanswered, and
+//! UNKNOWN_TOPIC_OR_PARTITION (or UNKNOWN_TOPIC_ID) after a DeleteTopics
+//! went unanswered, mean that one landed. The broker answers
+//! UNKNOWN_SERVER_ERROR when its meta.db write fails, and nothing changed:
+//! the operator runs the command again, as a script around AdminClient
+//! would.
+
+use std::collections::BTreeSet;
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
+    ProduceResponse, ResponseKind, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use rand::RngExt;
+use uuid::Uuid;
+
+use super::values::{self, RecordId};
+use super::{backoff_ms, is_retriable, Client, Cx};
+
+/// The scratch topic's name.
+pub const CHURN_TOPIC: &str = "sim-churn";
+
+/// What the broker answers an admin change whose meta.db write failed.
+const UNKNOWN_SERVER_ERROR: i16 = -1;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const TOPIC_ALREADY_EXISTS: i16 = 36;
+const UNKNOWN_TOPIC_ID: i16 = 100;
+/// Records produced to each incarnation.
+const RECORDS: std::ops::RangeInclusive<u32> = 3..=12;
+/// Records in one produce request.
+const BATCH_RECORDS_MAX: u32 = 4;
+/// Between two rounds (ms).
+const PAUSE_MS: std::ops::RangeInclusive<i64> = 0..=300;
+
+/// Where the operator is in one incarnation's round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Metadata: the topic must not exist.
+    CheckGone,
+    Create,
+    Produce,
+    ReadBack,
+    Delete,
+}
+
+pub struct Churner {
+    client: u32,
+    partitions: i32,
+    /// The topic's incarnation this round creates (1 for the first).
+    incarnation: u32,
+    stage: Stage,
+    /// The request in flight.
+    asked: Option<i32>,
+    /// A request of this stage went unanswered (its connection dropped): it
+    /// may have landed, so an answer that the change is already made may be
+    /// its doing.
+    lost: bool,
+    /// The incarnation's id, when CreateTopics (v7) answered it.
+    topic_id: Uuid,
+    /// Records to produce to this incarnation, and how many are acknowledged.
+    records: u32,
+    produced: u32,
+    /// The batch in flight or to resend: partition, first record, count.
+    batch: Option<(i32, u32, u32)>,
+    /// Per partition, the records acknowledged to it.
+    acked: Vec<BTreeSet<u32>>,
+    /// Read-back: per partition the next offset to fetch and the records read.
+    position: Vec<i64>,
+    read: Vec<BTreeSet<u32>>,
+    attempts: u32,
+    /// Rounds finished (deletion answered).
+    rounds: u32,
+    stopped: bool,
+}
+
+impl Churner {
+    pub fn new(client: u32, partitions: i32) -> Self {
+        let slots = partitions as usize;
+        Self {
+            client,
+            partitions,
+            incarnation: 1,
+            stage: Stage::CheckGone,
+            asked: None,
+            lost: false,
+            topic_id: Uuid::nil(),
+            records: 0,
+            produced: 0,
+            batch: None,
+            acked: vec![BTreeSet::new(); slots],
+            position: vec![0; slots],
+            read: vec![BTreeSet::new(); slots],
+            attempts: 0,
+            rounds: 0,
+            stopped: false,
+        }
+    }
+
+    fn name() -> TopicName {
+        TopicName(StrBytes::from_static_str(CHURN_TOPIC))
+    }
+
+    /// The value of record `n` of the current incarnation.
+    fn value(&self, n: u32) -> bytes::Bytes {
+        values::encode(RecordId {
+            client: self.client,
+            n: u64::from(self.incarnation) << 32 | u64::from(n),
+        })
+    }
+
+    fn next_stage(&mut self, cx: &mut Cx, stage: Stage) {
+        self.stage = stage;
+        self.lost = false;
+        self.attempts = 0;
+        self.send(cx);
+    }
+
+    fn retry(&mut self, cx: &mut Cx, code: i16, what: &str) {
+        if !is_retriable(code) {
+            return self.broken(cx, format!("{what} failed with error {code}"));
+        }
+        self.back_off(cx);
+    }
+
+    /// An admin change answered an error: a failed meta.db write changed
+    /// nothing, and the operator runs the command again.
+    fn retry_admin(&mut self, cx: &mut Cx, code: i16, what: &str) {
+        if code != UNKNOWN_SERVER_ERROR {
+            return self.retry(cx, code, what);
+        }
+        self.back_off(cx);
+    }
+
+    fn back_off(&mut self, cx: &mut Cx) {
+        self.attempts += 1;
+        let delay_ms = backoff_ms(cx.rng, self.attempts);
+        cx.wake_in(delay_ms);
+    }
+
+    /// A promise broken: said once, and the operator stops (what follows
+    /// would only repeat it).
+    fn broken(&mut self, cx: &mut Cx, what: String) {
+        cx.violation(format!(
+            "c{} {CHURN_TOPIC} incarnation {}: {what}",
+            self.client, self.incarnation
+        ));
+        self.stopped = true;
+    }
+
+    fn send(&mut self, cx: &mut Cx) {
+        if self.stopped || self.asked.is_some() {
+            return;
+        }
+        if cx.wire.conn().is_none() {
+            return cx.connect();
+        }
+        let asked = match self.stage {
+            Stage::CheckGone => self.send_metadata(cx),
+            Stage::Create => self.send_create(cx),
+            Stage::Produce => self.send_produce(cx),
+            Stage::ReadBack => self.send_fetch(cx),
+            Stage::Delete => self.send_delete(cx),
+        };
+        self.asked = asked;
+    }
+
+    fn send_metadata(&mut self, cx: &mut Cx) -> Option<i32> {
+        // v4 and later say whether to auto-create: never here.
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(Self::name()))
+            ]))
+            .with_allow_auto_topic_creation(false);
+        let version = cx.rng.random_range(4..=12);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_create(&mut self, cx: &mut Cx) -> Option<i32> {
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(Self::name())
+                .with_num_partitions(self.partitions)
+                .with_replication_factor(1)])
+            .with_timeout_ms(30_000);
+        let version = cx.rng.random_range(2..=7);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_produce(&mut self, cx: &mut Cx) -> Option<i32> {
+        let (partition, first, count) = match self.batch {
+            Some(b) => b,
+            None => {
+                let partition = cx.rng.random_range(0..self.partitions);
+                let left = self.records - self.produced;
+                let count = cx.rng.random_range(1..=left.min(BATCH_RECORDS_MAX));
+                (partition, self.produced, count)
+            }
+        };
+        self.batch = Some((partition, first, count));
+        let values: Vec<_> = (first..first + count).map(|n| self.value(n)).collect();
+        let records = super::batches::encode(&values, -1, -1, -1, false, cx.now_ms, false);
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(Self::name())
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])]);
+        let version = cx.rng.random_range(3..=9);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_fetch(&mut self, cx: &mut Cx) -> Option<i32> {
+        let partitions = self
+            .position
+            .iter()
+            .enumerate()
+            .map(|(p, &offset)| {
+                FetchPartition::default()
+                    .with_partition(p as i32)
+                    .with_fetch_offset(offset)
+                    .with_partition_max_bytes(64 * 1024)
+            })
+            .collect();
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(1024 * 1024)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(Self::name())
+                .with_partitions(partitions)]);
+        let version = cx.rng.random_range(4..=12);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_delete(&mut self, cx: &mut Cx) -> Option<i32> {
+        let version = cx.rng.random_range(1..=6);
+        let by_id = version >= 6 && !self.topic_id.is_nil() && cx.rng.random_bool(0.5);
+        let req = if version < 6 {
+            DeleteTopicsRequest::default().with_topic_names(vec![Self::name()])
+        } else if by_id {
+            DeleteTopicsRequest::default().with_topics(vec![
+                DeleteTopicState::default().with_topic_id(self.topic_id)
+            ])
+        } else {
+            DeleteTopicsRequest::default().with_topics(vec![
+                DeleteTopicState::default().with_name(Some(Self::name()))
+            ])
+        };
+        cx.wire.send(version, &req.with_timeout_ms(30_000))
+    }
+
+    fn on_metadata(&mut self, cx: &mut Cx, r: &MetadataResponse) {
+        let Some(topic) = r.topics.first() else {
+            return self.broken(cx, "Metadata answered no topic".into());
+        };
+        match topic.error_code {
+            UNKNOWN_TOPIC_OR_PARTITION => self.next_stage(cx, Stage::Create),
+            0 => {
+                let what = if self.incarnation == 1 {
+                    "Metadata found the topic before it was ever created".to_string()
+                } else {
+                    format!(
+                        "Metadata found the topic (id {}) after its deletion was answered",
+                        topic.topic_id
+                    )
+                };
+                self.broken(cx, what)
+            }
+            c => self.retry(cx, c, "Metadata"),
+        }
+    }
+
+    fn on_created(&mut self, cx: &mut Cx, r: &CreateTopicsResponse) {
+        let Some(topic) = r.topics.first() else {
+            return self.broken(cx, "CreateTopics answered no topic".into());
+        };
+        match topic.error_code {
+            0 => self.topic_id = topic.topic_id,
+            TOPIC_ALREADY_EXISTS if self.lost => self.topic_id = Uuid::nil(),
+            TOPIC_ALREADY_EXISTS => {
+                let what = "CreateTopics found the topic there after Metadata did not";
+                return self.broken(cx, what.into());
+            }
+            c => return self.retry_admin(cx, c, "CreateTopics"),
+        }
+        cx.note(format!(
+            "{CHURN_TOPIC} incarnation {} created (id {})",
+            self.incarnation, self.topic_id
+        ));
+        self.records = cx.rng.random_range(RECORDS);
+        self.produced = 0;
+        self.batch = None;
+        for p in 0..self.partitions as usize {
+            self.acked[p].clear();
+            self.read[p].clear();
+            self.position[p] = 0;
+        }
+        self.next_stage(cx, Stage::Produce);
+    }
+
+    fn on_produced(&mut self, cx: &mut Cx, r: &ProduceResponse) {
+        let (partition, first, count) = self.batch.expect("a batch was sent");
+        let Some(part) = r
+            .responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .next()
+        else {
+            return self.broken(cx, "Produce answered no partition".into());
+        };
+        match part.error_code {
+            0 => {}
+            UNKNOWN_TOPIC_OR_PARTITION => {
+                let what = format!(
+                    "Produce to p{partition} found no such topic after its creation was answered"
+                );
+                return self.broken(cx, what);
+            }
+            c => return self.retry(cx, c, "Produce"),
+        }
+        self.acked[partition as usize].extend(first..first + count);
+        self.produced = first + count;
+        self.batch = None;
+        self.attempts = 0;
+        if self.produced < self.records {
+            return self.send(cx);
+        }
+        self.next_stage(cx, Stage::ReadBack);
+    }
+
+    fn on_fetched(&mut self, cx: &mut Cx, r: &FetchResponse) {
+        if r.error_code != 0 {
+            return self.retry(cx, r.error_code, "Fetch");
+        }
+        let mut caught_up = true;
+        for part in r.responses.iter().flat_map(|t| t.partitions.iter()) {
+            let p = part.partition_index;
+            let Some(slot) = usize::try_from(p).ok().filter(|&s| s < self.position.len()) else {
+                return self.broken(cx, format!("Fetch answered partition {p}, never asked"));
+            };
+            match part.error_code {
+                0 => {}
+                UNKNOWN_TOPIC_OR_PARTITION => {
+                    let what = format!(
+                        "Fetch of p{p} found no such topic after its creation was answered"
+                    );
+                    return self.broken(cx, what);
+                }
+                c => return self.retry(cx, c, "Fetch"),
+            }
+            if part.log_start_offset > 0 {
+                let what = format!(
+                    "p{p} starts at {}: nothing deleted its records",
+                    part.log_start_offset
+                );
+                return self.broken(cx, what);
+            }
+            let records = part.records.clone().unwrap_or_default();
+            let batches = match super::batches::decode(records) {
+                Ok(b) => b,
+                Err(e) => return self.broken(cx, format!("p{p}: undecodable records: {e}")),
+            };
+            for batch in batches.iter().filter(|b| b.control.is_none()) {
+                for (offset, value) in batch
+                    .records
+                    .iter()
+                    .filter(|(o, _)| *o >= self.position[slot])
+                {
+                    let id = values::decode(value).filter(|id| id.client == self.client);
+                    let of_this = id.filter(|id| id.n >> 32 == u64::from(self.incarnation));
+                    let Some(id) = of_this else {
+                        let found = id.map_or("a value not ours".to_string(), |id| {
+                            format!(
+                                "record {} of incarnation {}",
+                                id.n & 0xffff_ffff,
+                                id.n >> 32
+                            )
+                        });
+                        return self.broken(cx, format!("p{p}@{offset} holds {found}"));
+                    };
+                    self.read[slot].insert(id.n as u32);
+                }
+                self.position[slot] = self.position[slot].max(batch.last_offset + 1);
+            }
+            if self.position[slot] < part.high_watermark {
+                caught_up = false;
+            }
+        }
+        if !caught_up {
+            return self.send(cx);
+        }
+        for p in 0..self.position.len() {
+            let lost: Vec<_> = self.acked[p].difference(&self.read[p]).collect();
+            if !lost.is_empty() {
+                let what = format!(
+                    "p{p}: acknowledged records {lost:?} not read back (read {:?})",
+                    self.read[p]
+                );
+                return self.broken(cx, what);
+            }
+        }
+        self.next_stage(cx, Stage::Delete);
+    }
+
+    fn on_deleted(&mut self, cx: &mut Cx, r: &DeleteTopicsResponse) {
+        let Some(topic) = r.responses.first() else {
+            return self.broken(cx, "DeleteTopics answered no topic".into());
+        };
+        match topic.error_code {
+            0 => {}
+            UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID if self.lost => {}
+            UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID => {
+                let what = "DeleteTopics found no such topic after its creation was answered";
+                return self.broken(cx, what.into());
+            }
+            c => return self.retry_admin(cx, c, "DeleteTopics"),
+        }
+        cx.note(format!(
+            "{CHURN_TOPIC} incarnation {} deleted",
+            self.incarnation
+        ));
+        self.rounds += 1;
+        self.incarnation += 1;
+        self.topic_id = Uuid::nil();
+        self.stage = Stage::CheckGone;
+        self.lost = false;
+        self.attempts = 0;
+        let pause_ms = cx.rng.random_range(PAUSE_MS);
+        cx.wake_in(pause_ms);
+    }
+}
+
+impl Client for Churner {
+    fn name(&self) -> String {
+        format!("c{} (deletes and re-creates {CHURN_TOPIC})", self.client)
+    }
+
+    fn on_wake(&mut self, cx: &mut Cx) {
+        self.send(cx);
+    }
+
+    fn on_response(&mut self, cx: &mut Cx, corr: i32, response: ResponseKind) {
+        assert_eq!(self.asked, Some(corr), "one request in flight");
+        self.asked = None;
+        match (self.stage, response) {
+            (Stage::CheckGone, ResponseKind::Metadata(r)) => self.on_metadata(cx, &r),
+            (Stage::Create, ResponseKind::CreateTopics(r)) => self.on_created(cx, &r),
+            (Stage::Produce, ResponseKind::Produce(r)) => self.on_produced(cx, &r),
+            (Stage::ReadBack, ResponseKind::Fetch(r)) => self.on_fetched(cx, &r),
+            (Stage::Delete, ResponseKind::DeleteTopics(r)) => self.on_deleted(cx, &r),
+            (stage, other) => panic!("c{}: {other:?} answered in {stage:?}", self.client),
+        }
+    }
+
+    fn on_disconnect(&mut self, cx: &mut Cx) {
+        // Whatever was in flight is lost; it may have landed.
+        self.lost |= self.asked.take().is_some();
+        let delay_ms = backoff_ms(cx.rng, self.attempts);
+        cx.wake_in(delay_ms);
+    }
+
+    fn finish(&mut self) {
+        self.stopped = true;
+    }
+
+    fn is_done(&self) -> bool {
+        self.stopped && self.asked.is_none()
+    }
+
+    fn status(&self) -> String {
+        format!(
+            "c{} ({CHURN_TOPIC}): incarnation {} {:?} rounds {} stopped={}",
+            self.client, self.incarnation, self.stage, self.rounds, self.stopped
+        )
+    }
+}
