@@ -1,7 +1,8 @@
 //! An operator who deletes a scratch topic and creates it again, round
-//! after round, while the faults strike: CreateTopics, a few records
-//! produced (acks=all), a read-back from offset 0, DeleteTopics, and then a
-//! Metadata request that must not find it. Every record names the
+//! after round, while the faults strike: CreateTopics, one round in two
+//! CreatePartitions (one more partition), a few records produced
+//! (acks=all) to every partition, a read-back from offset 0, DeleteTopics,
+//! and then a Metadata request that must not find it. Every record names the
 //! incarnation of the topic it was produced to, so the read-back tells a
 //! record of an earlier incarnation, which a deleted topic's files come
 //! back would hold. The operator holds the broker to these promises itself:
@@ -9,11 +10,13 @@
 //! - a topic whose deletion was answered stays gone until it is created
 //!   again: no crash or power cut brings it back;
 //! - a topic whose creation was answered exists, and holds nothing but what
-//!   was produced to it since;
+//!   was produced to it since; so does a partition CreatePartitions added;
 //! - every record acknowledged to it is read back.
 //!
 //! Retries are AdminClient's: an answer may be lost with the connection, so
-//! TOPIC_ALREADY_EXISTS after a CreateTopics went unanswered, and
+//! TOPIC_ALREADY_EXISTS after a CreateTopics went unanswered,
+//! INVALID_PARTITIONS (the count is already there) after a CreatePartitions
+//! went unanswered, and
 //! UNKNOWN_TOPIC_OR_PARTITION (or UNKNOWN_TOPIC_ID) after a DeleteTopics
 //! went unanswered, mean that one landed. The broker answers
 //! UNKNOWN_SERVER_ERROR when its meta.db write fails, and nothing changed:
@@ -22,15 +25,16 @@
 
 use std::collections::BTreeSet;
 
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    BrokerId, CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    FetchRequest, FetchResponse, MetadataRequest, MetadataResponse, ProduceRequest,
-    ProduceResponse, ResponseKind, TopicName,
+    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
+    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest, FetchResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
@@ -46,6 +50,7 @@ pub const CHURN_TOPIC: &str = "sim-churn";
 const UNKNOWN_SERVER_ERROR: i16 = -1;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
+const INVALID_PARTITIONS: i16 = 37;
 const UNKNOWN_TOPIC_ID: i16 = 100;
 /// Records produced to each incarnation.
 const RECORDS: std::ops::RangeInclusive<u32> = 3..=12;
@@ -60,6 +65,8 @@ enum Stage {
     /// Metadata: the topic must not exist.
     CheckGone,
     Create,
+    /// CreatePartitions to one partition more.
+    Grow,
     Produce,
     ReadBack,
     Delete,
@@ -67,6 +74,9 @@ enum Stage {
 
 pub struct Churner {
     client: u32,
+    /// Partitions each incarnation is created with.
+    created_partitions: i32,
+    /// Partitions the current incarnation has (one more once grown).
     partitions: i32,
     /// The topic's incarnation this round creates (1 for the first).
     incarnation: u32,
@@ -97,9 +107,11 @@ pub struct Churner {
 
 impl Churner {
     pub fn new(client: u32, partitions: i32) -> Self {
-        let slots = partitions as usize;
+        // Room for the partition CreatePartitions adds.
+        let slots = partitions as usize + 1;
         Self {
             client,
+            created_partitions: partitions,
             partitions,
             incarnation: 1,
             stage: Stage::CheckGone,
@@ -179,6 +191,7 @@ impl Churner {
         let asked = match self.stage {
             Stage::CheckGone => self.send_metadata(cx),
             Stage::Create => self.send_create(cx),
+            Stage::Grow => self.send_grow(cx),
             Stage::Produce => self.send_produce(cx),
             Stage::ReadBack => self.send_fetch(cx),
             Stage::Delete => self.send_delete(cx),
@@ -201,10 +214,21 @@ impl Churner {
         let req = CreateTopicsRequest::default()
             .with_topics(vec![CreatableTopic::default()
                 .with_name(Self::name())
-                .with_num_partitions(self.partitions)
+                .with_num_partitions(self.created_partitions)
                 .with_replication_factor(1)])
             .with_timeout_ms(30_000);
         let version = cx.rng.random_range(2..=7);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_grow(&mut self, cx: &mut Cx) -> Option<i32> {
+        let req = CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(Self::name())
+                .with_count(self.created_partitions + 1)
+                .with_assignments(None)])
+            .with_timeout_ms(30_000);
+        let version = cx.rng.random_range(0..=3);
         cx.wire.send(version, &req)
     }
 
@@ -234,8 +258,7 @@ impl Churner {
     }
 
     fn send_fetch(&mut self, cx: &mut Cx) -> Option<i32> {
-        let partitions = self
-            .position
+        let partitions = self.position[..self.partitions as usize]
             .iter()
             .enumerate()
             .map(|(p, &offset)| {
@@ -313,14 +336,41 @@ impl Churner {
             "{CHURN_TOPIC} incarnation {} created (id {})",
             self.incarnation, self.topic_id
         ));
+        self.partitions = self.created_partitions;
         self.records = cx.rng.random_range(RECORDS);
         self.produced = 0;
         self.batch = None;
-        for p in 0..self.partitions as usize {
+        for p in 0..self.position.len() {
             self.acked[p].clear();
             self.read[p].clear();
             self.position[p] = 0;
         }
+        let next = if cx.rng.random_bool(0.5) {
+            Stage::Grow
+        } else {
+            Stage::Produce
+        };
+        self.next_stage(cx, next);
+    }
+
+    fn on_grown(&mut self, cx: &mut Cx, r: &CreatePartitionsResponse) {
+        let Some(topic) = r.results.first() else {
+            return self.broken(cx, "CreatePartitions answered no topic".into());
+        };
+        match topic.error_code {
+            0 => {}
+            INVALID_PARTITIONS if self.lost => {}
+            UNKNOWN_TOPIC_OR_PARTITION => {
+                let what = "CreatePartitions found no such topic after its creation was answered";
+                return self.broken(cx, what.into());
+            }
+            c => return self.retry_admin(cx, c, "CreatePartitions"),
+        }
+        self.partitions = self.created_partitions + 1;
+        cx.note(format!(
+            "{CHURN_TOPIC} incarnation {} grown to {} partitions",
+            self.incarnation, self.partitions
+        ));
         self.next_stage(cx, Stage::Produce);
     }
 
@@ -361,7 +411,10 @@ impl Churner {
         let mut caught_up = true;
         for part in r.responses.iter().flat_map(|t| t.partitions.iter()) {
             let p = part.partition_index;
-            let Some(slot) = usize::try_from(p).ok().filter(|&s| s < self.position.len()) else {
+            let Some(slot) = usize::try_from(p)
+                .ok()
+                .filter(|&s| s < self.partitions as usize)
+            else {
                 return self.broken(cx, format!("Fetch answered partition {p}, never asked"));
             };
             match part.error_code {
@@ -415,7 +468,7 @@ impl Churner {
         if !caught_up {
             return self.send(cx);
         }
-        for p in 0..self.position.len() {
+        for p in 0..self.partitions as usize {
             let lost: Vec<_> = self.acked[p].difference(&self.read[p]).collect();
             if !lost.is_empty() {
                 let what = format!(
@@ -471,6 +524,7 @@ impl Client for Churner {
         match (self.stage, response) {
             (Stage::CheckGone, ResponseKind::Metadata(r)) => self.on_metadata(cx, &r),
             (Stage::Create, ResponseKind::CreateTopics(r)) => self.on_created(cx, &r),
+            (Stage::Grow, ResponseKind::CreatePartitions(r)) => self.on_grown(cx, &r),
             (Stage::Produce, ResponseKind::Produce(r)) => self.on_produced(cx, &r),
             (Stage::ReadBack, ResponseKind::Fetch(r)) => self.on_fetched(cx, &r),
             (Stage::Delete, ResponseKind::DeleteTopics(r)) => self.on_deleted(cx, &r),
