@@ -1028,3 +1028,43 @@ fn a_transactional_commit_is_taken_from_outside_a_non_empty_group() {
         0
     );
 }
+
+fn delete_topic(w: &mut World, topic: &str) {
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![name(topic)])
+        .with_timeout_ms(30_000);
+    w.send(9, 5, &req);
+    match w.recv(9) {
+        Some((_, ResponseKind::DeleteTopics(r))) => assert_eq!(r.responses[0].error_code, 0),
+        other => panic!("expected a DeleteTopics answer, got {other:?}"),
+    }
+}
+
+/// As Kafka's OffsetMetadataManager.onPartitionsDeleted: a group that read
+/// a deleted topic must not resume a topic created again under its name at
+/// the old offsets (it would skip the new topic's first records).
+#[test]
+fn deleting_a_topic_deletes_every_groups_offsets_of_it() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 2);
+    create_topic(&mut w, "u", 1);
+    let offsets = [("t", 0, 5), ("t", 1, 7), ("u", 0, 3)];
+    assert_eq!(commit(&mut w, 1, "g1", -1, "", &offsets), vec![0, 0, 0]);
+    assert_eq!(commit(&mut w, 1, "g2", -1, "", &[("t", 0, 9)]), vec![0]);
+    delete_topic(&mut w, "t");
+    let check = |w: &mut World, when: &str| {
+        assert_eq!(fetch_offset(w, 1, "g1", "t", 0), -1, "{when}");
+        assert_eq!(fetch_offset(w, 1, "g1", "t", 1), -1, "{when}");
+        assert_eq!(fetch_offset(w, 1, "g2", "t", 0), -1, "{when}");
+        assert_eq!(
+            fetch_offset(w, 1, "g1", "u", 0),
+            3,
+            "{when}: another topic's stay"
+        );
+    };
+    check(&mut w, "at once");
+    w.restart(true);
+    check(&mut w, "after a power cut");
+    create_topic(&mut w, "t", 2);
+    check(&mut w, "with the topic created again");
+}

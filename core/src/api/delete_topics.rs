@@ -1,8 +1,10 @@
 //! DeleteTopics (key 20), v1–v6.
 //!
 //! v1–v5 name topics; v6 names them or gives their ids. The topics are
-//! removed from meta.db in one batch; when that is stored they leave memory,
-//! their directories are deleted, and the request is answered. A directory
+//! removed from meta.db in one batch, with every group's committed offsets
+//! of their partitions (as Kafka's OffsetMetadataManager.onPartitionsDeleted);
+//! when that is stored they leave memory, their directories are deleted, and
+//! the request is answered. A directory
 //! left behind by a crash is deleted at the next start (boot finds no topic
 //! for it).
 //!
@@ -18,6 +20,7 @@ use uuid::Uuid;
 
 use super::{ApiWrite, RequestCtx};
 use crate::broker::Broker;
+use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
 use crate::meta;
 use crate::security::acl::{resource, Op};
@@ -27,6 +30,8 @@ pub struct PendingDelete {
     response: DeleteTopicsResponse,
     /// (name, id) of each topic to remove.
     topics: Vec<(String, Uuid)>,
+    /// The committed offsets of their partitions, by group.
+    offsets: Vec<(String, TopicPartition)>,
 }
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) {
@@ -89,18 +94,25 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
             key: meta::topic_key(n),
         })
         .collect();
-    // Its partitions' recovery checkpoints and log starts go with it.
+    // Its partitions' recovery checkpoints, log starts and committed
+    // offsets go with it.
+    let mut offsets = Vec::new();
     for (n, id) in &topics {
         let partitions = b.topics().get(n).map_or(0, |t| t.partitions.len() as i32);
         ops.extend(crate::checkpoint::delete_ops(id, partitions));
         ops.extend(meta::log_start_delete_ops(id, partitions));
+        offsets.extend(b.groups().offsets_of_topic(n));
     }
+    ops.extend(offsets.iter().map(|(group, (t, p))| MetaOp::Delete {
+        key: offset_key(group, t, *p),
+    }));
     b.emit_meta(
         ops,
         ApiWrite::DeleteTopics(PendingDelete {
             ctx,
             response,
             topics,
+            offsets,
         }),
     );
 }
@@ -154,6 +166,7 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
         }
     }
     if stored {
+        b.groups_mut().end_topic_offsets_delete(&pending.offsets);
         b.request_sync();
         // Produce and WriteTxnMarkers requests waiting on a deleted
         // partition are answered now.

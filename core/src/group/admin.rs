@@ -208,6 +208,22 @@ impl Coordinator {
         self.offsets.is_known(gid, tp)
     }
 
+    /// The offsets of a topic being deleted, by group, stored or on their
+    /// way: the topic's deletion removes them in the same meta.db batch, as
+    /// Kafka's OffsetMetadataManager.onPartitionsDeleted does, so that a
+    /// group reading a topic created again under the name does not resume
+    /// at the deleted topic's offsets (skipping the new topic's records).
+    pub fn offsets_of_topic(&self, topic: &str) -> Vec<(String, TopicPartition)> {
+        self.offsets.keys_of_topic(topic)
+    }
+
+    /// Applies a stored deletion of a deleted topic's offsets.
+    pub fn end_topic_offsets_delete(&mut self, deleted: &[(String, TopicPartition)]) {
+        for (gid, tp) in deleted {
+            self.offsets.remove(gid, tp);
+        }
+    }
+
     pub fn end_offset_delete(&mut self, gid: &str, deleted: &[TopicPartition], stored: bool) {
         if stored {
             for tp in deleted {

@@ -107,6 +107,23 @@ impl Offsets {
         keys
     }
 
+    /// Every key of `topic`'s partitions, in any group, stored or with a
+    /// write in flight: what a deletion of the topic must remove.
+    pub fn keys_of_topic(&self, topic: &str) -> Vec<(String, TopicPartition)> {
+        let mut keys = Vec::new();
+        for (group, m) in &self.committed {
+            let of_topic = m.keys().filter(|(t, _)| t == topic);
+            keys.extend(of_topic.map(|tp| (group.clone(), tp.clone())));
+        }
+        for (group, m) in &self.in_flight {
+            let of_topic = m.keys().filter(|(t, _)| t == topic);
+            keys.extend(of_topic.map(|tp| (group.clone(), tp.clone())));
+        }
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     pub fn begin_write(&mut self, group: &str, tp: &TopicPartition) {
         *self
             .in_flight
