@@ -1,8 +1,10 @@
 //! An operator who deletes a scratch topic and creates it again, round
-//! after round, while the faults strike: CreateTopics, one round in two
+//! after round, while the faults strike: CreateTopics, OffsetFetch of the
+//! reading group's offsets (there must be none), one round in two
 //! CreatePartitions (one more partition), a few records produced
-//! (acks=all) to every partition, a read-back from offset 0, DeleteTopics,
-//! and then a Metadata request that must not find it. Every record names the
+//! (acks=all) to every partition, a read-back from offset 0, OffsetCommit
+//! of where the read-back ended, DeleteTopics, and then a Metadata request
+//! that must not find it. Every record names the
 //! incarnation of the topic it was produced to, so the read-back tells a
 //! record of an earlier incarnation, which a deleted topic's files come
 //! back would hold. The operator holds the broker to these promises itself:
@@ -11,7 +13,10 @@
 //!   again: no crash or power cut brings it back;
 //! - a topic whose creation was answered exists, and holds nothing but what
 //!   was produced to it since; so does a partition CreatePartitions added;
-//! - every record acknowledged to it is read back.
+//! - every record acknowledged to it is read back;
+//! - a group's committed offsets of a deleted topic go with it (Kafka's
+//!   OffsetMetadataManager.onPartitionsDeleted): a topic created again
+//!   under the name has none.
 //!
 //! Retries are AdminClient's: an answer may be lost with the connection, so
 //! TOPIC_ALREADY_EXISTS after a CreateTopics went unanswered,
@@ -30,11 +35,17 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
     CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest, FetchResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, ResponseKind, TopicName,
+    GroupId, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ResponseKind,
+    TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
@@ -45,6 +56,9 @@ use super::{backoff_ms, is_retriable, Client, Cx};
 
 /// The scratch topic's name.
 pub const CHURN_TOPIC: &str = "sim-churn";
+/// The group whose offsets the read-back commits (a simple group: no
+/// members, generation -1).
+const CHURN_GROUP: &str = "sim-churn-readers";
 
 /// What the broker answers an admin change whose meta.db write failed.
 const UNKNOWN_SERVER_ERROR: i16 = -1;
@@ -65,10 +79,14 @@ enum Stage {
     /// Metadata: the topic must not exist.
     CheckGone,
     Create,
+    /// OffsetFetch: the reading group has no offset of this incarnation.
+    CheckOffsets,
     /// CreatePartitions to one partition more.
     Grow,
     Produce,
     ReadBack,
+    /// OffsetCommit of where the read-back ended.
+    Commit,
     Delete,
 }
 
@@ -191,9 +209,11 @@ impl Churner {
         let asked = match self.stage {
             Stage::CheckGone => self.send_metadata(cx),
             Stage::Create => self.send_create(cx),
+            Stage::CheckOffsets => self.send_offset_fetch(cx),
             Stage::Grow => self.send_grow(cx),
             Stage::Produce => self.send_produce(cx),
             Stage::ReadBack => self.send_fetch(cx),
+            Stage::Commit => self.send_commit(cx),
             Stage::Delete => self.send_delete(cx),
         };
         self.asked = asked;
@@ -218,6 +238,37 @@ impl Churner {
                 .with_replication_factor(1)])
             .with_timeout_ms(30_000);
         let version = cx.rng.random_range(2..=7);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_offset_fetch(&mut self, cx: &mut Cx) -> Option<i32> {
+        // v1-v7 ask for one group (v8 and later for several).
+        let partitions = (0..self.partitions).collect();
+        let req = OffsetFetchRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(CHURN_GROUP)))
+            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
+                .with_name(Self::name())
+                .with_partition_indexes(partitions)]));
+        let version = cx.rng.random_range(1..=7);
+        cx.wire.send(version, &req)
+    }
+
+    fn send_commit(&mut self, cx: &mut Cx) -> Option<i32> {
+        let partitions = self.position[..self.partitions as usize]
+            .iter()
+            .enumerate()
+            .map(|(p, &offset)| {
+                OffsetCommitRequestPartition::default()
+                    .with_partition_index(p as i32)
+                    .with_committed_offset(offset)
+            })
+            .collect();
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(CHURN_GROUP)))
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(Self::name())
+                .with_partitions(partitions)]);
+        let version = cx.rng.random_range(2..=8);
         cx.wire.send(version, &req)
     }
 
@@ -345,12 +396,40 @@ impl Churner {
             self.read[p].clear();
             self.position[p] = 0;
         }
+        self.next_stage(cx, Stage::CheckOffsets);
+    }
+
+    fn on_offsets(&mut self, cx: &mut Cx, r: &OffsetFetchResponse) {
+        if r.error_code != 0 {
+            return self.retry(cx, r.error_code, "OffsetFetch");
+        }
+        for part in r.topics.iter().flat_map(|t| t.partitions.iter()) {
+            if part.error_code != 0 {
+                return self.retry(cx, part.error_code, "OffsetFetch");
+            }
+            if part.committed_offset != -1 {
+                let what = format!(
+                    "{CHURN_GROUP} has offset {} of p{}, committed before the topic was deleted",
+                    part.committed_offset, part.partition_index
+                );
+                return self.broken(cx, what);
+            }
+        }
         let next = if cx.rng.random_bool(0.5) {
             Stage::Grow
         } else {
             Stage::Produce
         };
         self.next_stage(cx, next);
+    }
+
+    fn on_committed(&mut self, cx: &mut Cx, r: &OffsetCommitResponse) {
+        for part in r.topics.iter().flat_map(|t| t.partitions.iter()) {
+            if part.error_code != 0 {
+                return self.retry(cx, part.error_code, "OffsetCommit");
+            }
+        }
+        self.next_stage(cx, Stage::Delete);
     }
 
     fn on_grown(&mut self, cx: &mut Cx, r: &CreatePartitionsResponse) {
@@ -478,7 +557,7 @@ impl Churner {
                 return self.broken(cx, what);
             }
         }
-        self.next_stage(cx, Stage::Delete);
+        self.next_stage(cx, Stage::Commit);
     }
 
     fn on_deleted(&mut self, cx: &mut Cx, r: &DeleteTopicsResponse) {
@@ -524,9 +603,11 @@ impl Client for Churner {
         match (self.stage, response) {
             (Stage::CheckGone, ResponseKind::Metadata(r)) => self.on_metadata(cx, &r),
             (Stage::Create, ResponseKind::CreateTopics(r)) => self.on_created(cx, &r),
+            (Stage::CheckOffsets, ResponseKind::OffsetFetch(r)) => self.on_offsets(cx, &r),
             (Stage::Grow, ResponseKind::CreatePartitions(r)) => self.on_grown(cx, &r),
             (Stage::Produce, ResponseKind::Produce(r)) => self.on_produced(cx, &r),
             (Stage::ReadBack, ResponseKind::Fetch(r)) => self.on_fetched(cx, &r),
+            (Stage::Commit, ResponseKind::OffsetCommit(r)) => self.on_committed(cx, &r),
             (Stage::Delete, ResponseKind::DeleteTopics(r)) => self.on_deleted(cx, &r),
             (stage, other) => panic!("c{}: {other:?} answered in {stage:?}", self.client),
         }
