@@ -30,27 +30,14 @@
 
 use std::collections::BTreeSet;
 
-use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kafka_protocol::messages::offset_commit_request::{
-    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-};
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    BrokerId, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
-    CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest, FetchResponse,
-    GroupId, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ResponseKind,
-    TopicName,
+    CreatePartitionsResponse, CreateTopicsResponse, DeleteTopicsResponse, FetchResponse,
+    MetadataResponse, OffsetCommitResponse, OffsetFetchResponse, ProduceResponse, ResponseKind,
 };
-use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
 use uuid::Uuid;
 
+use super::churn_requests as requests;
 use super::values::{self, RecordId};
 use super::{backoff_ms, is_retriable, Client, Cx};
 
@@ -148,10 +135,6 @@ impl Churner {
         }
     }
 
-    fn name() -> TopicName {
-        TopicName(StrBytes::from_static_str(CHURN_TOPIC))
-    }
-
     /// The value of record `n` of the current incarnation.
     fn value(&self, n: u32) -> bytes::Bytes {
         values::encode(RecordId {
@@ -220,65 +203,31 @@ impl Churner {
     }
 
     fn send_metadata(&mut self, cx: &mut Cx) -> Option<i32> {
-        // v4 and later say whether to auto-create: never here.
-        let req = MetadataRequest::default()
-            .with_topics(Some(vec![
-                MetadataRequestTopic::default().with_name(Some(Self::name()))
-            ]))
-            .with_allow_auto_topic_creation(false);
         let version = cx.rng.random_range(4..=12);
-        cx.wire.send(version, &req)
+        cx.wire.send(version, &requests::metadata(CHURN_TOPIC))
     }
 
     fn send_create(&mut self, cx: &mut Cx) -> Option<i32> {
-        let req = CreateTopicsRequest::default()
-            .with_topics(vec![CreatableTopic::default()
-                .with_name(Self::name())
-                .with_num_partitions(self.created_partitions)
-                .with_replication_factor(1)])
-            .with_timeout_ms(30_000);
+        let req = requests::create(CHURN_TOPIC, self.created_partitions);
         let version = cx.rng.random_range(2..=7);
         cx.wire.send(version, &req)
     }
 
     fn send_offset_fetch(&mut self, cx: &mut Cx) -> Option<i32> {
-        // v1-v7 ask for one group (v8 and later for several).
-        let partitions = (0..self.partitions).collect();
-        let req = OffsetFetchRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str(CHURN_GROUP)))
-            .with_topics(Some(vec![OffsetFetchRequestTopic::default()
-                .with_name(Self::name())
-                .with_partition_indexes(partitions)]));
+        let req = requests::offset_fetch(CHURN_GROUP, CHURN_TOPIC, self.partitions);
         let version = cx.rng.random_range(1..=7);
         cx.wire.send(version, &req)
     }
 
     fn send_commit(&mut self, cx: &mut Cx) -> Option<i32> {
-        let partitions = self.position[..self.partitions as usize]
-            .iter()
-            .enumerate()
-            .map(|(p, &offset)| {
-                OffsetCommitRequestPartition::default()
-                    .with_partition_index(p as i32)
-                    .with_committed_offset(offset)
-            })
-            .collect();
-        let req = OffsetCommitRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str(CHURN_GROUP)))
-            .with_topics(vec![OffsetCommitRequestTopic::default()
-                .with_name(Self::name())
-                .with_partitions(partitions)]);
+        let offsets = &self.position[..self.partitions as usize];
+        let req = requests::commit(CHURN_GROUP, CHURN_TOPIC, offsets);
         let version = cx.rng.random_range(2..=8);
         cx.wire.send(version, &req)
     }
 
     fn send_grow(&mut self, cx: &mut Cx) -> Option<i32> {
-        let req = CreatePartitionsRequest::default()
-            .with_topics(vec![CreatePartitionsTopic::default()
-                .with_name(Self::name())
-                .with_count(self.created_partitions + 1)
-                .with_assignments(None)])
-            .with_timeout_ms(30_000);
+        let req = requests::grow(CHURN_TOPIC, self.created_partitions + 1);
         let version = cx.rng.random_range(0..=3);
         cx.wire.send(version, &req)
     }
@@ -296,38 +245,13 @@ impl Churner {
         self.batch = Some((partition, first, count));
         let values: Vec<_> = (first..first + count).map(|n| self.value(n)).collect();
         let records = super::batches::encode(&values, -1, -1, -1, false, cx.now_ms, false);
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(Self::name())
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records))])]);
         let version = cx.rng.random_range(3..=9);
-        cx.wire.send(version, &req)
+        cx.wire
+            .send(version, &requests::produce(CHURN_TOPIC, partition, records))
     }
 
     fn send_fetch(&mut self, cx: &mut Cx) -> Option<i32> {
-        let partitions = self.position[..self.partitions as usize]
-            .iter()
-            .enumerate()
-            .map(|(p, &offset)| {
-                FetchPartition::default()
-                    .with_partition(p as i32)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(64 * 1024)
-            })
-            .collect();
-        let req = FetchRequest::default()
-            .with_replica_id(BrokerId(-1))
-            .with_max_wait_ms(0)
-            .with_min_bytes(0)
-            .with_max_bytes(1024 * 1024)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(Self::name())
-                .with_partitions(partitions)]);
+        let req = requests::fetch(CHURN_TOPIC, &self.position[..self.partitions as usize]);
         let version = cx.rng.random_range(4..=12);
         cx.wire.send(version, &req)
     }
@@ -335,18 +259,8 @@ impl Churner {
     fn send_delete(&mut self, cx: &mut Cx) -> Option<i32> {
         let version = cx.rng.random_range(1..=6);
         let by_id = version >= 6 && !self.topic_id.is_nil() && cx.rng.random_bool(0.5);
-        let req = if version < 6 {
-            DeleteTopicsRequest::default().with_topic_names(vec![Self::name()])
-        } else if by_id {
-            DeleteTopicsRequest::default().with_topics(vec![
-                DeleteTopicState::default().with_topic_id(self.topic_id)
-            ])
-        } else {
-            DeleteTopicsRequest::default().with_topics(vec![
-                DeleteTopicState::default().with_name(Some(Self::name()))
-            ])
-        };
-        cx.wire.send(version, &req.with_timeout_ms(30_000))
+        let req = requests::delete(CHURN_TOPIC, version, by_id.then_some(self.topic_id));
+        cx.wire.send(version, &req)
     }
 
     fn on_metadata(&mut self, cx: &mut Cx, r: &MetadataResponse) {

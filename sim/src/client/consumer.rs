@@ -12,7 +12,7 @@
 //! not go away).
 
 use bytes::Bytes;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::FetchTopic;
 use kafka_protocol::messages::{
     BrokerId, FetchRequest, ListOffsetsResponse, ResponseKind, TopicName,
 };
@@ -116,17 +116,7 @@ impl Consumer {
             Mode::Follow => cx.rng.random_range(200..=500),
             Mode::ReadToEnd => 0,
         };
-        let partitions = self
-            .positions
-            .iter()
-            .enumerate()
-            .map(|(p, &offset)| {
-                FetchPartition::default()
-                    .with_partition(p as i32)
-                    .with_fetch_offset(offset)
-                    .with_partition_max_bytes(64 * 1024)
-            })
-            .collect();
+        let partitions = super::fetch_partitions(&self.positions);
         let isolation_level = match self.isolation {
             Isolation::ReadUncommitted => 0,
             Isolation::ReadCommitted => 1,

@@ -19,6 +19,7 @@
 
 pub mod admin;
 pub mod batches;
+mod churn_requests;
 pub mod churner;
 pub mod consumer;
 pub mod copier;
@@ -34,6 +35,7 @@ pub mod txn_requests;
 pub mod values;
 pub mod wire;
 
+use kafka_protocol::messages::fetch_request::FetchPartition;
 use kafka_protocol::messages::ResponseKind;
 use rand::rngs::ChaCha8Rng;
 
@@ -141,4 +143,18 @@ pub fn backoff_ms(rng: &mut ChaCha8Rng, attempt: u32) -> i64 {
     use rand::RngExt;
     let base_ms = (100i64 << attempt.min(4)).min(1000);
     base_ms * rng.random_range(80..=120) / 100
+}
+
+/// Fetch entries for partitions 0.. from `positions`, 64 KiB each.
+pub fn fetch_partitions(positions: &[i64]) -> Vec<FetchPartition> {
+    positions
+        .iter()
+        .enumerate()
+        .map(|(p, &offset)| {
+            FetchPartition::default()
+                .with_partition(p as i32)
+                .with_fetch_offset(offset)
+                .with_partition_max_bytes(64 * 1024)
+        })
+        .collect()
 }
