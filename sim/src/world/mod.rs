@@ -213,6 +213,8 @@ pub struct World {
     /// An operator deletes and re-creates a scratch topic of this many
     /// partitions during the workload (`client::churner`).
     churn_partitions: Option<i32>,
+    /// The main topic's segment.ms: its segments roll by age too.
+    segment_ms: Option<i64>,
     workload_start_ms: i64,
     faults_on: bool,
     armed: BTreeSet<FaultKind>,
@@ -266,8 +268,13 @@ const CHECKPOINT_CHOICES: [(u64, i64); 3] = [
 
 /// The main topic's configs: when it is compacted, every closed segment is
 /// worth a pass, and markers and tombstones may go soon after; with
-/// retention too, the policy is `compact,delete`.
-fn main_topic_configs(compacted: bool, retention: Option<Retention>) -> Vec<(String, String)> {
+/// retention too, the policy is `compact,delete`; `segment_ms` rolls its
+/// segments by age.
+fn main_topic_configs(
+    compacted: bool,
+    retention: Option<Retention>,
+    segment_ms: Option<i64>,
+) -> Vec<(String, String)> {
     let policy = if retention.is_some() {
         "compact,delete"
     } else {
@@ -282,8 +289,10 @@ fn main_topic_configs(compacted: bool, retention: Option<Retention>) -> Vec<(Str
     .into_iter()
     .filter(|_| compacted)
     .map(|(k, v)| (k.to_string(), v.to_string()));
+    let roll = segment_ms.map(|ms| ("segment.ms".to_string(), ms.to_string()));
     compaction
         .chain(retention.into_iter().flat_map(Retention::topic_configs))
+        .chain(roll)
         .collect()
 }
 
@@ -301,6 +310,14 @@ const SWARM_DELETE_RECORDS_P: f64 = 0.5;
 const SWARM_CHURN_P: f64 = 0.2;
 /// Seeds the churn draw apart from the other generators, as retention's.
 const CHURN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0004;
+/// Chance that a swarm run gives its main topic a segment.ms of a second
+/// or so (the broker's default is 7 days): segments then roll by age, at
+/// an append, whatever their size.
+const SWARM_SEGMENT_MS_P: f64 = 0.25;
+/// The segment.ms a run may draw.
+const SEGMENT_MS_CHOICES: [i64; 3] = [200, 600, 1_500];
+/// Seeds the segment.ms draw apart from the other generators.
+const SEGMENT_MS_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0005;
 /// Seeds the retention draw apart from the other generators: a run that
 /// does not draw retention goes as it did before retention came.
 const RETENTION_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0003;
@@ -394,6 +411,9 @@ impl World {
         let churn_partitions = (cfg.scenario.churn
             || (cfg.scenario.swarm && churn_rng.random_bool(SWARM_CHURN_P)))
         .then(|| churn_rng.random_range(1..=2));
+        let mut segment_ms_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ SEGMENT_MS_RNG_SALT);
+        let segment_ms = (cfg.scenario.swarm && segment_ms_rng.random_bool(SWARM_SEGMENT_MS_P))
+            .then(|| SEGMENT_MS_CHOICES[segment_ms_rng.random_range(0..SEGMENT_MS_CHOICES.len())]);
         if retention.is_some() {
             broker_config.segment_bytes = RETENTION_SEGMENT_BYTES;
             broker_config.retention_check_interval_ms = RETENTION_CHECK_INTERVAL_MS;
@@ -432,6 +452,7 @@ impl World {
             retention,
             delete_records,
             churn_partitions,
+            segment_ms,
             workload_start_ms: T0_MS,
             faults_on: false,
             armed: BTreeSet::new(),
@@ -448,10 +469,13 @@ impl World {
     /// Runs to the end and returns the verdict.
     pub fn run(mut self) -> RunResult {
         let setup = format!(
-            "scenario {} seed {} segment_bytes {}{}{}{}{} faults {}{}",
+            "scenario {} seed {} segment_bytes {}{}{}{}{}{} faults {}{}",
             self.cfg.scenario.name,
             self.cfg.seed,
             self.broker_config.segment_bytes,
+            self.segment_ms
+                .map(|ms| format!(" segment_ms {ms}"))
+                .unwrap_or_default(),
             if self.compacted { " compacted" } else { "" },
             self.retention.map(Retention::describe).unwrap_or_default(),
             if self.delete_records {
@@ -480,7 +504,7 @@ impl World {
             .into_iter()
             .map(|(name, partitions)| {
                 let configs = if name == TOPIC {
-                    main_topic_configs(self.compacted, self.retention)
+                    main_topic_configs(self.compacted, self.retention, self.segment_ms)
                 } else {
                     Vec::new()
                 };
