@@ -769,6 +769,37 @@ fn staged_offsets_apply_on_commit_only() {
     assert_eq!(committed(&mut w, "g"), 7, "stored with the commit");
 }
 
+/// As Kafka's OffsetMetadataManager.onPartitionsDeleted drops pending
+/// transactional offsets: an offset staged before its topic was deleted is
+/// not applied by the commit, even with the topic created again meanwhile.
+#[test]
+fn a_commit_drops_offsets_staged_for_a_topic_deleted_since() {
+    for created_again in [false, true] {
+        let mut w = world();
+        let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
+        assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
+        assert_eq!(
+            txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
+            NONE
+        );
+        let req = DeleteTopicsRequest::default()
+            .with_topic_names(vec![name("a")])
+            .with_timeout_ms(30_000);
+        w.send(9, 5, &req);
+        assert!(matches!(
+            w.recv(9),
+            Some((_, ResponseKind::DeleteTopics(_)))
+        ));
+        if created_again {
+            create_topic(&mut w, "a", 1);
+        }
+        assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
+        assert_eq!(committed(&mut w, "g"), -1, "created again: {created_again}");
+        w.restart(true);
+        assert_eq!(committed(&mut w, "g"), -1, "created again: {created_again}");
+    }
+}
+
 fn committed(w: &mut World, group: &str) -> i64 {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let req = OffsetFetchRequest::default()

@@ -111,6 +111,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
                 if known {
                     let staged = StagedOffset {
                         topic: name.clone(),
+                        topic_id: b.topic_id_text(&name),
                         partition: p.partition_index,
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,

@@ -63,6 +63,12 @@ impl Broker {
         self.unsynced_removals.insert(name.to_string(), None);
     }
 
+    /// A topic's id as meta.db records keep it (hyphenated), if it exists.
+    pub(crate) fn topic_id_text(&self, name: &str) -> Option<String> {
+        let topic = self.topics.get(name)?;
+        Some(topic.id.hyphenated().to_string())
+    }
+
     /// A topic of this name was deleted and no completed sync covers the
     /// removal of its directories yet.
     pub(crate) fn removal_unsynced(&self, name: &str) -> bool {

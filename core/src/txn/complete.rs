@@ -279,6 +279,12 @@ fn store_complete(b: &mut Broker, id: &str) {
         for (group, offsets) in &old.staged_offsets {
             for staged in offsets {
                 let (topic, partition) = (&staged.topic, &staged.partition);
+                // Its topic was deleted since it was staged (and perhaps
+                // created again): the offset went with it. (A deletion still
+                // in meta.db now is not seen: this write lands after it.)
+                if staged.topic_id.is_some() && staged.topic_id != b.topic_id_text(topic) {
+                    continue;
+                }
                 let rec = OffsetRecord {
                     offset: staged.offset,
                     leader_epoch: staged.leader_epoch,

@@ -53,6 +53,12 @@ impl TxnState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StagedOffset {
     pub topic: String,
+    /// The topic's id when the offset was staged: a commit after the topic
+    /// was deleted (or deleted and created again) drops the offset, as
+    /// Kafka's OffsetMetadataManager.onPartitionsDeleted drops pending
+    /// transactional offsets. Absent in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_id: Option<String>,
     pub partition: i32,
     pub offset: i64,
     pub leader_epoch: i32,
