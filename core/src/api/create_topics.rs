@@ -87,31 +87,40 @@ pub(crate) fn new_record(
 /// Stores `topics` in meta.db; `origin` is answered when that completes.
 pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRecord)>) {
     assert!(!topics.is_empty(), "store of no topics");
-    let ops = topics
+    for (name, _) in &topics {
+        b.mark_topic_busy(name);
+    }
+    let pending = PendingCreate { origin, topics };
+    if waits_for_removal(b, &pending) {
+        return b.park_create(pending);
+    }
+    emit(b, pending);
+}
+
+/// A topic of the same name was deleted, and the removal of its
+/// directories is not durable yet. Stored now, the new topic could meet the
+/// old one's files after a power cut, brought back into the directories
+/// they share, and recovery would take them for its own. So the record
+/// waits for the sync that covers the removal. (Kafka tells the two apart
+/// by the topic id in each directory's partition.metadata: LogManager.loadLog
+/// drops a stray log.)
+fn waits_for_removal(b: &Broker, pending: &PendingCreate) -> bool {
+    pending
+        .topics
+        .iter()
+        .any(|(name, _)| b.removal_unsynced(name))
+}
+
+/// Writes the records of a creation whose names are marked busy.
+fn emit(b: &mut Broker, pending: PendingCreate) {
+    let ops = pending
+        .topics
         .iter()
         .map(|(name, record)| MetaOp::Put {
             key: meta::topic_key(name),
             value: meta::encode(record),
         })
         .collect();
-    for (name, _) in &topics {
-        b.mark_topic_busy(name);
-    }
-    let pending = PendingCreate { origin, topics };
-    // A topic of the same name was deleted, and the removal of its
-    // directories is not durable yet. Stored now, the new topic could meet
-    // the old one's files after a power cut, brought back into the
-    // directories they share, and recovery would take them for its own.
-    // So the record waits for the sync that covers the removal. (Kafka
-    // tells the two apart by the topic id in each directory's
-    // partition.metadata: LogManager.loadLog drops a stray log.)
-    if pending
-        .topics
-        .iter()
-        .any(|(name, _)| b.removal_unsynced(name))
-    {
-        return b.park_create(pending);
-    }
     b.emit_meta(ops, ApiWrite::CreateTopics(pending));
 }
 
@@ -119,11 +128,11 @@ pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRe
 /// for it are stored now (or wait on, for a removal still unsynced).
 pub(crate) fn removals_synced(b: &mut Broker) {
     for pending in b.take_parked_creates() {
-        let PendingCreate { origin, topics } = pending;
-        for (name, _) in &topics {
-            b.unmark_topic_busy(name);
+        if waits_for_removal(b, &pending) {
+            b.park_create(pending);
+        } else {
+            emit(b, pending);
         }
-        store(b, origin, topics);
     }
 }
 
