@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka import ConsumerGroupTopicPartitions
 
+from rawkafka import RawConn, _str
 from wireutil import base_conf, create_topic, producer, unique_topic
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -361,3 +363,50 @@ def test_committed_offsets_survive_sigkill(start_broker):
         assert first == want, f"new member after restart started at {first}, committed {want}"
     finally:
         c2.close()
+
+
+def _commit_v2(broker, group, topic, offset, retention_ms):
+    """OffsetCommit v2 from outside group management with a retention time
+    (-1: the broker's offsets.retention.minutes); returns the error code.
+    No client library sends one any more, so it is built by hand."""
+    c = RawConn(broker.host, broker.port)
+    try:
+        body = (_str(group) + struct.pack(">i", -1) + _str("") + struct.pack(">q", retention_ms)
+                + struct.pack(">i", 1) + _str(topic) + struct.pack(">i", 1)
+                + struct.pack(">iq", 0, offset) + _str(""))
+        answer = c.request(8, 2, body)
+        return struct.unpack(">h", answer[-2:])[0]
+    finally:
+        c.close()
+
+
+@pytest.mark.timeout(60)
+def test_offsets_expire_at_their_retention_time_across_a_sigkill(start_broker):
+    """An offset committed with a retention time (OffsetCommit v2-v4) expires
+    that long after its commit, as in Kafka 4.3.1 (asked side by side while
+    writing this), also when the broker was killed in between; one with the
+    broker's retention (a week) stays, and so does a librdkafka commit. The
+    group whose offsets all expired is no longer listed."""
+    b = start_broker(sets=["offsets.retention.check.interval.ms=200"])
+    topic = create_topic(b, unique_topic("expiring"), 1)
+    assert _commit_v2(b, "short-lived", topic, 11, 5000) == 0
+    assert _commit_v2(b, "long-lived", topic, 12, -1) == 0
+    c = Consumer(base_conf(b, **{"group.id": "librdkafka-simple"}))
+    c.commit(offsets=[TopicPartition(topic, 0, 13)], asynchronous=False)
+    c.close()
+    committed_at = time.monotonic()
+    b.restart(kill=True)
+    a = AdminClient(base_conf(b))
+
+    def listed():
+        return {g.group_id for g in a.list_consumer_groups().result(15).valid}
+
+    assert {"short-lived", "long-lived", "librdkafka-simple"} <= listed()
+    assert committed_offsets(b, "short-lived", topic, 1) == {0: 11}
+    wait_until(lambda: committed_offsets(b, "short-lived", topic, 1) == {0: -1001}, 20,
+               "the 5 s offset to expire")
+    assert time.monotonic() - committed_at >= 5.0, "expired before its retention time"
+    assert committed_offsets(b, "long-lived", topic, 1) == {0: 12}
+    assert committed_offsets(b, "librdkafka-simple", topic, 1) == {0: 13}
+    wait_until(lambda: "short-lived" not in listed(), 10, "the emptied group to be forgotten")
+    assert {"long-lived", "librdkafka-simple"} <= listed()

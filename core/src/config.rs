@@ -74,6 +74,12 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     /// group.max.session.timeout.ms
     pub group_max_session_timeout_ms: i32,
+    /// offsets.retention.minutes, in ms: how long a group's committed offsets
+    /// outlive its last member (or, outside group management, their commit).
+    pub offsets_retention_ms: i64,
+    /// offsets.retention.check.interval.ms: how often expired offsets are
+    /// deleted and Empty groups holding nothing are forgotten.
+    pub offsets_retention_check_interval_ms: i64,
     /// producer.id.expiration.ms: producer state idle this long is forgotten.
     pub producer_id_expiration_ms: i64,
     /// producer.id.expiration.check.interval.ms
@@ -128,6 +134,8 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 30 * 60 * 1000,
+            offsets_retention_ms: 7 * 24 * 3600 * 1000,
+            offsets_retention_check_interval_ms: 10 * 60 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             producer_id_expiration_check_interval_ms: 10 * 60 * 1000,
             transaction_max_timeout_ms: 15 * 60 * 1000,
@@ -240,6 +248,20 @@ impl BrokerConfig {
             }
             "group.min.session.timeout.ms" => self.group_min_session_timeout_ms = num(key, value)?,
             "group.max.session.timeout.ms" => self.group_max_session_timeout_ms = num(key, value)?,
+            "offsets.retention.minutes" => {
+                let minutes: i64 = num(key, value)?;
+                if !(1..=i32::MAX as i64).contains(&minutes) {
+                    return Err("offsets.retention.minutes must be at least 1".into());
+                }
+                self.offsets_retention_ms = minutes * 60 * 1000;
+            }
+            "offsets.retention.check.interval.ms" => {
+                let interval_ms: i64 = num(key, value)?;
+                if interval_ms < 1 {
+                    return Err("offsets.retention.check.interval.ms must be at least 1".into());
+                }
+                self.offsets_retention_check_interval_ms = interval_ms;
+            }
             "producer.id.expiration.ms" => self.producer_id_expiration_ms = num(key, value)?,
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = num(key, value)?,
             "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
@@ -383,6 +405,14 @@ impl BrokerConfig {
             (
                 "group.max.session.timeout.ms",
                 self.group_max_session_timeout_ms.to_string(),
+            ),
+            (
+                "offsets.retention.minutes",
+                (self.offsets_retention_ms / 60_000).to_string(),
+            ),
+            (
+                "offsets.retention.check.interval.ms",
+                self.offsets_retention_check_interval_ms.to_string(),
             ),
             (
                 "producer.id.expiration.ms",

@@ -64,9 +64,6 @@ pub const GROUP_MEMBERS_MAX: usize = 1_000;
 /// How long a new member's JoinGroup may wait in a rebalance before the
 /// member is dropped (Kafka's classicGroupNewMemberJoinTimeoutMs, 5 minutes).
 pub const GROUP_NEW_MEMBER_JOIN_TIMEOUT_MS: i64 = 5 * 60 * 1000;
-/// How often Empty groups holding nothing are forgotten
-/// (Kafka's offsets.retention.check.interval.ms).
-pub const GROUP_CLEANUP_INTERVAL_MS: i64 = 10 * 60 * 1000;
 /// Group timers firing in one tick; more means a timer reschedules itself
 /// in a loop (a bug).
 pub const GROUP_TIMERS_PER_TICK_MAX: usize = 1_000_000;

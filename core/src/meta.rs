@@ -216,6 +216,7 @@ mod tests {
             leader_epoch: 3,
             metadata: "m".into(),
             commit_timestamp_ms: 7,
+            expire_timestamp_ms: Some(9),
         };
         match decode_entry(&crate::group::offset_key("g/1", "t", 2), &encode(&r)).unwrap() {
             MetaEntry::GroupOffset {

@@ -7,7 +7,9 @@
 //! answers COORDINATOR_NOT_AVAILABLE (retriable: the client commits again).
 //! Per partition: UNKNOWN_TOPIC_OR_PARTITION for a topic this broker does not
 //! have, OFFSET_METADATA_TOO_LARGE past offset.metadata.max.bytes. v2–v4's
-//! retention time is ignored, as in Kafka 4 (offsets do not expire here yet).
+//! retention time, when not -1, makes the offsets expire that long after the
+//! commit, as in Kafka 4 (`group::expiry`); otherwise the broker's
+//! offsets.retention.minutes applies.
 //! v9 answers GROUP_ID_NOT_FOUND where older versions get ILLEGAL_GENERATION.
 //!
 //! ACL: READ on the group (every partition GROUP_AUTHORIZATION_FAILED), then
@@ -64,6 +66,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
         ctx.version,
         false,
     );
+    // v2-v4's retention time (-1: the broker's) fixes when these offsets
+    // expire, as in Kafka's OffsetMetadataManager.expireTimestampMs.
+    let expire_timestamp_ms = (req.retention_time_ms != -1 && ctx.version <= 4)
+        .then(|| now_ms.saturating_add(req.retention_time_ms));
     let mut response = OffsetCommitResponse::default();
     let mut records = Vec::new();
     for topic in &req.topics {
@@ -90,6 +96,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
                         leader_epoch: p.committed_leader_epoch,
                         metadata,
                         commit_timestamp_ms: now_ms,
+                        expire_timestamp_ms,
                     };
                     records.push(((name.clone(), p.partition_index), record));
                     0
@@ -172,6 +179,8 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCommit, stored: bool) {
             }
         }
     }
-    b.groups_mut().end_commit(&group_id, records, stored);
+    let now_ms = b.now_ms();
+    b.groups_mut()
+        .end_commit(now_ms, &group_id, records, stored);
     b.respond(&ctx, ResponseKind::OffsetCommit(response));
 }

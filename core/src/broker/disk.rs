@@ -7,6 +7,7 @@ use bytes::Bytes;
 use super::{recovery, Broker, SyncInFlight};
 use crate::api;
 use crate::checkpoint::{Due, PendingCheckpoint};
+use crate::group::{offset_key, TopicPartition};
 use crate::io::{DiskOp, FileRange, IoError, IoId, MetaOp, Output, SyncScope};
 use crate::producer::ids::ProducerIdsRecord;
 use crate::topics::PartitionKey;
@@ -24,6 +25,8 @@ pub(crate) enum MetaAction {
     Checkpoint(PendingCheckpoint),
     /// A checkpoint start-up could not use was deleted (`recovery`).
     CheckpointDropped(PartitionKey),
+    /// Expired group offsets were deleted (`group::expiry`).
+    OffsetExpiry(Vec<(String, TopicPartition)>),
 }
 
 impl From<api::ApiWrite> for MetaAction {
@@ -142,6 +145,7 @@ impl Broker {
             MetaAction::Txn(w) => crate::txn::write::done(self, w, stored),
             MetaAction::Checkpoint(p) => self.checkpoint_written(p, stored),
             MetaAction::CheckpointDropped(key) => recovery::checkpoint_dropped(self, key, stored),
+            MetaAction::OffsetExpiry(expired) => self.groups.end_expiry(&expired, stored),
         }
         // Requests that waited for a meta.db change run again, in arrival order.
         self.run_deferred();
@@ -244,6 +248,25 @@ impl Broker {
         self.sync_in_flight = Some(SyncInFlight { io, scope, points });
         self.outputs
             .push_back(Output::Disk(DiskOp::Sync { io, scope }));
+    }
+
+    /// Deletes the group offsets that expired, when the check is due
+    /// (`group::expiry`); a transaction's staged offsets stay.
+    pub(super) fn expire_offsets(&mut self) {
+        let txns = &self.txns;
+        let expired = self
+            .groups
+            .take_expired(self.now_ms, |g, t, p| txns.has_staged_offset(g, t, p));
+        if expired.is_empty() {
+            return;
+        }
+        let ops = expired
+            .iter()
+            .map(|(group, (topic, partition))| MetaOp::Delete {
+                key: offset_key(group, topic, *partition),
+            })
+            .collect();
+        self.emit_meta(ops, MetaAction::OffsetExpiry(expired));
     }
 
     /// Writes a batch to meta.db; `action` runs when it completes.

@@ -343,6 +343,7 @@ impl Broker {
         }
         self.groups.tick(self.now_ms);
         self.flush_group_answers();
+        self.expire_offsets();
         crate::txn::timers::tick(self);
         self.cleaner_tick();
         self.checkpoint_tick();

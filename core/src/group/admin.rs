@@ -43,7 +43,7 @@ impl Coordinator {
             if self.groups.len() >= limits::GROUPS_MAX {
                 return Err(ResponseError::CoordinatorNotAvailable);
             }
-            self.group_or_create(gid);
+            self.group_or_create(gid, now_ms);
         }
         let g = &self.groups[gid];
         if g.deleting {
@@ -95,6 +95,7 @@ impl Coordinator {
     /// The commit's write completed; its offsets count only if `stored`.
     pub fn end_commit(
         &mut self,
+        now_ms: i64,
         gid: &str,
         records: Vec<(TopicPartition, OffsetRecord)>,
         stored: bool,
@@ -106,7 +107,7 @@ impl Coordinator {
         for (tp, record) in records {
             self.offsets.end_write(gid, &tp);
             if stored {
-                self.store_offset(gid, tp, record);
+                self.store_offset(now_ms, gid, tp, record);
             }
         }
     }
@@ -115,8 +116,14 @@ impl Coordinator {
     /// offsets at its commit). Offsets imply their group: if it was deleted
     /// meanwhile it comes back Empty, as Kafka's replay of an offset record
     /// recreates a simple group.
-    pub fn store_offset(&mut self, gid: &str, tp: TopicPartition, record: OffsetRecord) {
-        self.group_or_create(gid);
+    pub fn store_offset(
+        &mut self,
+        now_ms: i64,
+        gid: &str,
+        tp: TopicPartition,
+        record: OffsetRecord,
+    ) {
+        self.group_or_create(gid, now_ms);
         self.offsets.insert(gid, tp, record);
     }
 

@@ -38,7 +38,7 @@ impl Coordinator {
         if let Err(error) = self.check_join(&args) {
             return self.outbox.join(ctx, join_error(&args.member_id, error));
         }
-        let g = self.group_or_create(&args.group_id);
+        let g = self.group_or_create(&args.group_id, now_ms);
         if g.deleting {
             // Kafka's Dead group: the client finds the coordinator again and retries.
             return self.outbox.join(

@@ -12,6 +12,7 @@
 //! them (`take_outbox`) and sends them.
 
 mod admin;
+mod expiry;
 mod join;
 mod member;
 mod membership;
@@ -46,6 +47,8 @@ struct Settings {
     initial_rebalance_delay_ms: i64,
     min_session_timeout_ms: i32,
     max_session_timeout_ms: i32,
+    offsets_retention_ms: i64,
+    offsets_retention_check_interval_ms: i64,
 }
 
 pub(crate) struct Coordinator {
@@ -66,6 +69,10 @@ impl Coordinator {
                 initial_rebalance_delay_ms: config.group_initial_rebalance_delay_ms.max(0),
                 min_session_timeout_ms: config.group_min_session_timeout_ms,
                 max_session_timeout_ms: config.group_max_session_timeout_ms,
+                offsets_retention_ms: config.offsets_retention_ms,
+                offsets_retention_check_interval_ms: config
+                    .offsets_retention_check_interval_ms
+                    .max(1),
             },
             groups: BTreeMap::new(),
             offsets: Offsets::default(),
@@ -93,9 +100,9 @@ impl Coordinator {
         for name in names {
             self.groups
                 .entry(name.clone())
-                .or_insert_with(|| Group::new(&name));
+                .or_insert_with(|| Group::new(&name, now_ms));
         }
-        self.next_cleanup_ms = now_ms + limits::GROUP_CLEANUP_INTERVAL_MS;
+        self.next_cleanup_ms = now_ms + self.settings.offsets_retention_check_interval_ms;
     }
 
     pub fn group(&self, id: &str) -> Option<&Group> {
@@ -108,10 +115,10 @@ impl Coordinator {
 
     /// The group, made Empty if absent (a join with no member id, or a
     /// commit from outside group management, creates it as in Kafka).
-    fn group_or_create(&mut self, id: &str) -> &mut Group {
+    fn group_or_create(&mut self, id: &str, now_ms: i64) -> &mut Group {
         self.groups
             .entry(id.to_string())
-            .or_insert_with(|| Group::new(id))
+            .or_insert_with(|| Group::new(id, now_ms))
     }
 
     pub fn next_deadline_ms(&self) -> Option<i64> {
@@ -139,15 +146,11 @@ impl Coordinator {
                 TimerKey::Sync { group } => self.expire_pending_sync(now_ms, &group),
             }
         }
-        if now_ms >= self.next_cleanup_ms {
-            self.next_cleanup_ms = now_ms + limits::GROUP_CLEANUP_INTERVAL_MS;
-            self.cleanup();
-        }
     }
 
     /// Forgets Empty groups that hold nothing: no offsets, no writes in
     /// flight, no pending members (Kafka drops them in its periodic offset
-    /// cleanup, offsets.retention.check.interval.ms).
+    /// cleanup, offsets.retention.check.interval.ms: `take_expired`).
     fn cleanup(&mut self) {
         let offsets = &self.offsets;
         self.groups.retain(|id, g| {

@@ -21,6 +21,11 @@ pub struct OffsetRecord {
     #[serde(default)]
     pub metadata: String,
     pub commit_timestamp_ms: i64,
+    /// OffsetCommit v2-v4's retention time added to the commit time, when
+    /// the client gave one: the offset expires then, whatever its group
+    /// does (Kafka's expireTimestampMs, `OffsetExpirationConditionImpl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expire_timestamp_ms: Option<i64>,
 }
 
 /// A topic and partition.
@@ -69,6 +74,12 @@ impl Offsets {
 
     pub fn has_in_flight(&self, group: &str) -> bool {
         self.in_flight.contains_key(group)
+    }
+
+    pub fn is_in_flight(&self, group: &str, tp: &TopicPartition) -> bool {
+        self.in_flight
+            .get(group)
+            .is_some_and(|m| m.contains_key(tp))
     }
 
     pub fn groups(&self) -> impl Iterator<Item = &String> {
@@ -212,6 +223,7 @@ mod tests {
                 leader_epoch: -1,
                 metadata: String::new(),
                 commit_timestamp_ms: 1,
+                expire_timestamp_ms: None,
             },
         );
         assert_eq!(o.get("g", "t", 0).unwrap().offset, 5);

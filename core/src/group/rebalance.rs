@@ -65,7 +65,7 @@ impl Coordinator {
                 now_ms + initial_delay_ms,
             );
         }
-        g.transition(State::PreparingRebalance);
+        g.transition(State::PreparingRebalance, now_ms);
         tracing::debug!(
             group = gid,
             generation = g.generation_id,
@@ -179,7 +179,7 @@ impl Coordinator {
             );
             return;
         }
-        g.init_next_generation();
+        g.init_next_generation(now_ms);
         if g.state == State::Empty {
             tracing::info!(group = gid, generation = g.generation_id, "group is empty");
             return;

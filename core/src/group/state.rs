@@ -78,10 +78,13 @@ pub(crate) struct Group {
     pub subscribed_topics: Option<BTreeSet<String>>,
     /// A DeleteGroups write is in flight: the group answers as Kafka's Dead.
     pub deleting: bool,
+    /// When the group entered its state (Kafka's currentStateTimestamp):
+    /// an Empty group's offsets expire offsets.retention.minutes after it.
+    pub state_since_ms: i64,
 }
 
 impl Group {
-    pub fn new(id: &str) -> Self {
+    pub fn new(id: &str, now_ms: i64) -> Self {
         Self {
             id: id.to_string(),
             state: State::Empty,
@@ -99,10 +102,11 @@ impl Group {
             sync_generation: 0,
             subscribed_topics: None,
             deleting: false,
+            state_since_ms: now_ms,
         }
     }
 
-    pub fn transition(&mut self, to: State) {
+    pub fn transition(&mut self, to: State, now_ms: i64) {
         assert!(
             to.valid_previous().contains(&self.state),
             "group {}: no transition from {:?} to {to:?}",
@@ -111,6 +115,7 @@ impl Group {
         );
         self.previous_state = self.state;
         self.state = to;
+        self.state_since_ms = now_ms;
     }
 
     pub fn can_rebalance(&self) -> bool {
@@ -292,16 +297,16 @@ impl Group {
     }
 
     /// Starts the next generation (Kafka's initNextGeneration).
-    pub fn init_next_generation(&mut self) {
+    pub fn init_next_generation(&mut self, now_ms: i64) {
         self.generation_id += 1;
         if self.members.is_empty() {
             self.protocol_name = None;
             self.subscribed_topics = self.compute_subscribed_topics();
-            self.transition(State::Empty);
+            self.transition(State::Empty, now_ms);
         } else {
             self.protocol_name = Some(self.select_protocol());
             self.subscribed_topics = self.compute_subscribed_topics();
-            self.transition(State::CompletingRebalance);
+            self.transition(State::CompletingRebalance, now_ms);
         }
         self.pending_sync.clear();
     }

@@ -59,7 +59,7 @@ impl Coordinator {
                     }
                     self.propagate_assignment(now_ms, &gid, None);
                     let g = self.groups.get_mut(&gid).expect("checked");
-                    g.transition(State::Stable);
+                    g.transition(State::Stable, now_ms);
                 }
             }
             State::Stable => {

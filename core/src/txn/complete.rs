@@ -290,6 +290,7 @@ fn store_complete(b: &mut Broker, id: &str) {
                     leader_epoch: staged.leader_epoch,
                     metadata: staged.metadata.clone().unwrap_or_default(),
                     commit_timestamp_ms: now_ms,
+                    expire_timestamp_ms: None,
                 };
                 ops.push(MetaOp::Put {
                     key: offset_key(group, topic, *partition),
@@ -325,12 +326,13 @@ pub(crate) fn completed(
     applied: Vec<(String, (String, i32), OffsetRecord)>,
     stored: bool,
 ) {
+    let now_ms = b.now_ms();
     for (group, tp, rec) in applied {
         b.groups_mut().offsets.end_write(&group, &tp);
         if stored {
             // Recreates the group if it was deleted meanwhile, as Kafka's
             // replay of an offset record does.
-            b.groups_mut().store_offset(&group, tp, rec);
+            b.groups_mut().store_offset(now_ms, &group, tp, rec);
         }
     }
     if !stored {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod authz;
+pub mod groups;
 pub mod requests;
 pub mod txn;
 
