@@ -2,7 +2,8 @@
 //! mirrored in memory once stored, plus the keys with a write in flight.
 //!
 //! meta.db writes complete in the order they were emitted (one writer in
-//! `net`, FIFO in the simulator and the test world); deletions rely on it:
+//! `net`, FIFO in the simulator's `SimMeta` and the test world), and a
+//! crash keeps a prefix of those in flight; deletions rely on it:
 //! a DeleteGroups batch names every key committed or in flight when it is
 //! emitted, so nothing it did not name can be in memory when it applies.
 

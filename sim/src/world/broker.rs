@@ -215,7 +215,8 @@ impl World {
                 ));
                 self.meta.begin(io, ops);
                 self.meta_fates.insert(io, fail);
-                let at_ms = self.now_ms + self.rng.random_range(META_LATENCY_MS);
+                let latency_ms = self.rng.random_range(META_LATENCY_MS);
+                let at_ms = self.meta.completion_ms(self.now_ms + latency_ms);
                 self.queue
                     .push(at_ms, Event::MetaDone { gen: self.gen, io });
             }
