@@ -147,6 +147,8 @@ pub struct History {
     pub group_copy_finished: bool,
     pub group_final_offsets: Vec<(i32, i64)>,
     pub group_commits: Vec<GroupCommit>,
+    /// Committed offsets the offset keeper saw expire (`client::offset_keeper`).
+    pub offsets_expired_seen: u64,
 }
 
 impl History {

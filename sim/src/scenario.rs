@@ -95,6 +95,10 @@ pub struct Scenario {
     /// An operator deletes a scratch topic and creates it again, round
     /// after round (`client::churner`); a swarm run draws it now and then.
     pub churn: bool,
+    /// A consumer commits offsets with short retention times to a simple
+    /// group and reads them back while the broker expires them
+    /// (`client::offset_keeper`); a swarm run draws it now and then.
+    pub offset_expiry: bool,
     /// Transactional producers, and the transactions each runs.
     pub txn_producers: Count,
     pub transactions: Count,
@@ -149,6 +153,7 @@ impl Scenario {
             retention: false,
             delete_records: false,
             churn: false,
+            offset_expiry: false,
             txn_producers: Count::one(0),
             transactions: Count { min: 5, max: 20 },
             zombies: Count::one(0),
@@ -217,6 +222,7 @@ impl Scenario {
                 "delete_records" => s.delete_records = flag(key, value).map_err(err)?,
                 "swarm" => s.swarm = flag(key, value).map_err(err)?,
                 "churn" => s.churn = flag(key, value).map_err(err)?,
+                "offset_expiry" => s.offset_expiry = flag(key, value).map_err(err)?,
                 "txn_producers" => s.txn_producers = Count::parse(value).map_err(err)?,
                 "transactions" => s.transactions = Count::parse(value).map_err(err)?,
                 "zombies" => s.zombies = Count::parse(value).map_err(err)?,

@@ -179,3 +179,18 @@ fn seeds_that_once_failed_keep_every_promise() {
     .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A story about expiring offsets that saw none expire would pass for the
+/// wrong reason.
+#[test]
+fn offsets_really_expire_in_the_offset_expiry_story() {
+    let name = "offset-expiry-under-faults";
+    for seed in 0..3 {
+        let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), seed, false, None);
+        assert!(
+            r.stats.offsets_expired_seen > 0,
+            "{name} seed {seed}: the keeper saw no offset expire; replay: {}",
+            replay_command(name, seed, None)
+        );
+    }
+}

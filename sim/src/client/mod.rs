@@ -15,7 +15,9 @@
 //! - `group_copier`: the same job as members of one consumer group, which
 //!   rebalance in the middle of transactions;
 //! - `truncator`: an operator trimming the main topic with DeleteRecords;
-//! - `churner`: an operator deleting a scratch topic and creating it again.
+//! - `churner`: an operator deleting a scratch topic and creating it again;
+//! - `offset_keeper`: a simple group's offsets committed with retention
+//!   times, read back while the broker expires them.
 
 pub mod admin;
 pub mod batches;
@@ -27,6 +29,7 @@ pub mod group_copier;
 mod group_copy;
 mod group_member;
 pub mod group_requests;
+pub mod offset_keeper;
 pub mod producer;
 mod reset;
 pub mod truncator;

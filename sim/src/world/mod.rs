@@ -33,6 +33,7 @@ use rand::{RngExt, SeedableRng};
 use crate::client::admin::Admin;
 use crate::client::churner::Churner;
 use crate::client::consumer::{Consumer, Isolation, Mode};
+use crate::client::offset_keeper::OffsetKeeper;
 use crate::client::producer::{Producer, ProducerConfig};
 use crate::client::truncator::Truncator;
 use crate::client::wire::Wire;
@@ -78,6 +79,8 @@ pub struct RunConfig {
 pub struct Stats {
     pub events: u64,
     pub acked_records: u64,
+    /// Committed offsets the offset keeper saw expire.
+    pub offsets_expired_seen: u64,
     pub crashes: u64,
     pub power_cuts: u64,
     pub failed_syncs: u64,
@@ -213,6 +216,10 @@ pub struct World {
     /// An operator deletes and re-creates a scratch topic of this many
     /// partitions during the workload (`client::churner`).
     churn_partitions: Option<i32>,
+    /// A consumer commits offsets with retention times of their own and
+    /// reads them back while the broker expires them
+    /// (`client::offset_keeper`).
+    offset_expiry: bool,
     /// The main topic's segment.ms: its segments roll by age too.
     segment_ms: Option<i64>,
     workload_start_ms: i64,
@@ -310,6 +317,15 @@ const SWARM_DELETE_RECORDS_P: f64 = 0.5;
 const SWARM_CHURN_P: f64 = 0.2;
 /// Seeds the churn draw apart from the other generators, as retention's.
 const CHURN_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0004;
+/// Chance that a swarm run has offsets expiring (`client::offset_keeper`).
+const SWARM_OFFSET_EXPIRY_P: f64 = 0.2;
+/// Seeds the offset expiry draw apart from the other generators.
+const OFFSET_EXPIRY_RNG_SALT: u64 = 0x0c1e_a4e2_0000_0006;
+/// offsets.retention.check.interval.ms when offsets expire (the broker's
+/// default is ten minutes; a run lasts tens of seconds). The broker's
+/// offsets.retention.minutes stays a week: the group copiers' and
+/// transactions' offsets must outlive the run.
+const OFFSET_EXPIRY_CHECK_INTERVAL_MS: i64 = 100;
 /// Chance that a swarm run gives its main topic a segment.ms of a second
 /// or so (the broker's default is 7 days): segments then roll by age, at
 /// an append, whatever their size.
@@ -411,6 +427,12 @@ impl World {
         let churn_partitions = (cfg.scenario.churn
             || (cfg.scenario.swarm && churn_rng.random_bool(SWARM_CHURN_P)))
         .then(|| churn_rng.random_range(1..=2));
+        let mut expiry_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ OFFSET_EXPIRY_RNG_SALT);
+        let offset_expiry = cfg.scenario.offset_expiry
+            || (cfg.scenario.swarm && expiry_rng.random_bool(SWARM_OFFSET_EXPIRY_P));
+        if offset_expiry {
+            broker_config.offsets_retention_check_interval_ms = OFFSET_EXPIRY_CHECK_INTERVAL_MS;
+        }
         let mut segment_ms_rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ SEGMENT_MS_RNG_SALT);
         let segment_ms = (cfg.scenario.swarm && segment_ms_rng.random_bool(SWARM_SEGMENT_MS_P))
             .then(|| SEGMENT_MS_CHOICES[segment_ms_rng.random_range(0..SEGMENT_MS_CHOICES.len())]);
@@ -452,6 +474,7 @@ impl World {
             retention,
             delete_records,
             churn_partitions,
+            offset_expiry,
             segment_ms,
             workload_start_ms: T0_MS,
             faults_on: false,
@@ -469,7 +492,7 @@ impl World {
     /// Runs to the end and returns the verdict.
     pub fn run(mut self) -> RunResult {
         let setup = format!(
-            "scenario {} seed {} segment_bytes {}{}{}{}{}{} faults {}{}",
+            "scenario {} seed {} segment_bytes {}{}{}{}{}{}{} faults {}{}",
             self.cfg.scenario.name,
             self.cfg.seed,
             self.broker_config.segment_bytes,
@@ -486,6 +509,11 @@ impl World {
             self.churn_partitions
                 .map(|p| format!(" churn partitions={p}"))
                 .unwrap_or_default(),
+            if self.offset_expiry {
+                " offset-expiry"
+            } else {
+                ""
+            },
             self.mix.describe(),
             self.cfg
                 .plant
@@ -540,6 +568,7 @@ impl World {
         }
         self.stats.bytes_appended = self.disk.bytes_appended;
         self.stats.acked_records = self.history.acks.len() as u64;
+        self.stats.offsets_expired_seen = self.history.offsets_expired_seen;
         let violations = crate::oracle::check(&self.history);
         for v in &violations {
             self.note(format!("ORACLE {v}"));
@@ -741,6 +770,11 @@ impl World {
             let client = self.slots.len() as u32;
             let churner = Churner::new(client, partitions);
             self.add_client(Box::new(churner), Role::Consumer, 50);
+        }
+        if self.offset_expiry {
+            let client = self.slots.len() as u32;
+            let keeper = OffsetKeeper::new(client, TOPIC, partitions);
+            self.add_client(Box::new(keeper), Role::Consumer, 20);
         }
         self.start_transactional_clients();
         self.schedule_faults();
