@@ -800,6 +800,54 @@ fn a_commit_drops_offsets_staged_for_a_topic_deleted_since() {
     }
 }
 
+/// The window the test above leaves: the topic's deletion is still in
+/// meta.db when the commit's offsets are written. The Complete record waits
+/// for that write, so the offsets do not land after the deletion removed
+/// every group's offsets of the topic, and a topic created again under the
+/// name starts with none.
+#[test]
+fn a_commit_waits_for_a_deletion_in_flight_of_a_staged_offsets_topic() {
+    let mut w = world();
+    let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
+    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
+    assert_eq!(
+        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
+        NONE
+    );
+    w.auto_io = false;
+    send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
+    let req = DeleteTopicsRequest::default()
+        .with_topic_names(vec![name("a")])
+        .with_timeout_ms(30_000);
+    w.send(9, 5, &req);
+    assert_eq!(w.pending_meta.len(), 2, "the decision, then the deletion");
+    w.complete_first_meta();
+    w.complete_syncs();
+    assert_eq!(
+        end_txn_answer(&mut w, 1),
+        Some(NONE),
+        "the outcome is durable: answered without waiting"
+    );
+    w.auto_io = true;
+    w.complete_io();
+    w.advance(1_000);
+    assert!(matches!(
+        w.recv(9),
+        Some((_, ResponseKind::DeleteTopics(r))) if r.responses[0].error_code == NONE
+    ));
+    assert!(
+        !w.meta.keys().any(|k| k.starts_with(b"offset/")),
+        "no offset of the deleted topic in meta.db"
+    );
+    create_topic(&mut w, "a", 1);
+    assert_eq!(committed(&mut w, "g"), -1);
+    w.restart(true);
+    assert_eq!(committed(&mut w, "g"), -1);
+    // The id is free again: its next transaction begins.
+    let (_, pid2, _) = init_txn(&mut w, 1, "t", 60_000);
+    assert_eq!(pid2, pid);
+}
+
 fn committed(w: &mut World, group: &str) -> i64 {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let req = OffsetFetchRequest::default()

@@ -39,6 +39,13 @@
 //! UNSTABLE_OFFSET_COMMIT for the staged offsets meanwhile, as Kafka does
 //! while a commit's markers are pending.
 //!
+//! A commit whose staged offsets name a topic with a meta.db change in
+//! flight (its deletion) answers EndTxn once the markers are durable, but
+//! writes its Complete record only once that change is stored, trying again
+//! every `TXN_RETRY_BACKOFF_MS` (the id's next request is refused with
+//! CONCURRENT_TRANSACTIONS meanwhile): written before, its offsets would
+//! land after the deletion that removes every group's offsets of the topic.
+//!
 //! A marker cut away by a failed sync, a partition offline after a failed
 //! read, or a failed meta.db write, leaves the decision standing: the waiting EndTxn requests are answered
 //! CONCURRENT_TRANSACTIONS (what Kafka answers while markers are written),
@@ -240,6 +247,9 @@ fn progress(b: &mut Broker, id: &str) {
 
 /// Stores the Complete record and, for a commit, the staged offsets, in one batch.
 fn store_complete(b: &mut Broker, id: &str) {
+    if offsets_wait_for_a_topic_change(b, id) {
+        return answer_and_store_later(b, id);
+    }
     let entry = b.txns_mut().get_mut(id).expect("exists");
     let completion = entry.completion.as_mut().expect("completing");
     completion.phase = Phase::Storing;
@@ -281,7 +291,7 @@ fn store_complete(b: &mut Broker, id: &str) {
                 let (topic, partition) = (&staged.topic, &staged.partition);
                 // Its topic was deleted since it was staged (and perhaps
                 // created again): the offset went with it. (A deletion still
-                // in meta.db now is not seen: this write lands after it.)
+                // in meta.db was waited for: `offsets_wait_for_a_topic_change`.)
                 if staged.topic_id.is_some() && staged.topic_id != b.topic_id_text(topic) {
                     continue;
                 }
@@ -306,6 +316,40 @@ fn store_complete(b: &mut Broker, id: &str) {
     write::store(b, id, record, ops, Then::Completed { applied });
     let responders = std::mem::take(&mut completion_mut(b, id).responders);
     answer(b, responders, pid, epoch);
+}
+
+/// Whether a commit's staged offset names a topic with a meta.db change in
+/// flight (its deletion, say). The Complete record then waits for it:
+/// written now, it would land after a deletion that removes every group's
+/// offsets of the topic, and put this one back, for a topic created again
+/// under the name to start from.
+fn offsets_wait_for_a_topic_change(b: &Broker, id: &str) -> bool {
+    let entry = b.txns().get(id).expect("exists");
+    let completion = entry.completion.as_ref().expect("completing");
+    completion.commit
+        && entry
+            .record
+            .staged_offsets
+            .values()
+            .flatten()
+            .any(|staged| b.topics().is_busy(&staged.topic))
+}
+
+/// The outcome is durable (the decision with its offsets, the markers):
+/// EndTxn is answered, and the Complete record is tried again after
+/// `TXN_RETRY_BACKOFF_MS`.
+fn answer_and_store_later(b: &mut Broker, id: &str) {
+    let entry = b.txns_mut().get_mut(id).expect("exists");
+    let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
+    let completion = entry.completion.as_mut().expect("completing");
+    let count = !std::mem::replace(&mut completion.counted, true);
+    let commit = completion.commit;
+    let responders = std::mem::take(&mut completion.responders);
+    if count {
+        b.metrics_mut().txn_completed(commit);
+    }
+    answer(b, responders, pid, epoch);
+    retry_later(b, id);
 }
 
 /// Markers durable, decision (and a commit's offsets) stored: the outcome

@@ -360,55 +360,81 @@ impl World {
             self.handle_now(Input::ReadDone { io, result });
         }
         for (io, ops) in metas {
-            if std::mem::take(&mut self.fail_next_meta) {
-                self.broker.handle(
-                    self.now_ms,
-                    Input::MetaDone {
-                        io,
-                        result: Err(doze_core::IoError("injected".into())),
-                    },
-                );
-                while let Some(out) = self.broker.poll_output() {
-                    self.apply(out);
-                }
-                continue;
-            }
-            for op in ops {
-                match op {
-                    MetaOp::Put { key, value } => {
-                        self.meta.insert(key, value);
-                    }
-                    MetaOp::Delete { key } => {
-                        self.meta.remove(&key);
-                    }
-                }
-            }
-            self.broker
-                .handle(self.now_ms, Input::MetaDone { io, result: Ok(()) });
-            while let Some(out) = self.broker.poll_output() {
-                self.apply(out);
-            }
+            self.finish_meta(io, ops);
         }
         for (io, scope) in syncs {
-            let result = if std::mem::take(&mut self.fail_next_sync) {
-                Err(doze_core::IoError("injected".into()))
-            } else {
-                // A `Logs` sync leaves the live index files unsynced.
-                for ((_, _, kind), f) in self.files.iter_mut() {
-                    if scope == SyncScope::All || *kind == SegmentFile::Log {
-                        f.synced_len = f.data.len();
-                    }
-                }
-                for f in self.staged.values_mut() {
-                    f.synced_len = f.data.len();
-                }
-                Ok(())
-            };
-            self.broker
-                .handle(self.now_ms, Input::SyncDone { io, result });
+            self.finish_sync(io, scope);
+        }
+    }
+
+    /// Completes the oldest meta write in flight (meta.db applies them in
+    /// order), leaving the others and every sync in flight.
+    pub fn complete_first_meta(&mut self) {
+        let (io, ops) = self
+            .pending_meta
+            .pop_front()
+            .expect("a meta write in flight");
+        self.finish_meta(io, ops);
+    }
+
+    /// Completes every sync issued so far, leaving meta writes in flight.
+    pub fn complete_syncs(&mut self) {
+        let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
+        for (io, scope) in syncs {
+            self.finish_sync(io, scope);
+        }
+    }
+
+    fn finish_meta(&mut self, io: IoId, ops: Vec<MetaOp>) {
+        if std::mem::take(&mut self.fail_next_meta) {
+            self.broker.handle(
+                self.now_ms,
+                Input::MetaDone {
+                    io,
+                    result: Err(doze_core::IoError("injected".into())),
+                },
+            );
             while let Some(out) = self.broker.poll_output() {
                 self.apply(out);
             }
+            return;
+        }
+        for op in ops {
+            match op {
+                MetaOp::Put { key, value } => {
+                    self.meta.insert(key, value);
+                }
+                MetaOp::Delete { key } => {
+                    self.meta.remove(&key);
+                }
+            }
+        }
+        self.broker
+            .handle(self.now_ms, Input::MetaDone { io, result: Ok(()) });
+        while let Some(out) = self.broker.poll_output() {
+            self.apply(out);
+        }
+    }
+
+    fn finish_sync(&mut self, io: IoId, scope: SyncScope) {
+        let result = if std::mem::take(&mut self.fail_next_sync) {
+            Err(doze_core::IoError("injected".into()))
+        } else {
+            // A `Logs` sync leaves the live index files unsynced.
+            for ((_, _, kind), f) in self.files.iter_mut() {
+                if scope == SyncScope::All || *kind == SegmentFile::Log {
+                    f.synced_len = f.data.len();
+                }
+            }
+            for f in self.staged.values_mut() {
+                f.synced_len = f.data.len();
+            }
+            Ok(())
+        };
+        self.broker
+            .handle(self.now_ms, Input::SyncDone { io, result });
+        while let Some(out) = self.broker.poll_output() {
+            self.apply(out);
         }
     }
 
