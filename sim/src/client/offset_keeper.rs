@@ -14,17 +14,26 @@
 //! - an offset seen gone stays gone until committed again (a crash or a
 //!   power cut does not bring it back).
 //!
-//! A commit whose answer is lost with its connection is sent again, the
-//! same value: its first send bounds when it could have landed. Offsets
+//! Now and then it deletes one partition's offset (OffsetDelete) or the
+//! whole group (DeleteGroups), as an operator resetting a consumer would:
+//! an offset whose deletion was answered is gone until committed again.
+//!
+//! A request whose answer is lost with its connection is sent again (a
+//! commit with the same value: its first send bounds when it could have
+//! landed; a lost deletion may have landed, so until the next commit the
+//! offset may be gone). Offsets
 //! seen expire are counted (`History::offsets_expired_seen`), so a run in
 //! which none expire shows.
 
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
+use kafka_protocol::messages::offset_delete_request::{
+    OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+};
 use kafka_protocol::messages::{
-    GroupId, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchResponse, ResponseKind,
-    TopicName,
+    DeleteGroupsRequest, DeleteGroupsResponse, GroupId, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchResponse, ResponseKind, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rand::RngExt;
@@ -37,6 +46,12 @@ pub const KEEPER_GROUP: &str = "sim-keeper";
 const RETENTIONS_MS: [i64; 5] = [-1, 100, 400, 900, 1_500];
 /// Between two requests (ms).
 const PAUSE_MS: std::ops::RangeInclusive<i64> = 0..=250;
+/// Chances, per request, of an OffsetDelete and of a DeleteGroups (the
+/// rest are commits and read-backs, half each).
+const OFFSET_DELETE_P: f64 = 0.07;
+const GROUP_DELETE_P: f64 = 0.03;
+/// The group is gone (all its offsets expired or deleted): nothing to delete.
+const GROUP_ID_NOT_FOUND: i16 = 69;
 
 /// An offset the broker acknowledged.
 #[derive(Clone, Copy, Debug)]
@@ -65,10 +80,23 @@ struct Commit {
     first_sent_ms: Option<i64>,
 }
 
+/// What the keeper knows of one partition's offset, once committed.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    committed: Committed,
+    /// Read back as gone since.
+    seen_gone: bool,
+    /// A deletion of it went unanswered: it may have landed.
+    maybe_deleted: bool,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
     Commit,
     Fetch,
+    /// OffsetDelete of one partition.
+    DeleteOffset(i32),
+    DeleteGroup,
 }
 
 pub struct OffsetKeeper {
@@ -79,9 +107,8 @@ pub struct OffsetKeeper {
     asked: Option<i32>,
     commit: Option<Commit>,
     next_value: i64,
-    /// Per partition, the last acknowledged offset, and whether it was
-    /// since seen gone.
-    acked: Vec<Option<(Committed, bool)>>,
+    /// Per partition, the last acknowledged offset (None: none, or deleted).
+    acked: Vec<Option<Known>>,
     attempts: u32,
     stopped: bool,
 }
@@ -116,10 +143,16 @@ impl OffsetKeeper {
         cx.wake_in(delay_ms);
     }
 
-    /// The next request after a pause: a commit or a read-back.
+    /// The next request after a pause: a commit or a read-back, now and
+    /// then a deletion.
     fn pause(&mut self, cx: &mut Cx) {
         self.attempts = 0;
-        self.stage = if cx.rng.random_bool(0.5) {
+        let draw: f64 = cx.rng.random();
+        self.stage = if draw < GROUP_DELETE_P {
+            Stage::DeleteGroup
+        } else if draw < GROUP_DELETE_P + OFFSET_DELETE_P {
+            Stage::DeleteOffset(cx.rng.random_range(0..self.partitions))
+        } else if cx.rng.random_bool(0.5) {
             Stage::Commit
         } else {
             Stage::Fetch
@@ -142,7 +175,65 @@ impl OffsetKeeper {
                 let version = cx.rng.random_range(1..=7);
                 cx.wire.send(version, &req)
             }
+            Stage::DeleteOffset(p) => {
+                let partition = OffsetDeleteRequestPartition::default().with_partition_index(p);
+                let req = OffsetDeleteRequest::default()
+                    .with_group_id(group_id())
+                    .with_topics(vec![OffsetDeleteRequestTopic::default()
+                        .with_name(TopicName(StrBytes::from_static_str(self.topic)))
+                        .with_partitions(vec![partition])]);
+                cx.wire.send(0, &req)
+            }
+            Stage::DeleteGroup => {
+                let req = DeleteGroupsRequest::default().with_groups_names(vec![group_id()]);
+                let version = cx.rng.random_range(0..=2);
+                cx.wire.send(version, &req)
+            }
         };
+    }
+
+    /// The partitions the deletion in flight names.
+    fn deleting(&self) -> Vec<usize> {
+        match self.stage {
+            Stage::DeleteOffset(p) => vec![p as usize],
+            Stage::DeleteGroup => (0..self.partitions as usize).collect(),
+            Stage::Commit | Stage::Fetch => Vec::new(),
+        }
+    }
+
+    /// A deletion was answered: its partitions' offsets are gone.
+    fn deleted(&mut self, partitions: &[usize]) {
+        for &p in partitions {
+            self.acked[p] = None;
+        }
+    }
+
+    fn on_offset_deleted(&mut self, cx: &mut Cx, r: &OffsetDeleteResponse) {
+        match r.error_code {
+            0 => {}
+            // Forgotten: a read-back says whether that was its due.
+            GROUP_ID_NOT_FOUND => return self.pause(cx),
+            code => return self.retry(cx, code, "OffsetDelete"),
+        }
+        for part in r.topics.iter().flat_map(|t| t.partitions.iter()) {
+            if part.error_code != 0 {
+                return self.retry(cx, part.error_code, "OffsetDelete");
+            }
+        }
+        self.deleted(&self.deleting());
+        self.pause(cx);
+    }
+
+    fn on_group_deleted(&mut self, cx: &mut Cx, r: &DeleteGroupsResponse) {
+        let Some(result) = r.results.first() else {
+            return self.broken(cx, "DeleteGroups answered no group".into());
+        };
+        match result.error_code {
+            0 => self.deleted(&self.deleting()),
+            GROUP_ID_NOT_FOUND => {}
+            code => return self.retry(cx, code, "DeleteGroups"),
+        }
+        self.pause(cx);
     }
 
     fn send_commit(&mut self, cx: &mut Cx) -> Option<i32> {
@@ -187,7 +278,11 @@ impl OffsetKeeper {
             first_sent_ms: commit.first_sent_ms.expect("it was sent"),
             retention_ms: (commit.retention_ms != -1).then_some(commit.retention_ms),
         };
-        self.acked[commit.partition as usize] = Some((committed, false));
+        self.acked[commit.partition as usize] = Some(Known {
+            committed,
+            seen_gone: false,
+            maybe_deleted: false,
+        });
         self.pause(cx);
     }
 
@@ -202,20 +297,26 @@ impl OffsetKeeper {
         for part in parts {
             let p = part.partition_index as usize;
             let got = part.committed_offset;
-            let Some((committed, seen_gone)) = self.acked[p] else {
+            let Some(known) = self.acked[p] else {
                 if got != -1 {
-                    return self.broken(cx, format!("p{p} has offset {got}, never committed"));
+                    let what = format!("p{p} has offset {got}, not committed since its deletion");
+                    return self.broken(cx, what);
                 }
                 continue;
             };
+            let (committed, seen_gone) = (known.committed, known.seen_gone);
             if got == committed.value && !seen_gone {
                 continue;
             }
-            if got == -1 && cx.now_ms >= committed.may_expire_at_ms() {
-                if !seen_gone {
+            let expired = cx.now_ms >= committed.may_expire_at_ms();
+            if got == -1 && (expired || known.maybe_deleted) {
+                if !seen_gone && !known.maybe_deleted {
                     cx.history.offsets_expired_seen += 1;
-                    self.acked[p] = Some((committed, true));
                 }
+                self.acked[p] = Some(Known {
+                    seen_gone: true,
+                    ..known
+                });
                 continue;
             }
             let what = if got == -1 {
@@ -240,6 +341,10 @@ impl OffsetKeeper {
     }
 }
 
+fn group_id() -> GroupId {
+    GroupId(StrBytes::from_static_str(KEEPER_GROUP))
+}
+
 /// One partition's commit from outside group management (generation -1),
 /// with the commit's retention time (a field of v2-v4; -1 elsewhere).
 fn commit_request(topic: &'static str, commit: &Commit) -> OffsetCommitRequest {
@@ -247,7 +352,7 @@ fn commit_request(topic: &'static str, commit: &Commit) -> OffsetCommitRequest {
         .with_partition_index(commit.partition)
         .with_committed_offset(commit.value);
     OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_static_str(KEEPER_GROUP)))
+        .with_group_id(group_id())
         .with_generation_id_or_member_epoch(-1)
         .with_retention_time_ms(commit.retention_ms)
         .with_topics(vec![OffsetCommitRequestTopic::default()
@@ -273,13 +378,24 @@ impl Client for OffsetKeeper {
         match (self.stage, response) {
             (Stage::Commit, ResponseKind::OffsetCommit(r)) => self.on_committed(cx, &r),
             (Stage::Fetch, ResponseKind::OffsetFetch(r)) => self.on_fetched(cx, &r),
+            (Stage::DeleteOffset(_), ResponseKind::OffsetDelete(r)) => {
+                self.on_offset_deleted(cx, &r)
+            }
+            (Stage::DeleteGroup, ResponseKind::DeleteGroups(r)) => self.on_group_deleted(cx, &r),
             (stage, other) => panic!("c{}: {other:?} answered in {stage:?}", self.client),
         }
     }
 
     fn on_disconnect(&mut self, cx: &mut Cx) {
         // A commit in flight may have landed; it goes again, the same value.
-        self.asked = None;
+        // So does a deletion, which may have landed too.
+        if self.asked.take().is_some() {
+            for p in self.deleting() {
+                if let Some(known) = &mut self.acked[p] {
+                    known.maybe_deleted = true;
+                }
+            }
+        }
         let delay_ms = backoff_ms(cx.rng, self.attempts);
         cx.wake_in(delay_ms);
     }
