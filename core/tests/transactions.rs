@@ -3,6 +3,7 @@
 
 mod support;
 
+use bytes::Bytes;
 use doze_core::BrokerConfig;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::*;
@@ -359,11 +360,7 @@ fn a_power_cut_after_end_txn_before_the_complete_record_keeps_the_commit_and_its
         vec![NONE, NONE]
     );
     write(&mut w, pid, epoch, 0, 2);
-    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(
-        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 9),
-        NONE
-    );
+    stage_offset(&mut w, "t", pid, epoch, "g", "a", 9);
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     w.complete_io(); // decision (with the staged offset) stored
@@ -449,11 +446,7 @@ fn a_failed_complete_write_is_retried_and_the_commit_stands() {
     let mut w = world();
     // A commit with offsets stores its Complete record at once.
     let (pid, epoch) = open_txn(&mut w, "t", 1);
-    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(
-        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 9),
-        NONE
-    );
+    stage_offset(&mut w, "t", pid, epoch, "g", "a", 9);
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     w.complete_io(); // decision
@@ -750,18 +743,10 @@ fn staged_offsets_apply_on_commit_only() {
         INVALID_TXN_STATE,
         "group not added"
     );
-    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(
-        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
-        NONE
-    );
+    stage_offset(&mut w, "t", pid, epoch, "g", "a", 5);
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, false), Some(NONE));
     assert_eq!(committed(&mut w, "g"), -1, "an abort drops staged offsets");
-    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(
-        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 7),
-        NONE
-    );
+    stage_offset(&mut w, "t", pid, epoch, "g", "a", 7);
     assert_eq!(committed(&mut w, "g"), -1, "not before the commit");
     assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, true), Some(NONE));
     assert_eq!(committed(&mut w, "g"), 7);
@@ -777,19 +762,8 @@ fn a_commit_drops_offsets_staged_for_a_topic_deleted_since() {
     for created_again in [false, true] {
         let mut w = world();
         let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
-        assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-        assert_eq!(
-            txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
-            NONE
-        );
-        let req = DeleteTopicsRequest::default()
-            .with_topic_names(vec![name("a")])
-            .with_timeout_ms(30_000);
-        w.send(9, 5, &req);
-        assert!(matches!(
-            w.recv(9),
-            Some((_, ResponseKind::DeleteTopics(_)))
-        ));
+        stage_offset(&mut w, "t", pid, epoch, "g", "a", 5);
+        support::groups::delete_topic(&mut w, "a");
         if created_again {
             create_topic(&mut w, "a", 1);
         }
@@ -809,11 +783,7 @@ fn a_commit_drops_offsets_staged_for_a_topic_deleted_since() {
 fn a_commit_waits_for_a_deletion_in_flight_of_a_staged_offsets_topic() {
     let mut w = world();
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
-    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(
-        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 5),
-        NONE
-    );
+    stage_offset(&mut w, "t", pid, epoch, "g", "a", 5);
     w.auto_io = false;
     send_end_txn(&mut w, 1, "t", pid, epoch, true, 3);
     let req = DeleteTopicsRequest::default()
@@ -921,11 +891,7 @@ fn require_stable_sees_offsets_staged_by_an_open_transaction() {
     use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
     let mut w = world();
     let (_, pid, epoch) = init_txn(&mut w, 1, "t", 60_000);
-    assert_eq!(add_offsets(&mut w, 1, "t", pid, epoch, "g"), NONE);
-    assert_eq!(
-        txn_offset_commit(&mut w, 1, "t", pid, epoch, "g", "a", 0, 3),
-        NONE
-    );
+    stage_offset(&mut w, "t", pid, epoch, "g", "a", 3);
     let fetch = |stable: bool| {
         OffsetFetchRequest::default()
             .with_group_id(GroupId(
@@ -997,4 +963,60 @@ fn planted_bugs_do_break_the_guarantees() {
         2,
         "open transaction served to read_committed"
     );
+}
+
+/// A topic deleted, and created again under its name, in the middle of a
+/// transaction that wrote to it. Kafka names a transaction's partitions by
+/// topic name, so the commit's marker goes to the new topic, where the
+/// producer has nothing open (harmless, as in Kafka). The commit completes,
+/// the other partition's records become visible, and the new topic serves
+/// none of the deleted one's records, with its last stable offset free.
+#[test]
+fn a_topic_deleted_and_created_again_in_the_middle_of_a_transaction() {
+    for commit in [true, false] {
+        let mut w = world();
+        let (pid, epoch) = open_txn(&mut w, "t", 3);
+        support::groups::delete_topic(&mut w, "a");
+        create_topic(&mut w, "a", 1);
+        // The partition is in the transaction by name: the new a takes a
+        // batch of it (its first there, sequence 0).
+        w.send(
+            1,
+            9,
+            &produce_req("a", 0, txn_batch(&[b"new"], pid, epoch, 0), -1),
+        );
+        assert_eq!(produce_answer(&mut w, 1).unwrap().0, NONE);
+        assert_eq!(end_txn(&mut w, 1, "t", pid, epoch, commit), Some(NONE));
+        for restarted in [false, true] {
+            let when = format!("commit={commit} restarted={restarted}");
+            // b: the 3 records and the marker; an abort lists them aborted.
+            let b = fetch_part(&mut w, "b", true);
+            assert_eq!(b.last_stable_offset, 4, "{when}");
+            let aborted: Vec<(i64, i64)> = b
+                .aborted_transactions
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .map(|t| (t.producer_id.0, t.first_offset))
+                .collect();
+            let expected = if commit { vec![] } else { vec![(pid, 0)] };
+            assert_eq!(aborted, expected, "{when}");
+            // The new a: its one record and the marker, nothing of the old.
+            assert_eq!(latest_offset(&mut w, 2, "a", 0, false), 2, "{when}");
+            assert_eq!(latest_offset(&mut w, 2, "a", 0, true), 2, "{when}: LSO");
+            let a = fetch_part(&mut w, "a", true);
+            let aborted = a.aborted_transactions.clone().unwrap_or_default();
+            assert_eq!(aborted.len(), usize::from(!commit), "{when}");
+            let values: Vec<Bytes> = decode_values(a.records.unwrap_or_default())
+                .into_iter()
+                .map(|(_, v)| v)
+                .filter(|v| v.as_ref() == b"new" || v.starts_with(b"v"))
+                .collect();
+            assert_eq!(values, vec![Bytes::from_static(b"new")], "{when}");
+            w.restart(true);
+        }
+        // The id goes on: its next transaction commits.
+        let (pid2, epoch2) = open_txn(&mut w, "t", 1);
+        assert_eq!(end_txn(&mut w, 1, "t", pid2, epoch2, true), Some(NONE));
+    }
 }

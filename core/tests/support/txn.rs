@@ -229,3 +229,22 @@ pub fn latest_offset(
         other => panic!("expected ListOffsets answer, got {other:?}"),
     }
 }
+
+/// AddOffsetsToTxn of `group`, then TxnOffsetCommit of `offset` for
+/// `topic` partition 0, on connection 1, each answered without error.
+#[allow(clippy::too_many_arguments)]
+pub fn stage_offset(
+    w: &mut World,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    group: &str,
+    topic: &str,
+    offset: i64,
+) {
+    assert_eq!(add_offsets(w, 1, id, pid, epoch, group), 0);
+    assert_eq!(
+        txn_offset_commit(w, 1, id, pid, epoch, group, topic, 0, offset),
+        0
+    );
+}
