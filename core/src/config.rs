@@ -74,6 +74,11 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     /// group.max.session.timeout.ms
     pub group_max_session_timeout_ms: i32,
+    /// log.message.timestamp.type, log.message.timestamp.before.max.ms and
+    /// .after.max.ms: the defaults of the topic configs without `log.`.
+    pub message_timestamp_type: String,
+    pub message_timestamp_before_max_ms: i64,
+    pub message_timestamp_after_max_ms: i64,
     /// offsets.retention.minutes, in ms: how long a group's committed offsets
     /// outlive its last member (or, outside group management, their commit).
     pub offsets_retention_ms: i64,
@@ -134,6 +139,9 @@ impl Default for BrokerConfig {
             group_initial_rebalance_delay_ms: 3000,
             group_min_session_timeout_ms: 6000,
             group_max_session_timeout_ms: 30 * 60 * 1000,
+            message_timestamp_type: "CreateTime".into(),
+            message_timestamp_before_max_ms: i64::MAX,
+            message_timestamp_after_max_ms: 3600 * 1000,
             offsets_retention_ms: 7 * 24 * 3600 * 1000,
             offsets_retention_check_interval_ms: 10 * 60 * 1000,
             producer_id_expiration_ms: 24 * 3600 * 1000,
@@ -169,7 +177,14 @@ impl BrokerConfig {
             "num.partitions" => self.default_partitions = num(key, value)?,
             "log.segment.bytes" => self.segment_bytes = num(key, value)?,
             "log.retention.ms" => self.retention_ms = num(key, value)?,
-            "log.retention.hours" => self.retention_ms = num::<i64>(key, value)? * 3_600_000,
+            // Kafka takes log.retention.ms over .minutes over .hours
+            // whatever their order; here the later setting wins.
+            "log.retention.hours" => {
+                self.retention_ms = num::<i64>(key, value)?.saturating_mul(3_600_000)
+            }
+            "log.retention.minutes" => {
+                self.retention_ms = num::<i64>(key, value)?.saturating_mul(60_000)
+            }
             "log.retention.bytes" => self.retention_bytes = num(key, value)?,
             "log.retention.check.interval.ms" => {
                 self.retention_check_interval_ms = num(key, value)?
@@ -223,6 +238,24 @@ impl BrokerConfig {
                     .checked_mul(3_600_000)
                     .ok_or_else(|| format!("bad value {value:?} for {key}"))?;
                 self.segment_ms = topic_default(key, "segment.ms", &ms.to_string())?
+            }
+            "log.message.timestamp.type" => {
+                self.message_timestamp_type =
+                    topic_default(key, crate::topic_config::MESSAGE_TIMESTAMP_TYPE, value)?
+            }
+            "log.message.timestamp.before.max.ms" => {
+                self.message_timestamp_before_max_ms = topic_default(
+                    key,
+                    crate::topic_config::MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
+                    value,
+                )?
+            }
+            "log.message.timestamp.after.max.ms" => {
+                self.message_timestamp_after_max_ms = topic_default(
+                    key,
+                    crate::topic_config::MESSAGE_TIMESTAMP_AFTER_MAX_MS,
+                    value,
+                )?
             }
             "log.cleanup.policy" => {
                 self.cleanup_policy = topic_default(key, "cleanup.policy", value)?
@@ -345,7 +378,11 @@ impl BrokerConfig {
     pub fn set_by(described: &str) -> Vec<&str> {
         match described {
             "node.id" | "broker.id" => vec!["node.id", "broker.id"],
-            "log.retention.ms" => vec!["log.retention.ms", "log.retention.hours"],
+            "log.retention.ms" => vec![
+                "log.retention.ms",
+                "log.retention.minutes",
+                "log.retention.hours",
+            ],
             "log.roll.ms" => vec!["log.roll.ms", "log.roll.hours"],
             other => vec![other],
         }
@@ -394,6 +431,18 @@ impl BrokerConfig {
                 self.delete_retention_ms.to_string(),
             ),
             ("message.max.bytes", self.message_max_bytes.to_string()),
+            (
+                "log.message.timestamp.type",
+                self.message_timestamp_type.clone(),
+            ),
+            (
+                "log.message.timestamp.before.max.ms",
+                self.message_timestamp_before_max_ms.to_string(),
+            ),
+            (
+                "log.message.timestamp.after.max.ms",
+                self.message_timestamp_after_max_ms.to_string(),
+            ),
             (
                 "group.initial.rebalance.delay.ms",
                 self.group_initial_rebalance_delay_ms.to_string(),

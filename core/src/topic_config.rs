@@ -294,7 +294,7 @@ pub const TOPIC_CONFIGS: &[Spec] = &[
     spec(
         MESSAGE_TIMESTAMP_AFTER_MAX_MS,
         Kind::Long { min: 0 },
-        DefaultValue::Fixed("3600000"),
+        DefaultValue::Broker(|b| b.message_timestamp_after_max_ms.to_string()),
         &[("log.message.timestamp.after.max.ms", Some("3600000"))],
         Effect::Kafka,
         "With CreateTime, how far ahead of the broker's clock a record's timestamp may be \
@@ -303,7 +303,7 @@ pub const TOPIC_CONFIGS: &[Spec] = &[
     spec(
         MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
         Kind::Long { min: 0 },
-        DefaultValue::Fixed(LONG_MAX),
+        DefaultValue::Broker(|b| b.message_timestamp_before_max_ms.to_string()),
         &[("log.message.timestamp.before.max.ms", Some(LONG_MAX))],
         Effect::Kafka,
         "With CreateTime, how far behind the broker's clock a record's timestamp may be \
@@ -312,7 +312,7 @@ pub const TOPIC_CONFIGS: &[Spec] = &[
     spec(
         MESSAGE_TIMESTAMP_TYPE,
         Kind::Choice(&["CreateTime", "LogAppendTime"]),
-        DefaultValue::Fixed("CreateTime"),
+        DefaultValue::Broker(|b| b.message_timestamp_type.clone()),
         &[("log.message.timestamp.type", Some("CreateTime"))],
         Effect::Kafka,
         "CreateTime: records keep the producer's timestamps. LogAppendTime: each batch is \

@@ -221,6 +221,59 @@ fn broker_defaults_feed_the_cleanup_config() {
     assert_eq!(value(&mut w, "t", "cleanup.policy"), "compact");
 }
 
+/// log.message.timestamp.type and .before/.after.max.ms are the broker
+/// defaults of the topic configs without `log.`, as in Kafka: a topic that
+/// overrides nothing stamps its batches with the broker's clock, and
+/// refuses a record too far ahead.
+#[test]
+fn broker_defaults_feed_the_timestamp_configs() {
+    let mut config = BrokerConfig::default();
+    config
+        .set("log.message.timestamp.type", "LogAppendTime")
+        .unwrap();
+    config
+        .set("log.message.timestamp.after.max.ms", "1000")
+        .unwrap();
+    config
+        .set("log.message.timestamp.before.max.ms", "2000")
+        .unwrap();
+    config.set("log.retention.minutes", "90").unwrap();
+    assert!(config.set("log.message.timestamp.type", "Later").is_err());
+    assert!(config
+        .set("log.message.timestamp.after.max.ms", "-1")
+        .is_err());
+    let mut w = World::new(config);
+    create_topic(&mut w, "t", 1);
+    create_with(&mut w, "own", &[("message.timestamp.type", "CreateTime")]);
+    assert_eq!(
+        value(&mut w, "t", "message.timestamp.type"),
+        "LogAppendTime"
+    );
+    assert_eq!(value(&mut w, "t", "message.timestamp.after.max.ms"), "1000");
+    assert_eq!(
+        value(&mut w, "t", "message.timestamp.before.max.ms"),
+        "2000"
+    );
+    assert_eq!(value(&mut w, "t", "retention.ms"), "5400000");
+    let sent_ms = T0_MS - 60_000;
+    for (topic, stamped) in [("t", true), ("own", false)] {
+        w.send(1, 9, &produce_req(topic, 0, batch(&[b"a"], sent_ms), -1));
+        let (code, _) = produce_answer(&mut w, 1).unwrap();
+        // "own" is CreateTime with the broker's 2 s before.max.ms: a record
+        // a minute old is refused; "t" stamps it instead.
+        let want = if stamped {
+            0
+        } else {
+            ResponseError::InvalidTimestamp.code()
+        };
+        assert_eq!(code, want, "{topic}");
+    }
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let records = fetch_answer(&mut w, 1).unwrap().records.unwrap();
+    let h = doze_core::batch::parse_header(&records).unwrap();
+    assert_eq!((h.max_timestamp, h.has_log_append_time()), (w.now_ms, true));
+}
+
 #[test]
 fn incremental_alter_is_durable_before_its_answer() {
     let mut w = World::new(BrokerConfig::default());

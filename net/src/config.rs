@@ -28,11 +28,12 @@ pub struct Settings {
     controller_listeners: Vec<String>,
 }
 
-/// Properties of a stock Kafka `server.properties` that mean nothing to one
-/// doze node (KRaft roles and quorum, thread pools, socket buffers, the
-/// replication of internal topics doze does not have, ZooKeeper): accepted
-/// with one warning line each, so a Kafka user's file loads. Any other
-/// unknown key is still refused with its line number.
+/// Kafka broker properties that mean nothing to one doze node (KRaft roles
+/// and quorum, thread pools, socket buffers, replication and leadership,
+/// the internal topics doze does not have, how Kafka lays out and flushes
+/// its files, JMX metrics, ZooKeeper): accepted with one warning line each,
+/// so a Kafka user's file loads. Any other unknown key is still refused
+/// with its line number.
 pub const KAFKA_ONLY: &[&str] = &[
     "process.roles",
     "controller.quorum.voters",
@@ -64,6 +65,62 @@ pub const KAFKA_ONLY: &[&str] = &[
     "delete.topic.enable",
     "zookeeper.connect",
     "zookeeper.connection.timeout.ms",
+    // Replication and leadership: one node leads every partition.
+    "unclean.leader.election.enable",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.check.interval.seconds",
+    "leader.imbalance.per.broker.percentage",
+    "controlled.shutdown.enable",
+    "replica.fetch.max.bytes",
+    "replica.fetch.wait.max.ms",
+    "replica.lag.time.max.ms",
+    "replica.socket.timeout.ms",
+    "replica.socket.receive.buffer.bytes",
+    "replica.high.watermark.checkpoint.interval.ms",
+    "security.inter.broker.protocol",
+    "broker.rack",
+    // A partition's leader asks its coordinator (KIP-890); in doze they
+    // are one process, which always checks.
+    "transaction.partition.verification.enable",
+    // __consumer_offsets and __transaction_state, which doze does not have.
+    "offsets.topic.segment.bytes",
+    "offsets.load.buffer.size",
+    "offsets.commit.timeout.ms",
+    "transaction.state.log.segment.bytes",
+    "transaction.state.log.load.buffer.size",
+    // How Kafka lays out, flushes and cleans its files (doze fsyncs before
+    // every answer and indexes every 4 KiB).
+    "log.preallocate",
+    "log.index.size.max.bytes",
+    "log.index.interval.bytes",
+    "log.segment.delete.delay.ms",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "log.flush.start.offset.checkpoint.interval.ms",
+    "log.cleaner.threads",
+    "log.cleaner.dedupe.buffer.size",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.io.buffer.load.factor",
+    "log.cleaner.io.max.bytes.per.second",
+    // JMX metrics (doze serves /metrics on its console).
+    "metric.reporters",
+    "metrics.num.samples",
+    "metrics.sample.window.ms",
+    "metrics.recording.level",
+];
+
+/// Kafka broker properties that would limit something doze does not limit
+/// by them (connections, queued requests, a group's members, whether the
+/// cleaner runs): accepted with a warning that says so, so a Kafka user's
+/// file loads and its owner knows what does not hold.
+pub const NOT_ENFORCED: &[&str] = &[
+    "max.connections",
+    "max.connections.per.ip",
+    "max.connections.per.ip.overrides",
+    "connections.max.idle.ms",
+    "queued.max.requests",
+    "group.max.size",
+    "log.cleaner.enable",
 ];
 
 /// The settings the core never sees: where to listen, how, and the TLS
@@ -442,6 +499,11 @@ impl Settings {
             ));
             return Ok(());
         }
+        if NOT_ENFORCED.contains(&key) {
+            self.warnings
+                .push(format!("{at}: {key} is not enforced by doze; ignored"));
+            return Ok(());
+        }
         self.set(key, value)
     }
 
@@ -626,6 +688,40 @@ log.retention.check.interval.ms=300000
     }
 
     use super::*;
+
+    /// Properties Kafka users set beyond the stock file: each loads, the
+    /// ones doze does not honour with one warning that says which kind.
+    #[test]
+    fn tuned_kafka_properties_load_with_warnings() {
+        let dir = std::env::temp_dir().join(format!("doze-tuned-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("server.properties");
+        let mut text = String::new();
+        for key in KAFKA_ONLY.iter().chain(NOT_ENFORCED) {
+            text.push_str(&format!("{key}=1\n"));
+        }
+        text.push_str("log.retention.minutes=90\nlog.message.timestamp.type=LogAppendTime\n");
+        std::fs::write(&file, text).unwrap();
+        let settings = load(Some(&file), &[]).expect("loads");
+        assert_eq!(
+            settings.warnings.len(),
+            KAFKA_ONLY.len() + NOT_ENFORCED.len()
+        );
+        let not_enforced = settings
+            .warnings
+            .iter()
+            .filter(|w| w.ends_with("is not enforced by doze; ignored"))
+            .count();
+        assert_eq!(not_enforced, NOT_ENFORCED.len());
+        assert_eq!(settings.broker.retention_ms, 90 * 60_000);
+        assert_eq!(settings.broker.message_timestamp_type, "LogAppendTime");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // No key is both ignored here and the core's.
+        for key in KAFKA_ONLY.iter().chain(NOT_ENFORCED) {
+            let mut core = doze_core::BrokerConfig::default();
+            assert!(core.set(key, "1").is_err(), "{key} is a core property");
+        }
+    }
 
     #[test]
     fn properties_comments_separators_and_continuations() {
