@@ -109,6 +109,18 @@ pub const KAFKA_ONLY: &[&str] = &[
     "metrics.recording.level",
 ];
 
+/// Kafka's group rebalance protocols (GroupCoordinatorConfig), of which
+/// doze serves `classic`.
+const REBALANCE_PROTOCOLS: &str = "group.coordinator.rebalance.protocols";
+const KAFKA_PROTOCOLS: [&str; 4] = ["classic", "consumer", "share", "streams"];
+/// Settings of the group protocols doze does not serve (KIP-848's consumer
+/// groups, share groups, streams groups): accepted with a warning.
+const UNSERVED_GROUP_PREFIXES: [(&str, &str); 3] = [
+    ("group.consumer.", "consumer-protocol (KIP-848)"),
+    ("group.share.", "share"),
+    ("group.streams.", "streams"),
+];
+
 /// Kafka broker properties that would limit something doze does not limit
 /// by them (connections, queued requests, a group's members, whether the
 /// cleaner runs): accepted with a warning that says so, so a Kafka user's
@@ -504,7 +516,50 @@ impl Settings {
                 .push(format!("{at}: {key} is not enforced by doze; ignored"));
             return Ok(());
         }
+        if key == REBALANCE_PROTOCOLS {
+            return self.rebalance_protocols(value, at);
+        }
+        if let Some((_, kind)) = UNSERVED_GROUP_PREFIXES
+            .iter()
+            .find(|(prefix, _)| key.starts_with(prefix))
+        {
+            self.warnings.push(format!(
+                "{at}: {key} configures {kind} groups, which doze does not serve; ignored"
+            ));
+            return Ok(());
+        }
         self.set(key, value)
+    }
+
+    /// `group.coordinator.rebalance.protocols`: Kafka's names only; doze
+    /// serves `classic`, so the list must hold it (Kafka refuses a list
+    /// without it too: KafkaConfig.scala, "Disabling the 'classic' protocol
+    /// is not supported"), and the others are ignored with a warning.
+    fn rebalance_protocols(&mut self, value: &str, at: &str) -> Result<(), String> {
+        let listed: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .collect();
+        if let Some(bad) = listed.iter().find(|p| !KAFKA_PROTOCOLS.contains(p)) {
+            return Err(format!(
+                "{REBALANCE_PROTOCOLS}: {bad} is not a rebalance protocol ({})",
+                KAFKA_PROTOCOLS.join(", ")
+            ));
+        }
+        if !listed.contains(&"classic") {
+            return Err(format!(
+                "{REBALANCE_PROTOCOLS}: doze serves the classic protocol only, so the list must hold classic"
+            ));
+        }
+        let others: Vec<&str> = listed.into_iter().filter(|p| *p != "classic").collect();
+        if !others.is_empty() {
+            self.warnings.push(format!(
+                "{at}: {REBALANCE_PROTOCOLS}: doze serves the classic protocol only; {} ignored",
+                others.join(", ")
+            ));
+        }
+        Ok(())
     }
 
     /// The listeners `controller.listener.names` names are KRaft's
@@ -715,6 +770,26 @@ log.retention.check.interval.ms=300000
         assert_eq!(not_enforced, NOT_ENFORCED.len());
         assert_eq!(settings.broker.retention_ms, 90 * 60_000);
         assert_eq!(settings.broker.message_timestamp_type, "LogAppendTime");
+        // Kafka 4's default protocols, written out: classic is served, the
+        // other is warned about; a list without classic is refused.
+        std::fs::write(
+            &file,
+            "group.coordinator.rebalance.protocols=classic,consumer\n\
+             group.consumer.heartbeat.interval.ms=5000\n",
+        )
+        .unwrap();
+        let settings = load(Some(&file), &[]).expect("loads");
+        assert_eq!(settings.warnings.len(), 2, "{:#?}", settings.warnings);
+        assert!(settings.warnings[0].ends_with("classic protocol only; consumer ignored"));
+        for refused in ["consumer", "classic,bogus"] {
+            std::fs::write(
+                &file,
+                format!("group.coordinator.rebalance.protocols={refused}\n"),
+            )
+            .unwrap();
+            let err = load(Some(&file), &[]).unwrap_err();
+            assert!(err.contains("line 1"), "{err}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
         // No key is both ignored here and the core's.
         for key in KAFKA_ONLY.iter().chain(NOT_ENFORCED) {
