@@ -149,6 +149,10 @@ pub struct History {
     pub group_commits: Vec<GroupCommit>,
     /// Committed offsets the offset keeper saw expire (`client::offset_keeper`).
     pub offsets_expired_seen: u64,
+    /// The churner's transactions ended across their topic's deletion
+    /// (`client::churn_txn`), and of those, ended after its re-creation.
+    pub churn_txns_ended: u64,
+    pub churn_txns_ended_recreated: u64,
 }
 
 impl History {

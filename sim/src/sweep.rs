@@ -37,6 +37,7 @@ pub struct SweepReport {
     pub sim_ms: i64,
     pub acked_records: u64,
     pub offsets_expired_seen: u64,
+    pub churn_txns_ended: u64,
     pub crashes: u64,
     pub power_cuts: u64,
     /// The disk faults of the on-disk log, summed over the runs.
@@ -114,7 +115,7 @@ impl SweepReport {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} seeds, {} failed; {:.1} seeds/s; {:.3} simulated hours ({:.1} s per seed); {} records acknowledged, {} offsets seen expire, {} crashes, {} power cuts; {}",
+            "{} seeds, {} failed; {:.1} seeds/s; {:.3} simulated hours ({:.1} s per seed); {} records acknowledged, {} offsets seen expire, {} transactions ended across their topic's deletion, {} crashes, {} power cuts; {}",
             self.runs,
             self.failures.len(),
             self.seeds_per_sec(),
@@ -122,6 +123,7 @@ impl SweepReport {
             self.sim_ms as f64 / 1000.0 / self.runs.max(1) as f64,
             self.acked_records,
             self.offsets_expired_seen,
+            self.churn_txns_ended,
             self.crashes,
             self.power_cuts,
             self.disk.summary()
@@ -187,6 +189,7 @@ pub fn sweep(
                 report.sim_ms += result.sim_ms;
                 report.acked_records += result.stats.acked_records;
                 report.offsets_expired_seen += result.stats.offsets_expired_seen;
+                report.churn_txns_ended += result.stats.churn_txns_ended;
                 report.crashes += result.stats.crashes;
                 report.power_cuts += result.stats.power_cuts;
                 report.disk.add(&result.stats);

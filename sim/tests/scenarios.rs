@@ -180,6 +180,30 @@ fn seeds_that_once_failed_keep_every_promise() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The churn story's transactions must really end across their topic's
+/// deletion, both before and after its re-creation, or it would pass for
+/// the wrong reason.
+#[test]
+fn transactions_end_across_deletions_in_the_churn_story() {
+    let name = "topic-churn-under-faults";
+    let (mut ended, mut recreated) = (0, 0);
+    for seed in 0..3 {
+        let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), seed, false, None);
+        assert!(
+            r.violations.is_empty(),
+            "{name} seed {seed}: {:?}; replay: {}",
+            r.violations,
+            replay_command(name, seed, None)
+        );
+        ended += r.stats.churn_txns_ended;
+        recreated += r.stats.churn_txns_ended_recreated;
+    }
+    assert!(
+        recreated > 0 && ended > recreated,
+        "{name} seeds 0-2: {ended} transactions ended across a deletion, {recreated} of them after the re-creation"
+    );
+}
+
 /// A story about expiring offsets that saw none expire would pass for the
 /// wrong reason.
 #[test]

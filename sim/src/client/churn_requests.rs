@@ -82,11 +82,13 @@ pub fn produce(topic: &'static str, partition: i32, records: Bytes) -> ProduceRe
                 .with_records(Some(records))])])
 }
 
-/// Every partition from its position (index = partition), read_uncommitted,
-/// answered at once (max_wait 0, min_bytes 0): no fetch session.
-pub fn fetch(topic: &'static str, positions: &[i64]) -> FetchRequest {
+/// Every partition from its position (index = partition), at `isolation`
+/// (0 read_uncommitted, 1 read_committed), answered at once (max_wait 0,
+/// min_bytes 0): no fetch session.
+pub fn fetch(topic: &'static str, positions: &[i64], isolation: i8) -> FetchRequest {
     FetchRequest::default()
         .with_replica_id(BrokerId(-1))
+        .with_isolation_level(isolation)
         .with_max_wait_ms(0)
         .with_min_bytes(0)
         .with_max_bytes(1024 * 1024)

@@ -16,7 +16,10 @@
 //! - every record acknowledged to it is read back;
 //! - a group's committed offsets of a deleted topic go with it (Kafka's
 //!   OffsetMetadataManager.onPartitionsDeleted): a topic created again
-//!   under the name has none.
+//!   under the name has none;
+//! - a transaction open on the topic when it is deleted ends, and leaves
+//!   nothing behind in the next incarnation (`churn_txn`): a read_committed
+//!   read-back finds the last stable offset at the high watermark.
 //!
 //! Retries are AdminClient's: an answer may be lost with the connection, so
 //! TOPIC_ALREADY_EXISTS after a CreateTopics went unanswered,
@@ -38,6 +41,7 @@ use rand::RngExt;
 use uuid::Uuid;
 
 use super::churn_requests as requests;
+use super::churn_txn::{ChurnTxn, EndAt, Outcome};
 use super::values::{self, RecordId};
 use super::{backoff_ms, is_retriable, Client, Cx};
 
@@ -59,6 +63,13 @@ const RECORDS: std::ops::RangeInclusive<u32> = 3..=12;
 const BATCH_RECORDS_MAX: u32 = 4;
 /// Between two rounds (ms).
 const PAUSE_MS: std::ops::RangeInclusive<i64> = 0..=300;
+/// Chance that a round opens a transaction before its deletion.
+const TXN_P: f64 = 0.4;
+/// Chance that a round's read-back is read_committed when no transaction
+/// touched the topic since the last one (after one, it always is).
+const READ_COMMITTED_P: f64 = 0.3;
+const READ_UNCOMMITTED: i8 = 0;
+const READ_COMMITTED: i8 = 1;
 
 /// Where the operator is in one incarnation's round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +86,8 @@ enum Stage {
     /// OffsetCommit of where the read-back ended.
     Commit,
     Delete,
+    /// The churner's transaction (`churn_txn`) asks; then `txn_then`.
+    Txn,
 }
 
 pub struct Churner {
@@ -108,6 +121,13 @@ pub struct Churner {
     /// Rounds finished (deletion answered).
     rounds: u32,
     stopped: bool,
+    txn: ChurnTxn,
+    /// The stage after the transaction's requests.
+    txn_then: Stage,
+    /// A transaction was opened since the last read-back.
+    txn_touched: bool,
+    /// This incarnation's read-back reads committed records only.
+    read_committed: bool,
 }
 
 impl Churner {
@@ -132,6 +152,10 @@ impl Churner {
             attempts: 0,
             rounds: 0,
             stopped: false,
+            txn: ChurnTxn::new(),
+            txn_then: Stage::Delete,
+            txn_touched: false,
+            read_committed: false,
         }
     }
 
@@ -141,6 +165,12 @@ impl Churner {
             client: self.client,
             n: u64::from(self.incarnation) << 32 | u64::from(n),
         })
+    }
+
+    /// The transaction's requests, then `then`.
+    fn txn_stage(&mut self, cx: &mut Cx, then: Stage) {
+        self.txn_then = then;
+        self.next_stage(cx, Stage::Txn);
     }
 
     fn next_stage(&mut self, cx: &mut Cx, stage: Stage) {
@@ -198,6 +228,7 @@ impl Churner {
             Stage::ReadBack => self.send_fetch(cx),
             Stage::Commit => self.send_commit(cx),
             Stage::Delete => self.send_delete(cx),
+            Stage::Txn => self.txn.send(cx, self.client, CHURN_TOPIC, CHURN_GROUP),
         };
         self.asked = asked;
     }
@@ -251,7 +282,13 @@ impl Churner {
     }
 
     fn send_fetch(&mut self, cx: &mut Cx) -> Option<i32> {
-        let req = requests::fetch(CHURN_TOPIC, &self.position[..self.partitions as usize]);
+        let isolation = if self.read_committed {
+            READ_COMMITTED
+        } else {
+            READ_UNCOMMITTED
+        };
+        let positions = &self.position[..self.partitions as usize];
+        let req = requests::fetch(CHURN_TOPIC, positions, isolation);
         let version = cx.rng.random_range(4..=12);
         cx.wire.send(version, &req)
     }
@@ -310,6 +347,19 @@ impl Churner {
             self.read[p].clear();
             self.position[p] = 0;
         }
+        self.read_committed =
+            std::mem::take(&mut self.txn_touched) || cx.rng.random_bool(READ_COMMITTED_P);
+        // A transaction of the last incarnation ends now: its markers go to
+        // this one's partitions of the same numbers.
+        if self
+            .txn
+            .open
+            .as_ref()
+            .is_some_and(|o| o.end_at == EndAt::Recreated)
+        {
+            self.txn.end();
+            return self.txn_stage(cx, Stage::CheckOffsets);
+        }
         self.next_stage(cx, Stage::CheckOffsets);
     }
 
@@ -342,6 +392,14 @@ impl Churner {
             if part.error_code != 0 {
                 return self.retry(cx, part.error_code, "OffsetCommit");
             }
+        }
+        if cx.rng.random_bool(TXN_P) {
+            assert!(self.txn.open.is_none(), "the last transaction ended");
+            let offsets = &self.position[..self.partitions as usize];
+            self.txn
+                .begin(cx, self.incarnation, self.partitions, offsets);
+            self.txn_touched = true;
+            return self.txn_stage(cx, Stage::Delete);
         }
         self.next_stage(cx, Stage::Delete);
     }
@@ -420,6 +478,13 @@ impl Churner {
                 }
                 c => return self.retry(cx, c, "Fetch"),
             }
+            if self.read_committed && part.last_stable_offset != part.high_watermark {
+                let what = format!(
+                    "read_committed: p{p}'s last stable offset {} is not its high watermark {}, with no transaction open on this incarnation",
+                    part.last_stable_offset, part.high_watermark
+                );
+                return self.broken(cx, what);
+            }
             if part.log_start_offset > 0 {
                 let what = format!(
                     "p{p} starts at {}: nothing deleted its records",
@@ -494,11 +559,42 @@ impl Churner {
         self.rounds += 1;
         self.incarnation += 1;
         self.topic_id = Uuid::nil();
+        // A transaction open on the deleted incarnation ends now: its
+        // partitions are gone.
+        if self
+            .txn
+            .open
+            .as_ref()
+            .is_some_and(|o| o.end_at == EndAt::Deleted)
+        {
+            self.txn.end();
+            return self.txn_stage(cx, Stage::CheckGone);
+        }
         self.stage = Stage::CheckGone;
         self.lost = false;
         self.attempts = 0;
         let pause_ms = cx.rng.random_range(PAUSE_MS);
         cx.wake_in(pause_ms);
+    }
+
+    fn on_txn(&mut self, cx: &mut Cx, response: ResponseKind) {
+        match self.txn.on_response(cx, response) {
+            Outcome::Again { backoff: true } => self.back_off(cx),
+            Outcome::Again { backoff: false } => {
+                self.attempts = 0;
+                self.send(cx);
+            }
+            Outcome::Written => self.next_stage(cx, self.txn_then),
+            Outcome::Ended(end_at) => {
+                cx.history.churn_txns_ended += 1;
+                if end_at == EndAt::Recreated {
+                    cx.history.churn_txns_ended_recreated += 1;
+                }
+                self.next_stage(cx, self.txn_then);
+            }
+            Outcome::Dropped => self.next_stage(cx, self.txn_then),
+            Outcome::Broken(what) => self.broken(cx, what),
+        }
     }
 }
 
@@ -523,6 +619,7 @@ impl Client for Churner {
             (Stage::ReadBack, ResponseKind::Fetch(r)) => self.on_fetched(cx, &r),
             (Stage::Commit, ResponseKind::OffsetCommit(r)) => self.on_committed(cx, &r),
             (Stage::Delete, ResponseKind::DeleteTopics(r)) => self.on_deleted(cx, &r),
+            (Stage::Txn, r) => self.on_txn(cx, r),
             (stage, other) => panic!("c{}: {other:?} answered in {stage:?}", self.client),
         }
     }
@@ -544,8 +641,14 @@ impl Client for Churner {
 
     fn status(&self) -> String {
         format!(
-            "c{} ({CHURN_TOPIC}): incarnation {} {:?} rounds {} stopped={}",
-            self.client, self.incarnation, self.stage, self.rounds, self.stopped
+            "c{} ({CHURN_TOPIC}): incarnation {} {:?} rounds {} transactions ended {} open {:?} stopped={}",
+            self.client,
+            self.incarnation,
+            self.stage,
+            self.rounds,
+            self.txn.ended,
+            self.txn.open,
+            self.stopped
         )
     }
 }

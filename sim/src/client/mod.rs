@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod batches;
 mod churn_requests;
+mod churn_txn;
 pub mod churner;
 pub mod consumer;
 pub mod copier;

@@ -81,6 +81,10 @@ pub struct Stats {
     pub acked_records: u64,
     /// Committed offsets the offset keeper saw expire.
     pub offsets_expired_seen: u64,
+    /// The churner's transactions ended across a deletion of their topic,
+    /// and of those, ended after its re-creation.
+    pub churn_txns_ended: u64,
+    pub churn_txns_ended_recreated: u64,
     pub crashes: u64,
     pub power_cuts: u64,
     pub failed_syncs: u64,
@@ -569,6 +573,8 @@ impl World {
         self.stats.bytes_appended = self.disk.bytes_appended;
         self.stats.acked_records = self.history.acks.len() as u64;
         self.stats.offsets_expired_seen = self.history.offsets_expired_seen;
+        self.stats.churn_txns_ended = self.history.churn_txns_ended;
+        self.stats.churn_txns_ended_recreated = self.history.churn_txns_ended_recreated;
         let violations = crate::oracle::check(&self.history);
         for v in &violations {
             self.note(format!("ORACLE {v}"));

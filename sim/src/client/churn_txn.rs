@@ -1,0 +1,330 @@
+//! The churner's transactions (`churner.rs`): now and then, after its
+//! read-back, the churner opens a transaction on the scratch topic's
+//! current incarnation (AddPartitionsToTxn, AddOffsetsToTxn and
+//! TxnOffsetCommit of its reading group's offsets, one batch per added
+//! partition), deletes the topic with the transaction open, and ends it
+//! (commit or abort) either before the topic is created again, when its
+//! markers have no partition to go to, or just after, when Kafka's
+//! coordinator, which names a transaction's partitions by topic name, sends
+//! them to the new incarnation. Kafka drops a deleted topic's staged offsets
+//! with its committed ones (`OffsetMetadataManager.onPartitionsDeleted`).
+//!
+//! The churner holds the broker to what follows from that:
+//! - EndTxn of the open transaction succeeds: a deleted partition neither
+//!   fails nor hangs the outcome;
+//! - the offsets it staged do not come back on commit (the churner's
+//!   OffsetFetch after each creation finds none);
+//! - the new incarnation is not held by the transaction: its
+//!   read_committed read-back finds the last stable offset at the high
+//!   watermark, and every record acknowledged to it;
+//! - the next transaction of the id commits.
+//!
+//! One request in flight; a lost answer is asked again unchanged (the same
+//! batch bytes and sequences, so the broker's dedup answers a resent batch).
+
+use bytes::Bytes;
+use kafka_protocol::messages::ResponseKind;
+use rand::RngExt;
+
+use super::txn_requests::{self as req, is_fenced, is_retry};
+use super::values::{self, RecordId};
+use super::Cx;
+
+/// The churner's transactional id.
+pub const CHURN_TXN_ID: &str = "sim-churn-txn";
+/// Its transaction timeout: far longer than a round, so that the broker
+/// never aborts one of its transactions on its own in a healthy run.
+pub const TIMEOUT_MS: i32 = 60_000;
+/// Records in a transaction's batch for one partition.
+const BATCH_RECORDS: std::ops::RangeInclusive<u32> = 1..=3;
+/// Tells a transactional record of an incarnation from a plain one.
+const TXN_RECORD_BIT: u64 = 1 << 31;
+
+/// When the open transaction is ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndAt {
+    /// After the topic's deletion was answered, before it is created again.
+    Deleted,
+    /// After the next incarnation's creation was answered.
+    Recreated,
+}
+
+/// What the churner's transaction asks next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    Init,
+    AddPartitions,
+    AddOffsets,
+    StageOffsets,
+    Produce,
+    End,
+}
+
+/// A transaction the churner has opened.
+#[derive(Debug)]
+pub struct Open {
+    pub commit: bool,
+    pub end_at: EndAt,
+    started_ms: i64,
+    incarnation: u32,
+    /// (partition, records) written, and whether it is acknowledged.
+    batches: Vec<(i32, u32, bool)>,
+    /// The group offsets it stages (index = partition).
+    offsets: Vec<i64>,
+}
+
+/// How a transaction's answer leaves it.
+pub enum Outcome {
+    /// Ask the next request (or the same one again, after a backoff when
+    /// `backoff`).
+    Again { backoff: bool },
+    /// The writes are in: the churner deletes the topic now.
+    Written,
+    /// EndTxn answered with success: the transaction is over.
+    Ended(EndAt),
+    /// The broker fenced it past its timeout: it aborted it.
+    Dropped,
+    /// A promise broken.
+    Broken(String),
+}
+
+pub struct ChurnTxn {
+    /// Producer id and epoch, once InitProducerId answered.
+    session: Option<(i64, i16)>,
+    pub open: Option<Open>,
+    step: Step,
+    /// Transactions ended with success.
+    pub ended: u32,
+}
+
+impl ChurnTxn {
+    pub fn new() -> Self {
+        Self {
+            session: None,
+            open: None,
+            step: Step::Init,
+            ended: 0,
+        }
+    }
+
+    /// Opens a transaction over `partitions` of `incarnation`, staging
+    /// `offsets` for the reading group.
+    pub fn begin(&mut self, cx: &mut Cx, incarnation: u32, partitions: i32, offsets: &[i64]) {
+        assert!(self.open.is_none(), "one transaction at a time");
+        let mut chosen: Vec<i32> = (0..partitions)
+            .filter(|_| cx.rng.random_bool(0.7))
+            .collect();
+        if chosen.is_empty() {
+            chosen.push(cx.rng.random_range(0..partitions));
+        }
+        let batches = chosen
+            .into_iter()
+            .map(|p| (p, cx.rng.random_range(BATCH_RECORDS), false))
+            .collect();
+        let end_at = if cx.rng.random_bool(0.5) {
+            EndAt::Deleted
+        } else {
+            EndAt::Recreated
+        };
+        let open = Open {
+            commit: cx.rng.random_bool(0.6),
+            end_at,
+            started_ms: cx.now_ms,
+            incarnation,
+            batches,
+            offsets: offsets.to_vec(),
+        };
+        cx.note(format!("{CHURN_TXN_ID} opens {open:?}"));
+        self.open = Some(open);
+        self.step = if self.session.is_some() {
+            Step::AddPartitions
+        } else {
+            Step::Init
+        };
+    }
+
+    /// Moves the open transaction on to EndTxn.
+    pub fn end(&mut self) {
+        assert!(self.open.is_some(), "a transaction to end");
+        self.step = Step::End;
+    }
+
+    fn open(&self) -> &Open {
+        self.open.as_ref().expect("a transaction is open")
+    }
+
+    fn session(&self) -> (i64, i16) {
+        self.session.expect("InitProducerId answered")
+    }
+
+    /// The value of transactional record `k` of an incarnation.
+    fn value(client: u32, incarnation: u32, partition: i32, k: u32) -> Bytes {
+        let n =
+            u64::from(incarnation) << 32 | TXN_RECORD_BIT | (partition as u64) << 8 | u64::from(k);
+        values::encode(RecordId { client, n })
+    }
+
+    /// Sends the step's request; its correlation id.
+    pub fn send(&mut self, cx: &mut Cx, client: u32, topic: &str, group: &str) -> Option<i32> {
+        match self.step {
+            Step::Init => {
+                let version = cx.rng.random_range(0..=5);
+                cx.wire.send(version, &req::init(CHURN_TXN_ID, TIMEOUT_MS))
+            }
+            Step::AddPartitions => {
+                let parts: Vec<i32> = self.open().batches.iter().map(|b| b.0).collect();
+                let r = req::add_partitions(CHURN_TXN_ID, self.session(), topic, &parts);
+                let version = cx.rng.random_range(0..=3);
+                cx.wire.send(version, &r)
+            }
+            Step::AddOffsets => {
+                let r = req::add_offsets(CHURN_TXN_ID, self.session(), group);
+                let version = cx.rng.random_range(0..=3);
+                cx.wire.send(version, &r)
+            }
+            Step::StageOffsets => {
+                let offsets = &self.open().offsets;
+                let r = req::txn_offset_commit(CHURN_TXN_ID, self.session(), group, topic, offsets);
+                let version = cx.rng.random_range(0..=3);
+                cx.wire.send(version, &r)
+            }
+            Step::Produce => {
+                let (pid, epoch) = self.session();
+                let open = self.open();
+                // Each incarnation's partitions are new to the producer:
+                // sequences start at 0, and a resent batch has the same bytes.
+                let batches = open
+                    .batches
+                    .iter()
+                    .filter(|b| !b.2)
+                    .map(|&(p, count, _)| {
+                        let values: Vec<Bytes> = (0..count)
+                            .map(|k| Self::value(client, open.incarnation, p, k))
+                            .collect();
+                        let bytes = super::batches::encode(
+                            &values,
+                            pid,
+                            epoch,
+                            0,
+                            true,
+                            open.started_ms,
+                            false,
+                        );
+                        (p, bytes)
+                    })
+                    .collect();
+                let version = cx.rng.random_range(3..=9);
+                cx.wire
+                    .send(version, &req::produce(CHURN_TXN_ID, topic, batches))
+            }
+            Step::End => {
+                let r = req::end_txn(CHURN_TXN_ID, self.session(), self.open().commit);
+                let version = cx.rng.random_range(0..=4);
+                cx.wire.send(version, &r)
+            }
+        }
+    }
+
+    /// The answer to the step's request.
+    pub fn on_response(&mut self, cx: &mut Cx, response: ResponseKind) -> Outcome {
+        let (what, code) = match (self.step, response) {
+            (Step::Init, ResponseKind::InitProducerId(r)) => {
+                if r.error_code == 0 {
+                    self.session = Some((r.producer_id.0, r.producer_epoch));
+                    self.step = Step::AddPartitions;
+                    return Outcome::Again { backoff: false };
+                }
+                ("InitProducerId", r.error_code)
+            }
+            (Step::AddPartitions, ResponseKind::AddPartitionsToTxn(r)) => {
+                ("AddPartitionsToTxn", req::add_partitions_error(&r))
+            }
+            (Step::AddOffsets, ResponseKind::AddOffsetsToTxn(r)) => {
+                ("AddOffsetsToTxn", r.error_code)
+            }
+            (Step::StageOffsets, ResponseKind::TxnOffsetCommit(r)) => {
+                ("TxnOffsetCommit", req::txn_offset_commit_error(&r))
+            }
+            (Step::Produce, ResponseKind::Produce(r)) => {
+                return self.on_produced(cx, req::produce_answers(&r))
+            }
+            (Step::End, ResponseKind::EndTxn(r)) => ("EndTxn", r.error_code),
+            (step, other) => panic!("{CHURN_TXN_ID}: {other:?} answered in {step:?}"),
+        };
+        if code != 0 {
+            return self.refused(cx, what, code);
+        }
+        match self.step {
+            Step::AddPartitions => self.step = Step::AddOffsets,
+            Step::AddOffsets => self.step = Step::StageOffsets,
+            Step::StageOffsets => self.step = Step::Produce,
+            Step::End => {
+                let open = self.open.take().expect("EndTxn of an open transaction");
+                let decision = if open.commit { "commit" } else { "abort" };
+                cx.note(format!(
+                    "{CHURN_TXN_ID} {decision} of incarnation {} ended ({:?})",
+                    open.incarnation, open.end_at
+                ));
+                self.ended += 1;
+                self.step = Step::AddPartitions;
+                return Outcome::Ended(open.end_at);
+            }
+            Step::Init | Step::Produce => unreachable!("answered above"),
+        }
+        Outcome::Again { backoff: false }
+    }
+
+    fn on_produced(&mut self, cx: &mut Cx, answers: Vec<(i32, i16, i64)>) -> Outcome {
+        let mut refused = None;
+        let open = self.open.as_mut().expect("produce within a transaction");
+        for (partition, code, _) in answers {
+            let Some(batch) = open.batches.iter_mut().find(|b| b.0 == partition) else {
+                return Outcome::Broken(format!("Produce answered p{partition}, never sent"));
+            };
+            match code {
+                0 => batch.2 = true,
+                c => refused = Some(c),
+            }
+        }
+        if let Some(code) = refused {
+            return self.refused(cx, "transactional Produce", code);
+        }
+        if open.batches.iter().all(|b| b.2) {
+            return Outcome::Written;
+        }
+        Outcome::Again { backoff: true }
+    }
+
+    /// An error answer: asked again when Kafka's client would; a fence only
+    /// past the timeout, when the broker may have aborted the transaction
+    /// (the churner then starts its next one with a new InitProducerId).
+    fn refused(&mut self, cx: &mut Cx, what: &str, code: i16) -> Outcome {
+        if is_retry(code) {
+            return Outcome::Again { backoff: true };
+        }
+        let timed_out = self
+            .open
+            .as_ref()
+            .is_some_and(|o| cx.now_ms - o.started_ms > i64::from(TIMEOUT_MS));
+        if is_fenced(code) && timed_out {
+            cx.note(format!(
+                "{CHURN_TXN_ID}: {what} fenced ({code}) past the timeout: the broker aborted it"
+            ));
+            self.session = None;
+            self.open = None;
+            self.step = Step::Init;
+            return Outcome::Dropped;
+        }
+        let state = match &self.open {
+            Some(o) => format!(
+                "transaction of incarnation {} ({}, ends {:?}, open {} ms)",
+                o.incarnation,
+                if o.commit { "commit" } else { "abort" },
+                o.end_at,
+                cx.now_ms - o.started_ms
+            ),
+            None => "no transaction".into(),
+        };
+        Outcome::Broken(format!("{CHURN_TXN_ID} {what} answered {code} ({state})"))
+    }
+}
