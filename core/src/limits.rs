@@ -121,13 +121,6 @@ pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;
 /// buffer and written with the responses around it.
 pub const RESPONSE_SPLICE_BYTES_MIN: u64 = 64 * 1024;
 
-/// The disk reads net starts ahead of a large fetch answer
-/// (POSIX_FADV_WILLNEED) are asked for in pieces of this size. Why: Linux
-/// reads at most one readahead window per hint, max(read_ahead_kb,
-/// max_sectors_kb), and quietly drops the rest; with the common default of
-/// 128 KiB, one hint for a partition's 16 MiB read 128 KiB to 1.25 MiB of
-/// it. 128 KiB is the smallest window a disk is given by default.
-pub const READ_HINT_BYTES: u64 = 128 * 1024;
 /// Produce requests recompressed at once on the driver's blocking pool
 /// (`Output::TopicCompression`), at most; fewer on a machine with fewer
 /// cores than this and one (net leaves a core to the core task). Kafka's

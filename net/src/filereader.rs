@@ -311,9 +311,6 @@ impl PinnedFrame {
         }
         let Self { parts, pinned } = self;
         let read = move || {
-            if file_bytes >= limits::RESPONSE_SPLICE_BYTES_MIN {
-                start_reads(&parts, &pinned);
-            }
             assemble_frame(&parts, |range, buf| {
                 read_range(pinned_file(&pinned, range)?, range, buf)
             })
@@ -342,79 +339,6 @@ impl PinnedFrame {
     }
 }
 
-/// Starts the disk reads of a large frame's file parts, and of what the
-/// same consumer will most likely ask for next, before any is needed. Why:
-/// a consumer reading a topic from the start (a cold page cache) sends one
-/// Fetch at a time; sendfile, or pread, reaching each range in turn waited
-/// on the disk range by range, and the disk sat idle while the client took
-/// the frame in and asked again. Hinted at once, the disk reads the ranges
-/// of all partitions together, and the next ones during that wait:
-/// measured here, a cold 1 GiB topic of 8 partitions read at 0.5–0.7× the
-/// raw sequential read of its files with the frame's own ranges hinted, and
-/// above it (645–730 MB/s against 478) with the next ones too; 10 cold
-/// reads of a 512 MiB topic, alternated: median 905 MB/s hinted, 508 not.
-/// What is read ahead is at most the frame's size again per response, and
-/// a hint for pages already cached costs a lookup.
-///
-/// The hints are given on a blocking-pool thread of their own, not the
-/// one about to send: each hint allocates and queues the pages it asks
-/// for (1.4–2 ms per 16 MiB under strace here), so a frame of 4
-/// partitions waited 6–12 ms for its 8 hints before its first byte.
-pub(crate) fn start_reads(parts: &[FramePart], pinned: &Pinned) {
-    let mut hints: Vec<(Arc<File>, FileRange)> = Vec::new();
-    // The frame's own ranges first: the disk serves hints roughly in
-    // order, and this frame is waited for before the next one.
-    for part in parts {
-        if let FramePart::File(range) = part {
-            if let Ok(file) = pinned_entry(pinned, range) {
-                hints.push((Arc::clone(file), range.clone()));
-            }
-        }
-    }
-    // The consumer's next Fetch of each partition starts where its range
-    // ends, and most likely asks for as much.
-    let next: Vec<_> = hints
-        .iter()
-        .map(|(file, range)| {
-            let next = FileRange {
-                position: range.position.saturating_add(range.len),
-                ..range.clone()
-            };
-            (Arc::clone(file), next)
-        })
-        .collect();
-    hints.extend(next);
-    if hints.is_empty() {
-        return;
-    }
-    tokio::task::spawn_blocking(move || {
-        for (file, range) in &hints {
-            will_need(file, range);
-        }
-    });
-}
-
-/// Asks the kernel to start reading `range` into the page cache, without
-/// waiting for it (POSIX_FADV_WILLNEED), in pieces of
-/// `limits::READ_HINT_BYTES` (the kernel reads one window per hint). Only
-/// a hint: a failure changes nothing but speed.
-fn will_need(file: &File, range: &FileRange) {
-    let end = range.position.saturating_add(range.len);
-    let mut at = range.position;
-    while at < end {
-        let len = (end - at).min(limits::READ_HINT_BYTES);
-        let (Ok(offset), Ok(len_off)) = (libc::off_t::try_from(at), libc::off_t::try_from(len))
-        else {
-            return;
-        };
-        // SAFETY: a plain descriptor; posix_fadvise(2) only reads its arguments.
-        unsafe {
-            libc::posix_fadvise(file.as_raw_fd(), offset, len_off, libc::POSIX_FADV_WILLNEED)
-        };
-        at += len;
-    }
-}
-
 /// The descriptor pinned for `range`'s file, or why it could not be opened.
 pub(crate) fn pinned_file<'a>(pinned: &'a Pinned, range: &FileRange) -> Result<&'a File, IoError> {
     pinned_entry(pinned, range).as_deref().map_err(Clone::clone)
@@ -436,7 +360,6 @@ async fn stream_frame(parts: Vec<FramePart>, pinned: Pinned) -> Result<Frame, Fr
     let size = frame_size(&parts)?;
     let (chunks, mut rest) = mpsc::channel(limits::RESPONSE_CHUNKS_AHEAD);
     tokio::task::spawn_blocking(move || {
-        start_reads(&parts, &pinned);
         let chunk_bytes = limits::RESPONSE_CHUNK_BYTES;
         let mut chunk = chunk_buffer();
         chunk.put_i32(size);
