@@ -309,7 +309,7 @@ impl BrokerConfig {
             "producer.id.expiration.check.interval.ms" => {
                 self.producer_id_expiration_check_interval_ms = num(key, value)?
             }
-            _ => return Err(format!("unknown broker property {key:?}")),
+            _ => return Err(unknown_property(key)),
         }
         if self.default_partitions < 1
             || self.default_partitions > crate::limits::TOPIC_PARTITIONS_MAX
@@ -489,5 +489,25 @@ impl BrokerConfig {
                     .to_string(),
             ),
         ]
+    }
+}
+
+/// The refusal of an unknown key. A topic config's name written as a broker
+/// property (`retention.ms` for `log.retention.ms`) is a mistake Kafka
+/// passes over with a warning and then ignores, so the setting silently
+/// does nothing; doze refuses it, as any unknown key, and names the broker
+/// property the user most likely meant.
+fn unknown_property(key: &str) -> String {
+    let Some(spec) = crate::topic_config::spec_of(key) else {
+        return format!("unknown broker property {key:?}");
+    };
+    let per_topic = "set per topic with CreateTopics or IncrementalAlterConfigs";
+    match spec.synonyms.first() {
+        Some((broker_key, _)) => format!(
+            "unknown broker property {key:?}: {key} is a topic config ({per_topic}); its broker default is {broker_key}"
+        ),
+        None => format!(
+            "unknown broker property {key:?}: {key} is a topic config ({per_topic}); it has no broker default"
+        ),
     }
 }

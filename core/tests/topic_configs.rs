@@ -242,6 +242,22 @@ fn broker_defaults_feed_the_timestamp_configs() {
     assert!(config
         .set("log.message.timestamp.after.max.ms", "-1")
         .is_err());
+    // A topic config's name is not a broker property: refused, with the
+    // broker default the user most likely meant.
+    let err = config
+        .set("message.timestamp.type", "CreateTime")
+        .unwrap_err();
+    assert!(
+        err.ends_with("its broker default is log.message.timestamp.type"),
+        "{err}"
+    );
+    let err = config.set("retention.ms", "1000").unwrap_err();
+    assert!(
+        err.ends_with("its broker default is log.retention.ms"),
+        "{err}"
+    );
+    let err = config.set("retention.msec", "1000").unwrap_err();
+    assert_eq!(err, r#"unknown broker property "retention.msec""#);
     let mut w = World::new(config);
     create_topic(&mut w, "t", 1);
     create_with(&mut w, "own", &[("message.timestamp.type", "CreateTime")]);
