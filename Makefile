@@ -119,10 +119,9 @@ $(BENCH_STAMP): bench/requirements.txt $(VENV_STAMP)
 
 bench-deps: $(BENCH_STAMP)
 
-# About 20 minutes on a quiet 2-core machine (20 GiB retained ~8, the four
-# brokers side by side ~7, callgrind ~1/4; 13 in all with
-# BENCH_ARGS='--retained-gib 4'), more when the machine is busy (each section
-# heading shows the time so far); `timeout` bounds it at 40, and bench.py stops every broker
+# About 17 minutes on a quiet 2-core machine (measured: 20 GiB retained ~3,
+# the four brokers side by side ~10, callgrind ~1/4 of a minute), more when
+# the machine is busy (each section heading shows the time so far); `timeout` bounds it at 40, and bench.py stops every broker
 # it started, peers included, on the way out (SIGTERM too). build-release also
 # builds the load generator (target/release/doze-bench,
 # net/src/bin/doze-bench.rs). Apache Kafka comes from kafka-ref, Tansu from

@@ -2673,6 +2673,11 @@ def callgrind_total(path):
 # runs otherwise alike). Not counted: --toggle-collect switches collection
 # off on entry and on again on exit, in that thread.
 CALLGRIND_SPINS = ("*sled::lazy::Lazy*",)
+# valgrind's fair scheduler (a ticket lock between its threads): with the
+# default one, the spinning thread kept being given the lock back, and the
+# broker took 150 s to over 300 s to start under callgrind (once past the
+# 180 s allowed: the bench stopped there); with it, 1.9 s.
+CALLGRIND_SCHED = "--fair-sched=yes"
 
 
 def bench_callgrind(args, work):
@@ -2702,7 +2707,8 @@ def bench_callgrind(args, work):
         out = data + ".callgrind.out"
         t0 = time.monotonic()
         b = BrokerProc(args.binary, data, args.set, ready_timeout_s=180, log_filter="warn",
-                       wrapper=[valgrind, "--tool=callgrind", f"--callgrind-out-file={out}"]
+                       wrapper=[valgrind, "--tool=callgrind", CALLGRIND_SCHED,
+                                f"--callgrind-out-file={out}"]
                        + [f"--toggle-collect={f}" for f in CALLGRIND_SPINS] + ["--collect-atstart=yes"])
         ok = True
         try:
