@@ -167,6 +167,17 @@ impl Churner {
         })
     }
 
+    /// Ends the open transaction if it is to end `at` this point, then goes
+    /// on to `then`; false if there is none to end here.
+    fn end_txn_at(&mut self, cx: &mut Cx, at: EndAt, then: Stage) -> bool {
+        if !self.txn.open.as_ref().is_some_and(|o| o.end_at == at) {
+            return false;
+        }
+        self.txn.end();
+        self.txn_stage(cx, then);
+        true
+    }
+
     /// The transaction's requests, then `then`.
     fn txn_stage(&mut self, cx: &mut Cx, then: Stage) {
         self.txn_then = then;
@@ -351,14 +362,8 @@ impl Churner {
             std::mem::take(&mut self.txn_touched) || cx.rng.random_bool(READ_COMMITTED_P);
         // A transaction of the last incarnation ends now: its markers go to
         // this one's partitions of the same numbers.
-        if self
-            .txn
-            .open
-            .as_ref()
-            .is_some_and(|o| o.end_at == EndAt::Recreated)
-        {
-            self.txn.end();
-            return self.txn_stage(cx, Stage::CheckOffsets);
+        if self.end_txn_at(cx, EndAt::Recreated, Stage::CheckOffsets) {
+            return;
         }
         self.next_stage(cx, Stage::CheckOffsets);
     }
@@ -561,14 +566,8 @@ impl Churner {
         self.topic_id = Uuid::nil();
         // A transaction open on the deleted incarnation ends now: its
         // partitions are gone.
-        if self
-            .txn
-            .open
-            .as_ref()
-            .is_some_and(|o| o.end_at == EndAt::Deleted)
-        {
-            self.txn.end();
-            return self.txn_stage(cx, Stage::CheckGone);
+        if self.end_txn_at(cx, EndAt::Deleted, Stage::CheckGone) {
+            return;
         }
         self.stage = Stage::CheckGone;
         self.lost = false;
