@@ -98,7 +98,10 @@ impl SpliceOut<'_> {
         // this VM, cold reads of 8 partitions by doze-bench, hinted and not
         // alternated, 9 reads each: 517 MiB median 1,440 -> 1,816 MB/s
         // (read_ahead_kb 8192) and 1,292 -> 1,526 (read_ahead_kb 128);
-        // 4.6 GB 1,500-1,710 -> 1,449-2,498. Kafka gives none either.
+        // 4.6 GB 1,500-1,710 -> 1,449-2,498. Kafka gives none either. The
+        // cost seen since: make bench's re-read of 20 GiB, only partly
+        // cached on a 23 GB machine, went from 3,498 to 1,655-1,693 MB/s;
+        // hinting only what is not resident is untried.
         self.send(&size.to_be_bytes(), !parts.is_empty())?;
         for (i, part) in parts.iter().enumerate() {
             match part {

@@ -31,10 +31,10 @@ use super::values::{self, RecordId};
 use super::Cx;
 
 /// The churner's transactional id.
-pub const CHURN_TXN_ID: &str = "sim-churn-txn";
+const CHURN_TXN_ID: &str = "sim-churn-txn";
 /// Its transaction timeout: far longer than a round, so that the broker
 /// never aborts one of its transactions on its own in a healthy run.
-pub const TIMEOUT_MS: i32 = 60_000;
+const TIMEOUT_MS: i32 = 60_000;
 /// Records in a transaction's batch for one partition.
 const BATCH_RECORDS: std::ops::RangeInclusive<u32> = 1..=3;
 /// Tells a transactional record of an incarnation from a plain one.
@@ -78,12 +78,10 @@ pub enum Outcome {
     /// Ask the next request (or the same one again, after a backoff when
     /// `backoff`).
     Again { backoff: bool },
-    /// The writes are in: the churner deletes the topic now.
-    Written,
-    /// EndTxn answered with success: the transaction is over.
-    Ended(EndAt),
-    /// The broker fenced it past its timeout: it aborted it.
-    Dropped,
+    /// This stage's part is done: the writes are in (the churner deletes
+    /// the topic now), or the transaction is over (EndTxn answered with
+    /// success, or the broker fenced it past its timeout and aborted it).
+    Done,
     /// A promise broken.
     Broken(String),
 }
@@ -93,7 +91,8 @@ pub struct ChurnTxn {
     session: Option<(i64, i16)>,
     pub open: Option<Open>,
     step: Step,
-    /// Transactions ended with success.
+    /// Transactions ended with success (`History::churn_txns_ended` counts
+    /// them for the run).
     pub ended: u32,
 }
 
@@ -147,6 +146,15 @@ impl ChurnTxn {
     pub fn end(&mut self) {
         assert!(self.open.is_some(), "a transaction to end");
         self.step = Step::End;
+    }
+
+    /// "commit" or "abort".
+    fn decision(open: &Open) -> &'static str {
+        if open.commit {
+            "commit"
+        } else {
+            "abort"
+        }
     }
 
     fn open(&self) -> &Open {
@@ -260,14 +268,19 @@ impl ChurnTxn {
             Step::StageOffsets => self.step = Step::Produce,
             Step::End => {
                 let open = self.open.take().expect("EndTxn of an open transaction");
-                let decision = if open.commit { "commit" } else { "abort" };
                 cx.note(format!(
-                    "{CHURN_TXN_ID} {decision} of incarnation {} ended ({:?})",
-                    open.incarnation, open.end_at
+                    "{CHURN_TXN_ID} {} of incarnation {} ended ({:?})",
+                    Self::decision(&open),
+                    open.incarnation,
+                    open.end_at
                 ));
                 self.ended += 1;
+                cx.history.churn_txns_ended += 1;
+                if open.end_at == EndAt::Recreated {
+                    cx.history.churn_txns_ended_recreated += 1;
+                }
                 self.step = Step::AddPartitions;
-                return Outcome::Ended(open.end_at);
+                return Outcome::Done;
             }
             Step::Init | Step::Produce => unreachable!("answered above"),
         }
@@ -290,7 +303,7 @@ impl ChurnTxn {
             return self.refused(cx, "transactional Produce", code);
         }
         if open.batches.iter().all(|b| b.2) {
-            return Outcome::Written;
+            return Outcome::Done;
         }
         Outcome::Again { backoff: true }
     }
@@ -313,13 +326,13 @@ impl ChurnTxn {
             self.session = None;
             self.open = None;
             self.step = Step::Init;
-            return Outcome::Dropped;
+            return Outcome::Done;
         }
         let state = match &self.open {
             Some(o) => format!(
                 "transaction of incarnation {} ({}, ends {:?}, open {} ms)",
                 o.incarnation,
-                if o.commit { "commit" } else { "abort" },
+                Self::decision(o),
                 o.end_at,
                 cx.now_ms - o.started_ms
             ),

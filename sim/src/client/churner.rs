@@ -583,15 +583,7 @@ impl Churner {
                 self.attempts = 0;
                 self.send(cx);
             }
-            Outcome::Written => self.next_stage(cx, self.txn_then),
-            Outcome::Ended(end_at) => {
-                cx.history.churn_txns_ended += 1;
-                if end_at == EndAt::Recreated {
-                    cx.history.churn_txns_ended_recreated += 1;
-                }
-                self.next_stage(cx, self.txn_then);
-            }
-            Outcome::Dropped => self.next_stage(cx, self.txn_then),
+            Outcome::Done => self.next_stage(cx, self.txn_then),
             Outcome::Broken(what) => self.broken(cx, what),
         }
     }
