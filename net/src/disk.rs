@@ -1105,6 +1105,7 @@ fn finish_round(
     let elapsed = started.elapsed();
     metrics.group_commit(elapsed, round.log_appends, round.log_append_bytes);
     let (files, dirs) = (round.files.len(), round.dirs.len());
+    let bytes = round.log_append_bytes;
     for (io, earlier) in round.syncs {
         let result = match (earlier, &synced) {
             (Some(e), _) => Err(e),
@@ -1120,6 +1121,7 @@ fn finish_round(
     debug!(
         files,
         dirs,
+        bytes,
         elapsed_us = elapsed.as_micros() as u64,
         "synced"
     );
