@@ -13,6 +13,9 @@ pub enum PlantedBug {
     /// Recovery checkpoints written after any sync, though a
     /// `SyncScope::Logs` sync leaves the index entries below them unsynced.
     CheckpointBeforeIndexesDurable,
+    /// A Produce waiting for its sync whose partition is deleted meanwhile
+    /// is never answered (nor is anything behind it on its connection).
+    HoldProduceOfDeletedPartition,
 }
 
 /// Configuration given to `Broker::new`. Defaults follow Apache Kafka.

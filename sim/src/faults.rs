@@ -372,15 +372,22 @@ pub enum PlantedBug {
     /// trusts what is left: aborted transactions dropped from the
     /// `.txnindex` are served to read_committed readers.
     CheckpointBeforeIndexesDurable,
+    /// Core side: a Produce waiting for its sync whose partition is deleted
+    /// meanwhile is never answered, and neither is what follows it on its
+    /// connection (responses leave in order): the churner's transactional
+    /// batch raced by its topic's DeleteTopics hangs until a fault drops
+    /// the connection, or for good.
+    HoldProduceOfDeletedPartition,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 5] = [
+    pub const ALL: [PlantedBug; 6] = [
         PlantedBug::AckBeforeSync,
         PlantedBug::EndTxnBeforeMarkersDurable,
         PlantedBug::ServeAboveLso,
         PlantedBug::IgnoreAdopt,
         PlantedBug::CheckpointBeforeIndexesDurable,
+        PlantedBug::HoldProduceOfDeletedPartition,
     ];
 
     pub fn name(self) -> &'static str {
@@ -390,6 +397,7 @@ impl PlantedBug {
             PlantedBug::ServeAboveLso => "serve-above-lso",
             PlantedBug::IgnoreAdopt => "ignore-adopt",
             PlantedBug::CheckpointBeforeIndexesDurable => "checkpoint-before-indexes-durable",
+            PlantedBug::HoldProduceOfDeletedPartition => "hold-produce-of-deleted-partition",
         }
     }
 
@@ -409,6 +417,9 @@ impl PlantedBug {
             PlantedBug::CheckpointBeforeIndexesDurable => {
                 Some(doze_core::PlantedBug::CheckpointBeforeIndexesDurable)
             }
+            PlantedBug::HoldProduceOfDeletedPartition => {
+                Some(doze_core::PlantedBug::HoldProduceOfDeletedPartition)
+            }
         };
     }
 
@@ -419,7 +430,8 @@ impl PlantedBug {
             PlantedBug::EndTxnBeforeMarkersDurable
             | PlantedBug::ServeAboveLso
             | PlantedBug::IgnoreAdopt
-            | PlantedBug::CheckpointBeforeIndexesDurable => 0.0,
+            | PlantedBug::CheckpointBeforeIndexesDurable
+            | PlantedBug::HoldProduceOfDeletedPartition => 0.0,
         }
     }
 }

@@ -153,6 +153,11 @@ pub struct History {
     /// (`client::churn_txn`), and of those, ended after its re-creation.
     pub churn_txns_ended: u64,
     pub churn_txns_ended_recreated: u64,
+    /// The churner's transactional batches answered with their topic's
+    /// DeleteTopics sent right behind them: acknowledged, or refused
+    /// because the partition went first.
+    pub churn_batches_raced_acked: u64,
+    pub churn_batches_raced_lost: u64,
 }
 
 impl History {

@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     };
     println!("{}", result.setup);
     println!(
-        "trace hash {:016x} ({} lines), {:.1} simulated s, {} records acknowledged, {} offsets seen expire, {} transactions ended across their topic's deletion ({} after its re-creation), {} crashes, {} power cuts, {} syncs ({} failed, {} lied)",
+        "trace hash {:016x} ({} lines), {:.1} simulated s, {} records acknowledged, {} offsets seen expire, {} transactions ended across their topic's deletion ({} after its re-creation; batches raced by the deletion: {} acknowledged, {} refused), {} crashes, {} power cuts, {} syncs ({} failed, {} lied)",
         result.trace_hash,
         result.trace_count,
         result.sim_ms as f64 / 1000.0,
@@ -105,6 +105,8 @@ fn main() -> ExitCode {
         result.stats.offsets_expired_seen,
         result.stats.churn_txns_ended,
         result.stats.churn_txns_ended_recreated,
+        result.stats.churn_batches_raced_acked,
+        result.stats.churn_batches_raced_lost,
         result.stats.crashes,
         result.stats.power_cuts,
         result.stats.syncs,

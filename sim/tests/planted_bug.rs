@@ -1,10 +1,11 @@
 //! Planted bugs are caught by the sweep within a bounded number of seeds,
 //! and the replay command it prints reproduces the failure through the
 //! `doze-sim` binary: a disk whose fsync sometimes lies and a driver that
-//! ignores `DiskOp::Adopt` (harness side), and three core bugs (EndTxn
+//! ignores `DiskOp::Adopt` (harness side), and four core bugs (EndTxn
 //! answered before its markers are durable; read_committed served above the
 //! LSO; a checkpoint written before the index entries below it are
-//! durable).
+//! durable; a Produce whose partition is deleted while it waits for its
+//! sync never answered).
 
 use std::process::Command;
 
@@ -93,12 +94,29 @@ fn sweep_catches_checkpoints_before_the_index_entries_are_durable() {
     );
 }
 
+#[test]
+fn sweep_catches_a_produce_held_past_its_partitions_deletion() {
+    // Only the churner deletes a topic under a waiting batch: its story,
+    // where the hang lasts until a fault drops the connection, or to the
+    // end of the drain (which ran without faults), where it is reported.
+    catch_and_replay_in(
+        PlantedBug::HoldProduceOfDeletedPartition,
+        Some("topic-churn-under-faults"),
+        &["unanswered"],
+    );
+}
+
 fn catch_and_replay(bug: PlantedBug, names: &[&str]) {
+    catch_and_replay_in(bug, None, names)
+}
+
+/// `scenario`: the one story swept, or None for the sweep's mix.
+fn catch_and_replay_in(bug: PlantedBug, scenario: Option<&str>, names: &[&str]) {
     let cfg = SweepConfig {
         start_seed: 0,
         seeds: SEEDS_MAX,
         plant: Some(bug),
-        scenario: None,
+        scenario: scenario.map(String::from),
         stop_at_first: true,
     };
     let report = sweep(&cfg, |_, _| {});

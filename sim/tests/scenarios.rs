@@ -187,6 +187,7 @@ fn seeds_that_once_failed_keep_every_promise() {
 fn transactions_end_across_deletions_in_the_churn_story() {
     let name = "topic-churn-under-faults";
     let (mut ended, mut recreated) = (0, 0);
+    let (mut raced_acked, mut raced_lost) = (0, 0);
     for seed in 0..3 {
         let r = doze_sim::run_one(Scenario::builtin(name).unwrap(), seed, false, None);
         assert!(
@@ -197,10 +198,18 @@ fn transactions_end_across_deletions_in_the_churn_story() {
         );
         ended += r.stats.churn_txns_ended;
         recreated += r.stats.churn_txns_ended_recreated;
+        raced_acked += r.stats.churn_batches_raced_acked;
+        raced_lost += r.stats.churn_batches_raced_lost;
     }
     assert!(
         recreated > 0 && ended > recreated,
         "{name} seeds 0-2: {ended} transactions ended across a deletion, {recreated} of them after the re-creation"
+    );
+    // Batches raced by their topic's deletion, both ways: acknowledged
+    // (their sync came first) and refused (the partition went first).
+    assert!(
+        raced_acked > 0 && raced_lost > 0,
+        "{name} seeds 0-2: of the batches raced by their topic's deletion, {raced_acked} acknowledged and {raced_lost} refused"
     );
 }
 

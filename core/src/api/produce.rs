@@ -458,11 +458,14 @@ fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse
 impl PendingProduce {
     /// Drops the waits whose data is now durable; a wait whose partition is
     /// gone fails with UNKNOWN_TOPIC_OR_PARTITION. Whether none is left.
-    pub(crate) fn settle(&mut self, topics: &Topics) -> bool {
+    /// `hold_deleted`: the planted bug that never answers a wait whose
+    /// partition is gone (`PlantedBug::HoldProduceOfDeletedPartition`).
+    pub(crate) fn settle(&mut self, topics: &Topics, hold_deleted: bool) -> bool {
         let response = &mut self.response;
         self.waits.retain(
             |(key, last_offset, ti, pi)| match topics.partition_by_key(key) {
                 Some(log) => log.high_watermark() <= *last_offset,
+                None if hold_deleted => true,
                 None => {
                     let pr = &mut response.responses[*ti].partition_responses[*pi];
                     pr.error_code = ResponseError::UnknownTopicOrPartition.code();

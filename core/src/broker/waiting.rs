@@ -51,9 +51,11 @@ impl Broker {
     /// Answers every pending produce and WriteTxnMarkers whose appends are
     /// now durable (or whose partition is gone).
     pub(crate) fn complete_durable_writes(&mut self) {
+        let hold_deleted = self.config.planted_bug
+            == Some(crate::config::PlantedBug::HoldProduceOfDeletedPartition);
         let mut i = 0;
         while i < self.pending_produces.len() {
-            if self.pending_produces[i].settle(&self.topics) {
+            if self.pending_produces[i].settle(&self.topics, hold_deleted) {
                 let (ctx, response) = self.pending_produces.remove(i).answer();
                 self.respond(&ctx, response);
             } else {

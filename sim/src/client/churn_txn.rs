@@ -19,8 +19,20 @@
 //!   watermark, and every record acknowledged to it;
 //! - the next transaction of the id commits.
 //!
-//! One request in flight; a lost answer is asked again unchanged (the same
-//! batch bytes and sequences, so the broker's dedup answers a resent batch).
+//! Some transactions have the deletion race their batches: the churner
+//! sends DeleteTopics on its connection right behind the transactional
+//! Produce, before the Produce is answered (`delete_behind_produce`). doze
+//! works on a connection's requests as they come and answers them in
+//! order, so the topic may go while the batches wait for their fsync. Each
+//! batch is then answered, either acknowledged or with
+//! UNKNOWN_TOPIC_OR_PARTITION (its partition is gone), and never left
+//! hanging; a refused batch is lost to the deletion, and the transaction
+//! aborts, as a Kafka client aborts one whose batch failed. The promises
+//! above hold all the same.
+//!
+//! One request in flight, but for that deletion; a lost answer is asked
+//! again unchanged (the same batch bytes and sequences, so the broker's
+//! dedup answers a resent batch).
 
 use bytes::Bytes;
 use kafka_protocol::messages::ResponseKind;
@@ -39,6 +51,9 @@ const TIMEOUT_MS: i32 = 60_000;
 const BATCH_RECORDS: std::ops::RangeInclusive<u32> = 1..=3;
 /// Tells a transactional record of an incarnation from a plain one.
 const TXN_RECORD_BIT: u64 = 1 << 31;
+/// Chance that a transaction's batches are raced by their topic's deletion.
+const RACE_P: f64 = 0.4;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// When the open transaction is ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,15 +75,30 @@ enum Step {
     End,
 }
 
+/// Where a transaction's batch stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Batch {
+    Unanswered,
+    Acked,
+    /// Refused for its partition's deletion, or never answered before it:
+    /// the transaction aborts.
+    Lost,
+}
+
 /// A transaction the churner has opened.
 #[derive(Debug)]
 pub struct Open {
     pub commit: bool,
     pub end_at: EndAt,
+    /// DeleteTopics goes right behind the transactional Produce.
+    delete_behind_produce: bool,
+    /// That DeleteTopics was sent: a batch refused UNKNOWN_TOPIC_OR_PARTITION
+    /// since is lost to it.
+    delete_sent: bool,
     started_ms: i64,
     incarnation: u32,
-    /// (partition, records) written, and whether it is acknowledged.
-    batches: Vec<(i32, u32, bool)>,
+    /// (partition, records) written, and where each stands.
+    batches: Vec<(i32, u32, Batch)>,
     /// The group offsets it stages (index = partition).
     offsets: Vec<i64>,
 }
@@ -118,16 +148,19 @@ impl ChurnTxn {
         }
         let batches = chosen
             .into_iter()
-            .map(|p| (p, cx.rng.random_range(BATCH_RECORDS), false))
+            .map(|p| (p, cx.rng.random_range(BATCH_RECORDS), Batch::Unanswered))
             .collect();
         let end_at = if cx.rng.random_bool(0.5) {
             EndAt::Deleted
         } else {
             EndAt::Recreated
         };
+        let commit = cx.rng.random_bool(0.6);
         let open = Open {
-            commit: cx.rng.random_bool(0.6),
+            commit,
             end_at,
+            delete_behind_produce: cx.rng.random_bool(RACE_P),
+            delete_sent: false,
             started_ms: cx.now_ms,
             incarnation,
             batches,
@@ -140,6 +173,43 @@ impl ChurnTxn {
         } else {
             Step::Init
         };
+    }
+
+    /// The next request is the transactional Produce, and DeleteTopics is
+    /// to go right behind it (not sent yet).
+    pub fn wants_delete_behind(&self) -> bool {
+        self.step == Step::Produce
+            && self
+                .open
+                .as_ref()
+                .is_some_and(|o| o.delete_behind_produce && !o.delete_sent)
+    }
+
+    /// DeleteTopics went out behind the Produce.
+    pub fn delete_sent(&mut self) {
+        self.open
+            .as_mut()
+            .expect("a transaction is open")
+            .delete_sent = true;
+    }
+
+    /// The topic is gone (or may be) with batches not acknowledged: they
+    /// are lost, and the transaction aborts.
+    pub fn abandon_unacked(&mut self, cx: &mut Cx) {
+        let Some(open) = self.open.as_mut() else {
+            return;
+        };
+        let mut lost = 0;
+        for batch in open.batches.iter_mut().filter(|b| b.2 == Batch::Unanswered) {
+            batch.2 = Batch::Lost;
+            lost += 1;
+        }
+        if lost > 0 {
+            cx.note(format!(
+                "{CHURN_TXN_ID}: {lost} batches unanswered when the topic went: abort"
+            ));
+            open.commit = false;
+        }
     }
 
     /// Moves the open transaction on to EndTxn.
@@ -204,7 +274,7 @@ impl ChurnTxn {
                 let batches = open
                     .batches
                     .iter()
-                    .filter(|b| !b.2)
+                    .filter(|b| b.2 == Batch::Unanswered)
                     .map(|&(p, count, _)| {
                         let values: Vec<Bytes> = (0..count)
                             .map(|k| Self::value(client, open.incarnation, p, k))
@@ -294,15 +364,29 @@ impl ChurnTxn {
             let Some(batch) = open.batches.iter_mut().find(|b| b.0 == partition) else {
                 return Outcome::Broken(format!("Produce answered p{partition}, never sent"));
             };
+            let raced = open.delete_sent;
             match code {
-                0 => batch.2 = true,
+                0 => {
+                    batch.2 = Batch::Acked;
+                    cx.history.churn_batches_raced_acked += u64::from(raced);
+                }
+                UNKNOWN_TOPIC_OR_PARTITION if raced => {
+                    // Its partition went with the deletion sent behind it:
+                    // lost, and a Kafka client aborts the transaction.
+                    batch.2 = Batch::Lost;
+                    open.commit = false;
+                    cx.history.churn_batches_raced_lost += 1;
+                    cx.note(format!(
+                        "{CHURN_TXN_ID}: p{partition}'s batch lost to the topic's deletion: abort"
+                    ));
+                }
                 c => refused = Some(c),
             }
         }
         if let Some(code) = refused {
             return self.refused(cx, "transactional Produce", code);
         }
-        if open.batches.iter().all(|b| b.2) {
+        if open.batches.iter().all(|b| b.2 != Batch::Unanswered) {
             return Outcome::Done;
         }
         Outcome::Again { backoff: true }

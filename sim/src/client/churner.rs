@@ -19,7 +19,10 @@
 //!   under the name has none;
 //! - a transaction open on the topic when it is deleted ends, and leaves
 //!   nothing behind in the next incarnation (`churn_txn`): a read_committed
-//!   read-back finds the last stable offset at the high watermark.
+//!   read-back finds the last stable offset at the high watermark;
+//! - a transactional batch whose topic's DeleteTopics came right behind it
+//!   on the connection is answered, acknowledged or refused
+//!   UNKNOWN_TOPIC_OR_PARTITION, and the deletion too (`churn_txn`).
 //!
 //! Retries are AdminClient's: an answer may be lost with the connection, so
 //! TOPIC_ALREADY_EXISTS after a CreateTopics went unanswered,
@@ -101,6 +104,10 @@ pub struct Churner {
     stage: Stage,
     /// The request in flight.
     asked: Option<i32>,
+    /// The DeleteTopics sent right behind the transaction's Produce, not
+    /// answered yet (`churn_txn`); answered after the Produce. Nothing
+    /// else is sent while it is out.
+    delete_behind: Option<i32>,
     /// A request of this stage went unanswered (its connection dropped): it
     /// may have landed, so an answer that the change is already made may be
     /// its doing.
@@ -141,6 +148,7 @@ impl Churner {
             incarnation: 1,
             stage: Stage::CheckGone,
             asked: None,
+            delete_behind: None,
             lost: false,
             topic_id: Uuid::nil(),
             records: 0,
@@ -224,7 +232,7 @@ impl Churner {
     }
 
     fn send(&mut self, cx: &mut Cx) {
-        if self.stopped || self.asked.is_some() {
+        if self.stopped || self.asked.is_some() || self.delete_behind.is_some() {
             return;
         }
         if cx.wire.conn().is_none() {
@@ -239,7 +247,19 @@ impl Churner {
             Stage::ReadBack => self.send_fetch(cx),
             Stage::Commit => self.send_commit(cx),
             Stage::Delete => self.send_delete(cx),
-            Stage::Txn => self.txn.send(cx, self.client, CHURN_TOPIC, CHURN_GROUP),
+            Stage::Txn => {
+                let behind = self.txn.wants_delete_behind();
+                let asked = self.txn.send(cx, self.client, CHURN_TOPIC, CHURN_GROUP);
+                if behind && asked.is_some() {
+                    self.delete_behind = self.send_delete(cx);
+                    self.txn.delete_sent();
+                    cx.note(format!(
+                        "{CHURN_TOPIC} incarnation {}: DeleteTopics sent behind the transaction's Produce",
+                        self.incarnation
+                    ));
+                }
+                asked
+            }
         };
         self.asked = asked;
     }
@@ -583,9 +603,33 @@ impl Churner {
                 self.attempts = 0;
                 self.send(cx);
             }
+            // The deletion is out already: its answer moves on.
+            Outcome::Done if self.delete_behind.is_some() => {
+                assert_eq!(self.txn_then, Stage::Delete, "only the writes race it");
+                self.stage = Stage::Delete;
+                self.lost = false;
+                self.attempts = 0;
+            }
             Outcome::Done => self.next_stage(cx, self.txn_then),
             Outcome::Broken(what) => self.broken(cx, what),
         }
+    }
+
+    /// The answer to the DeleteTopics sent behind the transaction's
+    /// Produce (the Produce's answer came first). If the Produce is still
+    /// to be asked again, a deletion that landed leaves its batches lost;
+    /// one refused changed nothing, and the Produce goes again first, then
+    /// a DeleteTopics of its own (`Stage::Delete`).
+    fn on_deleted_behind(&mut self, cx: &mut Cx, r: &DeleteTopicsResponse) {
+        if self.stage == Stage::Txn {
+            let code = r.responses.first().map_or(0, |t| t.error_code);
+            if !matches!(code, 0 | UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID) {
+                return self.retry_admin(cx, code, "DeleteTopics");
+            }
+            self.txn.abandon_unacked(cx);
+        }
+        self.stage = Stage::Delete;
+        self.on_deleted(cx, r);
     }
 }
 
@@ -599,6 +643,14 @@ impl Client for Churner {
     }
 
     fn on_response(&mut self, cx: &mut Cx, corr: i32, response: ResponseKind) {
+        if self.delete_behind == Some(corr) {
+            assert!(self.asked.is_none(), "answered in order, after the Produce");
+            self.delete_behind = None;
+            let ResponseKind::DeleteTopics(r) = response else {
+                panic!("c{}: {response:?} answered a DeleteTopics", self.client);
+            };
+            return self.on_deleted_behind(cx, &r);
+        }
         assert_eq!(self.asked, Some(corr), "one request in flight");
         self.asked = None;
         match (self.stage, response) {
@@ -618,6 +670,14 @@ impl Client for Churner {
     fn on_disconnect(&mut self, cx: &mut Cx) {
         // Whatever was in flight is lost; it may have landed.
         self.lost |= self.asked.take().is_some();
+        if self.delete_behind.take().is_some() {
+            // The deletion may have landed, and with it the batches'
+            // partitions: what is not acknowledged is lost, and the
+            // operator deletes again (an unknown topic then means it did).
+            self.txn.abandon_unacked(cx);
+            self.stage = Stage::Delete;
+            self.lost = true;
+        }
         let delay_ms = backoff_ms(cx.rng, self.attempts);
         cx.wake_in(delay_ms);
     }
@@ -627,7 +687,7 @@ impl Client for Churner {
     }
 
     fn is_done(&self) -> bool {
-        self.stopped && self.asked.is_none()
+        self.stopped && self.asked.is_none() && self.delete_behind.is_none()
     }
 
     fn status(&self) -> String {

@@ -22,8 +22,11 @@ pub struct Wire {
     pub state: ConnState,
     client_id: StrBytes,
     next_correlation: i32,
-    /// Requests sent on the current connection, awaiting an answer.
-    asked: BTreeMap<i32, (ApiKey, i16)>,
+    /// Requests sent on the current connection, awaiting an answer, with
+    /// when each was sent.
+    asked: BTreeMap<i32, (ApiKey, i16, i64)>,
+    /// Simulated time, set by the world before it drives the client.
+    pub(crate) now_ms: i64,
     /// Frames to put on the network, taken by the world.
     pub(crate) outbox: Vec<(ConnId, Bytes)>,
 }
@@ -35,6 +38,7 @@ impl Wire {
             client_id: StrBytes::from_string(client_id),
             next_correlation: 1,
             asked: BTreeMap::new(),
+            now_ms: 0,
             outbox: Vec::new(),
         }
     }
@@ -64,7 +68,8 @@ impl Wire {
             .expect("request header encodes");
         req.encode(&mut buf, version)
             .unwrap_or_else(|e| panic!("{key:?} v{version} does not encode: {e}"));
-        self.asked.insert(correlation_id, (key, version));
+        self.asked
+            .insert(correlation_id, (key, version, self.now_ms));
         self.outbox.push((conn, buf.freeze()));
         Some(correlation_id)
     }
@@ -75,7 +80,7 @@ impl Wire {
             return Err(format!("a {}-byte response frame", frame.len()));
         }
         let correlation_id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
-        let (key, version) = self.asked.remove(&correlation_id).ok_or_else(|| {
+        let (key, version, _) = self.asked.remove(&correlation_id).ok_or_else(|| {
             format!("a response to correlation id {correlation_id}, which was never asked")
         })?;
         let header = ResponseHeader::decode(&mut frame, key.response_header_version(version))
@@ -104,5 +109,13 @@ impl Wire {
 
     pub fn awaiting(&self) -> usize {
         self.asked.len()
+    }
+
+    /// The request unanswered the longest: (correlation id, API, sent at).
+    pub fn oldest_asked(&self) -> Option<(i32, ApiKey, i64)> {
+        self.asked
+            .iter()
+            .map(|(&corr, &(key, _, sent_ms))| (corr, key, sent_ms))
+            .min_by_key(|&(corr, _, sent_ms)| (sent_ms, corr))
     }
 }

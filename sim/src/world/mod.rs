@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use doze_core::log::recovery::LogCheckpoint;
 use doze_core::{Broker, BrokerConfig, ConnId, IoId, PartitionDir};
+use kafka_protocol::messages::ApiKey;
 use rand::rngs::ChaCha8Rng;
 use rand::{RngExt, SeedableRng};
 
@@ -50,6 +51,16 @@ pub use events::{Event, EventQueue};
 pub const T0_MS: i64 = 1_700_000_000_000;
 /// A workload that has not finished by then is stuck: a liveness failure.
 const WORKLOAD_MS_MAX: i64 = 15 * 60 * 1000;
+/// A request unanswered this long on a live connection is a hang: Kafka's
+/// clients give up on it after request.timeout.ms (30 s by default). A
+/// crash or a dropped connection ends the wait (the client asks again), so
+/// only a broker that holds a request it will never answer reaches it.
+const REQUEST_ANSWER_MS_MAX: i64 = 30_000;
+/// JoinGroup waits for the rebalance, up to the group's rebalance timeout
+/// (Kafka's clients wait that long and 5 s more).
+const JOIN_ANSWER_MS_MAX: i64 = 5 * 60 * 1000;
+/// How often the requests waiting are looked at.
+const HANG_CHECK_EVERY_MS: i64 = 1000;
 /// Consumers keep reading this long after the producers are done.
 const DRAIN_MS: i64 = 1500;
 /// The whole run, verification included, ends by then.
@@ -85,6 +96,10 @@ pub struct Stats {
     /// and of those, ended after its re-creation.
     pub churn_txns_ended: u64,
     pub churn_txns_ended_recreated: u64,
+    /// The churner's transactional batches answered with their topic's
+    /// deletion racing them: acknowledged, and refused (lost).
+    pub churn_batches_raced_acked: u64,
+    pub churn_batches_raced_lost: u64,
     pub crashes: u64,
     pub power_cuts: u64,
     pub failed_syncs: u64,
@@ -227,6 +242,8 @@ pub struct World {
     /// The main topic's segment.ms: its segments roll by age too.
     segment_ms: Option<i64>,
     workload_start_ms: i64,
+    /// When the requests waiting are next looked at (`check_hangs`).
+    hang_check_at_ms: i64,
     faults_on: bool,
     armed: BTreeSet<FaultKind>,
     mix: FaultMix,
@@ -481,6 +498,7 @@ impl World {
             offset_expiry,
             segment_ms,
             workload_start_ms: T0_MS,
+            hang_check_at_ms: T0_MS,
             faults_on: false,
             armed: BTreeSet::new(),
             mix,
@@ -558,6 +576,7 @@ impl World {
                 break;
             }
             self.handle(event);
+            self.check_hangs();
             self.advance_phase();
             if self.phase == Phase::Done {
                 break;
@@ -575,6 +594,8 @@ impl World {
         self.stats.offsets_expired_seen = self.history.offsets_expired_seen;
         self.stats.churn_txns_ended = self.history.churn_txns_ended;
         self.stats.churn_txns_ended_recreated = self.history.churn_txns_ended_recreated;
+        self.stats.churn_batches_raced_acked = self.history.churn_batches_raced_acked;
+        self.stats.churn_batches_raced_lost = self.history.churn_batches_raced_lost;
         let violations = crate::oracle::check(&self.history);
         for v in &violations {
             self.note(format!("ORACLE {v}"));
@@ -609,6 +630,48 @@ impl World {
 
     fn draw_count(&mut self, count: crate::scenario::Count) -> u64 {
         count.draw(&mut self.rng)
+    }
+
+    /// Every request on a live connection is answered in time
+    /// (`REQUEST_ANSWER_MS_MAX`): a violation names the first one that
+    /// is not, once.
+    fn check_hangs(&mut self) {
+        if self.now_ms < self.hang_check_at_ms {
+            return;
+        }
+        self.hang_check_at_ms = self.now_ms + HANG_CHECK_EVERY_MS;
+        if self.find_hang(REQUEST_ANSWER_MS_MAX) {
+            // Said once: the run goes on to its end as it would.
+            self.hang_check_at_ms = i64::MAX;
+        }
+    }
+
+    /// A violation for the first request (JoinGroup aside, which waits for
+    /// its rebalance: `JOIN_ANSWER_MS_MAX`) unanswered for more than
+    /// `limit_ms` on a live connection; whether there was one.
+    fn find_hang(&mut self, limit_ms: i64) -> bool {
+        for client in 0..self.slots.len() {
+            let Some((corr, key, sent_ms)) = self.slots[client].wire.oldest_asked() else {
+                continue;
+            };
+            let limit_ms = if key == ApiKey::JoinGroup {
+                JOIN_ANSWER_MS_MAX
+            } else {
+                limit_ms
+            };
+            if self.now_ms - sent_ms > limit_ms {
+                let what = format!(
+                    "c{client}: {key:?} (correlation id {corr}) sent at t={}ms is unanswered {} ms later on a live connection: {}",
+                    sent_ms - T0_MS,
+                    self.now_ms - sent_ms,
+                    self.slots[client].client.status()
+                );
+                self.note(format!("VIOLATION {what}"));
+                self.history.violation(self.elapsed_ms(), what);
+                return true;
+            }
+        }
+        false
     }
 
     fn statuses(&self) -> String {
@@ -788,6 +851,16 @@ impl World {
 
     fn end_drain(&mut self) {
         self.note("drain over: consumers stop; final power cut, restart, read back".into());
+        // The drain ran without faults: a request sent before it began
+        // (a fetch waits at most its max_wait_ms, far less) is answered by
+        // now, or the broker holds it for good. Unless the disk still
+        // works on a sync or a meta.db write: one issued during a spell of
+        // slow fsyncs takes up to 3 s, and what waits for it waits longer
+        // than the drain.
+        let disk_busy = !self.sync_fates.is_empty() || !self.meta_fates.is_empty();
+        if self.hang_check_at_ms != i64::MAX && !disk_busy {
+            self.find_hang(DRAIN_MS);
+        }
         for i in 0..self.slots.len() {
             self.slots[i].client.finish();
         }
@@ -826,6 +899,7 @@ impl World {
     fn drive(&mut self, client: usize, f: impl FnOnce(&mut dyn Client, &mut Cx)) {
         let elapsed_ms = self.elapsed_ms();
         let slot = &mut self.slots[client];
+        slot.wire.now_ms = self.now_ms;
         let mut cx = Cx::new(
             self.now_ms,
             elapsed_ms,
