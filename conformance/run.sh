@@ -19,10 +19,14 @@ cleanup() {
 trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+# Settings both brokers run with: expired offsets looked for every 200 ms
+# (Kafka's default is 10 min), so that `offset-expiry` sees them go.
+PROPS=(offsets.retention.check.interval.ms=200)
 DOZE_PORT=$(free_port)
-target/release/doze-kafka --listen "127.0.0.1:$DOZE_PORT" --data-dir "$WORK/doze" --set doze.console.listen=none >"$WORK/doze.log" 2>&1 &
+target/release/doze-kafka --listen "127.0.0.1:$DOZE_PORT" --data-dir "$WORK/doze" --set doze.console.listen=none \
+  "${PROPS[@]/#/--set=}" >"$WORK/doze.log" 2>&1 &
 DOZE_PID=$!
-KAFKA=$(tests/kafka_ref/kafka-ref.sh start "$(free_port)" "$WORK/kafka" | tail -1)
+KAFKA=$(tests/kafka_ref/kafka-ref.sh start "$(free_port)" "$WORK/kafka" "${PROPS[@]}" | tail -1)
 for _ in $(seq 100); do grep -q "doze-kafka listening on" "$WORK/doze.log" && break; sleep 0.1; done
 grep -q "doze-kafka listening on" "$WORK/doze.log" || { cat "$WORK/doze.log"; exit 1; }
 
