@@ -2337,8 +2337,18 @@ def peer_produce_turns(args, work, res, names):
     (doze 317.9 then 364.8 MB/s, Kafka 370.5 then 297.1 in two benches a few
     minutes apart), so one run each compared the minutes as much as the
     brokers. Each run starts with nothing dirty in the page cache (Kafka's
-    unsynced writes would otherwise be written back in the next turn) and on
-    a topic of its own, deleted after it (each run writes gigabytes)."""
+    unsynced writes would otherwise be written back in the next turn), on a
+    topic of its own, and `--peer-settle-s` after the last memory was freed.
+    Why the wait: on this VM a run writing into memory freed seconds before
+    (a deleted topic's page cache, a stopped Tansu's heap) cost doze half
+    the CPU of one writing into memory long free (2.7-3.9 s against 5.7-6.3 s
+    for the same run, 388-524 MB/s against 322-360), whichever broker it
+    is; with 20 s between a deletion and the next run, three runs in a row
+    took 5.9-6.3 s and 342-358 MB/s. So doze's topics are deleted after
+    their runs and the wait follows; Kafka's are kept until the end, since
+    Kafka deletes a topic's files a minute after DeleteTopics, in some
+    later run (they are gigabytes each: the work dir needs room for the
+    rounds' Kafka topics)."""
     metric = "produce/ck/turns"
     binary = tansu_binary(args) if "tansu-memory" in names else None
     others = ["tansu-memory"] if binary else []
@@ -2346,7 +2356,8 @@ def peer_produce_turns(args, work, res, names):
     say(f"g. produce in turns, confluent-kafka: doze and Kafka (default) up together"
         + (", Tansu started afresh for each of its runs" if others else "")
         + f"; {args.peer_turns} rounds of the run of (a) per broker, the order rotated every "
-          f"round, each on a new topic deleted after it; medians")
+          f"round, each on a new topic, {args.peer_settle_s:g} s after the last memory was freed; "
+        f"medians")
     span = args.peer_warmup_s + args.peer_s
     brokers = {}
     runs = {name: [] for name in runners}
@@ -2359,6 +2370,7 @@ def peer_produce_turns(args, work, res, names):
         topic = f"peer-produce-turns-{k}"
         try:
             os.sync()
+            time.sleep(args.peer_settle_s)
             create_topic(b.bootstrap, topic, args.peer_partitions)
             # The brokers waiting for their turn must not take the CPU from
             # this one (a JVM's collector, a deferred delete): measured.
@@ -2371,10 +2383,6 @@ def peer_produce_turns(args, work, res, names):
             runs[name].append((in_window * args.record_bytes / args.peer_s / 1e6, cpu, idle_cpu))
             if name == "doze":
                 drop_topic(b.bootstrap, topic, os.path.join(b.data_dir, "logs"))
-            elif name != "tansu-memory":
-                from confluent_kafka.admin import AdminClient
-                a = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 5})
-                a.delete_topics([topic], request_timeout=30)[topic].result(timeout=30)
         finally:
             if name == "tansu-memory":
                 b.stop()
@@ -2563,6 +2571,12 @@ def bench_peers(args, work):
     can_drop, why_not = drop_page_cache()
     for name in names:
         print(f"\n  -- {name}: {PEER_WHAT.get(name, '?')}", flush=True)
+        # The broker before this one had its files removed (or its memory
+        # freed) just now; writing into memory freed seconds before is
+        # cheaper here than into memory long free (peer_produce_turns), so
+        # every broker starts after the same wait.
+        os.sync()
+        time.sleep(args.peer_settle_s)
         try:
             b = start_peer(args, work, name)
         except PeerUnavailable as e:
@@ -2869,7 +2883,7 @@ QUICK = {
     "txn_producers": [1, 64], "txn_warmup_s": 1.0, "txn_s": 3.0, "fetch_mib": 32, "fetch_reps": 1,
     "fetch_repeat": 2, "retained_gib": 0.25, "retained_topup_mib": 16, "cleaner_mib": 32,
     "cleaner_segment_mib": 4, "peer_warmup_s": 1.0, "peer_s": 3.0, "peer_consume_mib": 64,
-    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3,
+    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3, "peer_settle_s": 2,
     "callgrind_fetch_repeat": 2,
 }
 
@@ -2946,6 +2960,9 @@ def main():
                     help="peers: confluent-kafka reads per isolation level (best taken)")
     ap.add_argument("--peer-fetch-repeat", type=int, default=2,
                     help="peers: whole-topic reads per doze-bench read")
+    ap.add_argument("--peer-settle-s", type=float, default=20,
+                    help="peers: seconds between freeing memory and the next broker's start, or "
+                         "the next produce run in turns")
     ap.add_argument("--peer-turns", type=int, default=5,
                     help="peers: rounds of doze and Kafka reading warm in turns (medians)")
     ap.add_argument("--peer-read-reps", type=int, default=3,
