@@ -2340,11 +2340,12 @@ def peer_produce_turns(args, work, res, names):
     unsynced writes would otherwise be written back in the next turn), on a
     topic of its own, and `--peer-settle-s` after the last memory was freed.
     Why the wait: on this VM a run writing into memory freed seconds before
-    (a deleted topic's page cache, a stopped Tansu's heap) cost doze half
-    the CPU of one writing into memory long free (2.7-3.9 s against 5.7-6.3 s
-    for the same run, 388-524 MB/s against 322-360), whichever broker it
-    is; with 20 s between a deletion and the next run, three runs in a row
-    took 5.9-6.3 s and 342-358 MB/s. So doze's topics are deleted after
+    (a deleted topic's page cache, a stopped Tansu's heap) cost doze about
+    half the CPU of one writing into memory long free: 2.7-4.3 s of doze
+    CPU and 385-524 MB/s with a topic deleted ~3 s before each run, against
+    5.9-6.3 s and 346-360 MB/s with every topic kept, whichever broker runs
+    next; with 20 s between a deletion and the next run, three runs in a
+    row took 6.1-6.3 s and 342-358 MB/s. So doze's topics are deleted after
     their runs and the wait follows; Kafka's are kept until the end, since
     Kafka deletes a topic's files a minute after DeleteTopics, in some
     later run (they are gigabytes each: the work dir needs room for the
