@@ -64,7 +64,9 @@ Everything is measured in one run, on one filesystem (the work dir's):
               then doze and Kafka up together, and Tansu started afresh
               for each of its runs, run the confluent-kafka produce in
               turns, `--peer-turns` rounds, on which the produce targets
-              against the peers are judged;
+              against the peers are judged (each run, and each peer's
+              start, `--peer-settle-s` after memory was last freed: memory
+              freed seconds before is cheaper to write into on this VM);
               transactions at 64 producers and one producer's commit
               latency (then doze and Kafka up together run 64 doze-bench
               transactional producers in turns, `--peer-turns` rounds, on
