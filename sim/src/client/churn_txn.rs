@@ -38,6 +38,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ResponseKind;
 use rand::RngExt;
 
+use super::churner::UNKNOWN_TOPIC_OR_PARTITION;
 use super::txn_requests::{self as req, is_fenced, is_retry};
 use super::values::{self, RecordId};
 use super::Cx;
@@ -53,7 +54,6 @@ const BATCH_RECORDS: std::ops::RangeInclusive<u32> = 1..=3;
 const TXN_RECORD_BIT: u64 = 1 << 31;
 /// Chance that a transaction's batches are raced by their topic's deletion.
 const RACE_P: f64 = 0.4;
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 
 /// When the open transaction is ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

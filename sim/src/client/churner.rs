@@ -56,7 +56,7 @@ const CHURN_GROUP: &str = "sim-churn-readers";
 
 /// What the broker answers an admin change whose meta.db write failed.
 const UNKNOWN_SERVER_ERROR: i16 = -1;
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub(super) const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const TOPIC_ALREADY_EXISTS: i16 = 36;
 const INVALID_PARTITIONS: i16 = 37;
 const UNKNOWN_TOPIC_ID: i16 = 100;
