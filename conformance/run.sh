@@ -15,7 +15,9 @@ WORK=$(mktemp -d /tmp/doze-conformance.XXXXXX)
 DOZE_PID=
 KAFKA_DIR=
 stop_brokers() {
-  [ -n "$DOZE_PID" ] && kill -9 "$DOZE_PID" 2>/dev/null || true
+  # Reaped here: otherwise bash reports "Killed" for it later in the log
+  # of a run that passed.
+  [ -n "$DOZE_PID" ] && { kill -9 "$DOZE_PID"; wait "$DOZE_PID"; } 2>/dev/null || true
   [ -n "$KAFKA_DIR" ] && tests/kafka_ref/kafka-ref.sh stop "$KAFKA_DIR" >/dev/null 2>&1 || true
   DOZE_PID= KAFKA_DIR=
 }
