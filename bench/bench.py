@@ -10,7 +10,9 @@ Everything is measured in one run, on one filesystem (the work dir's):
               the figure is not bound by one Python loop); the broker's own
               debug log gives the bytes one group commit (one sync round)
               actually carries, and the raw reference is re-measured at that
-              chunk size right after (issue 2: target >= 0.8 of raw)
+              chunk size right after (issue 2: target >= 0.8 of raw); every
+              broker run and every raw run starts `--settle-s` after memory
+              was last freed (see `settle`)
   3. txn      committed transactions/s with 1, 8 and 64 concurrent
               transactional producers (10 x 1 KiB records each), EndTxn
               latency p50/p99 beside fdatasync latency, and what each durable
@@ -65,7 +67,7 @@ Everything is measured in one run, on one filesystem (the work dir's):
               for each of its runs, run the confluent-kafka produce in
               turns, `--peer-turns` rounds, on which the produce targets
               against the peers are judged (each run, and each peer's
-              start, `--peer-settle-s` after memory was last freed: memory
+              start, `--settle-s` after memory was last freed: memory
               freed seconds before is cheaper to write into on this VM);
               transactions at 64 producers and one producer's commit
               latency (then doze and Kafka up together run 64 doze-bench
@@ -174,6 +176,24 @@ def proc_cpu_seconds(pid):
 
 
 # --- 1. disk -------------------------------------------------------------------
+
+def settle(args):
+    """Writes back what is dirty, then waits `--settle-s`: the next write
+    then lands in memory long free, as every other measured write does.
+
+    Why: on this VM (Firecracker; its balloon device reports free pages to
+    the host), writing into memory freed a few seconds before costs about
+    half the CPU of writing into memory long free. A run right after a
+    deleted topic, a stopped broker or the raw run's removed file is that
+    much cheaper: doze took 2.7-4.3 s of CPU and made 385-524 MB/s with a
+    topic deleted ~3 s before each run, against 5.9-6.3 s and 346-360 MB/s
+    with every topic kept, and 6.1-6.3 s and 342-358 MB/s 20 s after a
+    deletion (peer_produce_turns). Section 2's raw runs came right after
+    the broker's topic was deleted: raw at 9.5 MiB chunks made 1,117 MB/s
+    there, against 319 MB/s in section 7, where the topic is kept."""
+    os.sync()
+    time.sleep(args.settle_s)
+
 
 def raw_fsync_bandwidth(directory, chunk_bytes, min_bytes, min_s, max_s):
     """Appends `chunk_bytes` at a time to a new file, fdatasync after each.
@@ -746,9 +766,11 @@ def bench_produce(args, work):
         say(f"a. confluent-kafka: {args.producers} producer processes, {args.produce_partitions} "
             f"partition(s) (producer k writes partition k mod {args.produce_partitions}), "
             f"linger.ms={args.linger_ms} batch.size=1MiB queue 256 MiB, compression none; "
-            f"{args.warmup_s:.0f} s warm-up + {args.produce_s:.0f} s measured")
+            f"{args.warmup_s:.0f} s warm-up + {args.produce_s:.0f} s measured; this run and "
+            f"every run below start {args.settle_s:g} s after memory was last freed")
         bytes0 = dir_bytes(logs) if os.path.isdir(logs) else 0
         log0 = b.log_offset()
+        settle(args)
         start_at = time.time() + 3
         cpu_b0 = b.cpu_seconds()
         cmds = []
@@ -771,6 +793,7 @@ def bench_produce(args, work):
         say(f"   CPU: broker {cpu_broker:.1f} s, producer processes {cpu_clients:.1f} s "
             f"(2 cores x {span + 3:.0f} s = {2 * (span + 3):.0f} core-s)")
         drop_topic(b.bootstrap, topic, logs)
+        settle(args)
         chunk, raw = group_commit_report(b, log0, written, work, args)
         out["confluent-kafka"] = {"mbps": mbps, "chunk_kib": chunk, "raw": raw}
 
@@ -788,6 +811,7 @@ def bench_produce(args, work):
             create_topic(b.bootstrap, topic, args.produce_partitions)
             bytes0 = dir_bytes(logs)
             log0 = b.log_offset()
+            settle(args)
             cpu_b0 = b.cpu_seconds()
             cpu0 = cpu_seconds_of_children()
             r = run_loadgen(args, ["produce", "--bootstrap", b.bootstrap, "--topic", topic,
@@ -805,6 +829,7 @@ def bench_produce(args, work):
                 continue
             say(f"   #{i + 1}: {r['mbps']:8.1f} MB/s of record values acked; CPU: broker "
                 f"{cpu_broker:.1f} s, loadgen {cpu_clients:.1f} s")
+            settle(args)
             chunk, raw = group_commit_report(b, log0, written, work, args)
             say(f"   #{i + 1}: ratio {r['mbps'] / raw:.2f}")
             pairs.append({"mbps": r["mbps"], "chunk_kib": chunk, "raw": raw})
@@ -2340,7 +2365,7 @@ def peer_produce_turns(args, work, res, names):
     minutes apart), so one run each compared the minutes as much as the
     brokers. Each run starts with nothing dirty in the page cache (Kafka's
     unsynced writes would otherwise be written back in the next turn), on a
-    topic of its own, and `--peer-settle-s` after the last memory was freed.
+    topic of its own, and `--settle-s` after the last memory was freed.
     Why the wait: on this VM a run writing into memory freed seconds before
     (a deleted topic's page cache, a stopped Tansu's heap) cost doze about
     half the CPU of one writing into memory long free: 2.7-4.3 s of doze
@@ -2359,7 +2384,7 @@ def peer_produce_turns(args, work, res, names):
     say(f"g. produce in turns, confluent-kafka: doze and Kafka (default) up together"
         + (", Tansu started afresh for each of its runs" if others else "")
         + f"; {args.peer_turns} rounds of the run of (a) per broker, the order rotated every "
-          f"round, each on a new topic, {args.peer_settle_s:g} s after the last memory was freed; "
+          f"round, each on a new topic, {args.settle_s:g} s after the last memory was freed; "
         f"medians")
     span = args.peer_warmup_s + args.peer_s
     brokers = {}
@@ -2372,8 +2397,7 @@ def peer_produce_turns(args, work, res, names):
             b.name = name
         topic = f"peer-produce-turns-{k}"
         try:
-            os.sync()
-            time.sleep(args.peer_settle_s)
+            settle(args)
             create_topic(b.bootstrap, topic, args.peer_partitions)
             # The brokers waiting for their turn must not take the CPU from
             # this one (a JVM's collector, a deferred delete): measured.
@@ -2575,11 +2599,8 @@ def bench_peers(args, work):
     for name in names:
         print(f"\n  -- {name}: {PEER_WHAT.get(name, '?')}", flush=True)
         # The broker before this one had its files removed (or its memory
-        # freed) just now; writing into memory freed seconds before is
-        # cheaper here than into memory long free (peer_produce_turns), so
-        # every broker starts after the same wait.
-        os.sync()
-        time.sleep(args.peer_settle_s)
+        # freed) just now: every broker starts after the same wait (`settle`).
+        settle(args)
         try:
             b = start_peer(args, work, name)
         except PeerUnavailable as e:
@@ -2886,7 +2907,7 @@ QUICK = {
     "txn_producers": [1, 64], "txn_warmup_s": 1.0, "txn_s": 3.0, "fetch_mib": 32, "fetch_reps": 1,
     "fetch_repeat": 2, "retained_gib": 0.25, "retained_topup_mib": 16, "cleaner_mib": 32,
     "cleaner_segment_mib": 4, "peer_warmup_s": 1.0, "peer_s": 3.0, "peer_consume_mib": 64,
-    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3, "peer_settle_s": 2,
+    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3, "settle_s": 2,
     "callgrind_fetch_repeat": 2,
 }
 
@@ -2963,9 +2984,10 @@ def main():
                     help="peers: confluent-kafka reads per isolation level (best taken)")
     ap.add_argument("--peer-fetch-repeat", type=int, default=2,
                     help="peers: whole-topic reads per doze-bench read")
-    ap.add_argument("--peer-settle-s", type=float, default=20,
-                    help="peers: seconds between freeing memory and the next broker's start, or "
-                         "the next produce run in turns")
+    ap.add_argument("--settle-s", "--peer-settle-s", dest="settle_s", type=float, default=20,
+                    help="seconds between freeing memory and the next measured write: each "
+                         "produce run and raw run of section 2, each peer's start, each produce "
+                         "run in turns (see `settle`)")
     ap.add_argument("--peer-turns", type=int, default=5,
                     help="peers: rounds of doze and Kafka reading warm in turns (medians)")
     ap.add_argument("--peer-read-reps", type=int, default=3,
