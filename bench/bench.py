@@ -60,9 +60,10 @@ Everything is measured in one run, on one filesystem (the work dir's):
               read_committed, warm; cold too where the page cache can be
               dropped; doze-bench figures are medians of `--peer-read-reps`,
               doze's cold ones interleaved with raw cold reads; then doze
-              and Kafka up together read warm in turns with doze-bench and
-              confluent-kafka, `--peer-turns` rounds, on which the warm
-              targets are judged),
+              and Kafka up together read warm in turns with doze-bench
+              (`--peer-read-turns` rounds) and confluent-kafka
+              (`--peer-turns` rounds), on which the warm targets are
+              judged),
               then doze and Kafka up together, and Tansu started afresh
               for each of its runs, run the confluent-kafka produce in
               turns, `--peer-turns` rounds, on which the produce targets
@@ -2290,7 +2291,14 @@ def peer_consume_turns(args, work, res):
     this topic lasts about a second, and the same read moved 1.5x from one
     minute to the next here (718 to 1,356 MB/s for Kafka in one run), so
     figures taken minutes apart, one broker after the other, compared the
-    minutes as much as the brokers. Medians of `--peer-turns` rounds."""
+    minutes as much as the brokers. Medians of `--peer-turns` rounds, and
+    of `--peer-read-turns` for the doze-bench reads. Why more of those: a
+    doze-bench read from doze lasts half a second and falls in one of two
+    modes (10 reads in a row: 1,708-2,305 MB/s or 2,697-3,385, with the
+    broker's CPU 0.77-1.01 s against 0.19-0.56 s for 2 GiB), so a median
+    of 5 landed in either (bench23: 2,756 MB/s read_uncommitted, 1,747
+    read_committed); Kafka's were 1,626-2,366 in bench22 and bench23. The confluent-kafka
+    reads last seconds and keep to a few per cent."""
     names = TURNS
     metrics = PEER_WORKLOAD_METRICS["turns"]
     parts, topic = args.peer_partitions, "peer-turns"
@@ -2299,9 +2307,10 @@ def peer_consume_turns(args, work, res):
     say(f"e. consume warm in turns, doze-bench and confluent-kafka: doze and Kafka (default) up "
         f"together, each filled with {records:,} x {args.record_bytes} B in {parts} partitions "
         f"(doze-bench produce), one uncounted read each with each client, then "
-        f"{args.peer_turns} rounds, per isolation level, of a doze-bench read of the whole topic "
-        f"{args.peer_fetch_repeat} time(s) from each broker and a confluent-kafka read of it "
-        f"once from each, the order swapped every round; medians")
+        f"{args.peer_read_turns} rounds, per isolation level, of a doze-bench read of the whole "
+        f"topic {args.peer_fetch_repeat} time(s) from each broker, the first {args.peer_turns} "
+        f"of them with a confluent-kafka read of it once from each, the order swapped every "
+        f"round; medians")
     brokers = {}
     try:
         start_turns(args, work, "turns", brokers)
@@ -2323,17 +2332,17 @@ def peer_consume_turns(args, work, res):
                 raise RuntimeError(f"{name}: confluent-kafka's first read: {why}")
         # (metric, broker) -> [(MB/s, broker CPU s, s)]
         runs = {(m, n): [] for m in metrics for n in names}
-        for k in range(args.peer_turns):
+        for k in range(max(args.peer_turns, args.peer_read_turns)):
             order = names if k % 2 == 0 else names[::-1]
             for iso, level in (("read_uncommitted", "0"), ("read_committed", "1")):
-                for name in order:
+                for name in order if k < args.peer_read_turns else ():
                     b = brokers[name]
                     r, why, cpu = loadgen_read_whole(args, b, topic, parts, want, level,
                                                      args.peer_fetch_repeat)
                     if not r:
                         raise RuntimeError(f"{name} read {iso}: {why}")
                     runs[(f"consume/lg/turns/{iso}", name)].append((r["mbps"], cpu, r["seconds"]))
-                for name in order:
+                for name in order if k < args.peer_turns else ():
                     # confluent-kafka reads are bound by the client process
                     # and steadier, but one broker after the other they still
                     # moved by 0.93-1.18x from run to run: read in turns too.
@@ -2907,7 +2916,8 @@ QUICK = {
     "txn_producers": [1, 64], "txn_warmup_s": 1.0, "txn_s": 3.0, "fetch_mib": 32, "fetch_reps": 1,
     "fetch_repeat": 2, "retained_gib": 0.25, "retained_topup_mib": 16, "cleaner_mib": 32,
     "cleaner_segment_mib": 4, "peer_warmup_s": 1.0, "peer_s": 3.0, "peer_consume_mib": 64,
-    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3, "settle_s": 2,
+    "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3, "peer_read_turns": 3,
+    "settle_s": 2,
     "callgrind_fetch_repeat": 2,
 }
 
@@ -2990,6 +3000,9 @@ def main():
                          "run in turns (see `settle`)")
     ap.add_argument("--peer-turns", type=int, default=5,
                     help="peers: rounds of doze and Kafka reading warm in turns (medians)")
+    ap.add_argument("--peer-read-turns", type=int, default=15,
+                    help="peers: rounds of the doze-bench warm reads in turns (medians); the "
+                         "first --peer-turns of them also read with confluent-kafka")
     ap.add_argument("--peer-read-reps", type=int, default=3,
                     help="peers: doze-bench reads per figure (warm and cold; median taken)")
     ap.add_argument("--peer-txn-probe-s", type=float, default=60,
