@@ -2297,8 +2297,8 @@ def peer_consume_turns(args, work, res):
     modes (10 reads in a row: 1,708-2,305 MB/s or 2,697-3,385, with the
     broker's CPU 0.77-1.01 s against 0.19-0.56 s for 2 GiB), so a median
     of 5 landed in either (bench23: 2,756 MB/s read_uncommitted, 1,747
-    read_committed); Kafka's were 1,626-2,366 in bench22 and bench23. The confluent-kafka
-    reads last seconds and keep to a few per cent."""
+    read_committed); Kafka's were 1,626-2,366 in bench22 and bench23. The
+    confluent-kafka reads last seconds and keep to a few per cent."""
     names = TURNS
     metrics = PEER_WORKLOAD_METRICS["turns"]
     parts, topic = args.peer_partitions, "peer-turns"
@@ -2335,22 +2335,25 @@ def peer_consume_turns(args, work, res):
         for k in range(max(args.peer_turns, args.peer_read_turns)):
             order = names if k % 2 == 0 else names[::-1]
             for iso, level in (("read_uncommitted", "0"), ("read_committed", "1")):
-                for name in order if k < args.peer_read_turns else ():
-                    b = brokers[name]
-                    r, why, cpu = loadgen_read_whole(args, b, topic, parts, want, level,
-                                                     args.peer_fetch_repeat)
-                    if not r:
-                        raise RuntimeError(f"{name} read {iso}: {why}")
-                    runs[(f"consume/lg/turns/{iso}", name)].append((r["mbps"], cpu, r["seconds"]))
-                for name in order if k < args.peer_turns else ():
-                    # confluent-kafka reads are bound by the client process
-                    # and steadier, but one broker after the other they still
-                    # moved by 0.93-1.18x from run to run: read in turns too.
-                    mbps, el, cpu, why = ck_read_whole(args, brokers[name], topic, parts, iso,
-                                                       records)
-                    if why:
-                        raise RuntimeError(f"{name} confluent-kafka read {iso}: {why}")
-                    runs[(f"consume/ck/turns/{iso}", name)].append((mbps, cpu, el))
+                if k < args.peer_read_turns:
+                    for name in order:
+                        r, why, cpu = loadgen_read_whole(args, brokers[name], topic, parts, want,
+                                                         level, args.peer_fetch_repeat)
+                        if not r:
+                            raise RuntimeError(f"{name} read {iso}: {why}")
+                        runs[(f"consume/lg/turns/{iso}", name)].append(
+                            (r["mbps"], cpu, r["seconds"]))
+                if k < args.peer_turns:
+                    for name in order:
+                        # confluent-kafka reads are bound by the client
+                        # process and steadier, but one broker after the
+                        # other they still moved by 0.93-1.18x from run to
+                        # run: read in turns too.
+                        mbps, el, cpu, why = ck_read_whole(args, brokers[name], topic, parts,
+                                                           iso, records)
+                        if why:
+                            raise RuntimeError(f"{name} confluent-kafka read {iso}: {why}")
+                        runs[(f"consume/ck/turns/{iso}", name)].append((mbps, cpu, el))
         for (metric, name), got in runs.items():
             mbps, cpu, el = middle(got, key=lambda run: run[0])
             res.put(metric, name, mbps, cpu, el,
@@ -2374,18 +2377,13 @@ def peer_produce_turns(args, work, res, names):
     minutes apart), so one run each compared the minutes as much as the
     brokers. Each run starts with nothing dirty in the page cache (Kafka's
     unsynced writes would otherwise be written back in the next turn), on a
-    topic of its own, and `--settle-s` after the last memory was freed.
-    Why the wait: on this VM a run writing into memory freed seconds before
-    (a deleted topic's page cache, a stopped Tansu's heap) cost doze about
-    half the CPU of one writing into memory long free: 2.7-4.3 s of doze
-    CPU and 385-524 MB/s with a topic deleted ~3 s before each run, against
-    5.9-6.3 s and 346-360 MB/s with every topic kept, whichever broker runs
-    next; with 20 s between a deletion and the next run, three runs in a
-    row took 6.1-6.3 s and 342-358 MB/s. So doze's topics are deleted after
-    their runs and the wait follows; Kafka's are kept until the end, since
-    Kafka deletes a topic's files a minute after DeleteTopics, in some
-    later run (they are gigabytes each: the work dir needs room for the
-    rounds' Kafka topics)."""
+    topic of its own, and `--settle-s` after the last memory was freed
+    (`settle`: memory freed seconds before, a deleted topic's page cache or
+    a stopped Tansu's heap, is cheaper to write into on this VM). So doze's
+    topics are deleted after their runs and the wait follows; Kafka's are
+    kept until the end, since Kafka deletes a topic's files a minute after
+    DeleteTopics, in some later run (they are gigabytes each: the work dir
+    needs room for the rounds' Kafka topics)."""
     metric = "produce/ck/turns"
     binary = tansu_binary(args) if "tansu-memory" in names else None
     others = ["tansu-memory"] if binary else []
