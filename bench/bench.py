@@ -1862,7 +1862,8 @@ class PeerResults:
         self.max_rate_lg = {}  # broker -> records/s of its doze-bench produce
         self.caveat = {}  # (broker, workload) -> what its figures do not cover
         # doze's meta.db round p50 + sync round p50 during its one-producer
-        # EndTxn run: the two durable steps the seed orders one after the other.
+        # EndTxn run (the two durable steps the seed orders one after the
+        # other), and its bare round trip p50 (0: not measured), in seconds.
         self.commit_steps = None
 
     def put(self, metric, broker, value, cpu, span, note="", core=None):
@@ -2560,6 +2561,9 @@ def peer_txn(args, work, b, res, fsync):
                     f"retries {lg['retries']}", core=core)
         else:
             note = f"p99 {lg['endtxn_p99_us'] / 1e3:.2f} ms; {lg['rate']:,.0f} commits/s"
+            rtt = lg.get("rtt_p50_us", 0) / 1e6
+            if rtt:
+                note += f"; a bare request's round trip (ApiVersions) p50 {rtt * 1e3:.3f} ms"
             _, metas, rounds = b.io_stats(log0)
             # The commit's own sync round carries its markers alone; the
             # produce's carries its records (10 x record_bytes). A round
@@ -2569,7 +2573,7 @@ def peer_txn(args, work, b, res, fsync):
             if markers and metas:
                 sync50 = pct(markers, 50)
                 meta50 = pct([us / 1e6 for _, us in metas], 50)
-                res.commit_steps = (meta50, sync50)
+                res.commit_steps = (meta50, sync50, rtt)
                 note += (f"; meta.db round p50 {meta50 * 1e3:.2f} ms, marker sync round p50 "
                          f"{sync50 * 1e3:.2f} ms ({len(markers)} rounds; the produce's rounds "
                          f"p50 {pct(data, 50) * 1e3 if data else float('nan'):.2f} ms)")
@@ -2793,11 +2797,14 @@ def peer_targets(res):
         else:
             steps = ""
             if res.commit_steps:
-                meta50, sync50 = res.commit_steps
+                meta50, sync50, rtt = res.commit_steps
+                trip = (f"a bare request's round trip (p50 {rtt * 1e3:.3f} ms, measured alone)"
+                        if rtt else "the request's round trip")
                 steps = (f"; its two durable steps, one after the other as the seed orders them: "
                          f"meta.db round p50 {meta50 * 1e3:.2f} + marker sync round p50 "
                          f"{sync50 * 1e3:.2f} ms = {(meta50 + sync50) / f50:.1f} x; the other "
-                         f"{max(0.0, d - meta50 - sync50) * 1e3:.2f} ms are the request's round trip "
+                         f"{max(0.0, d - meta50 - sync50) * 1e3:.2f} ms are {trip}"
+                         f"{', the client library' if client == 'ck' else ''} "
                          f"and the hand-offs between the broker task and its meta.db and disk threads")
             out.append((m, "PASS" if d <= 2 * f50 else "MISS",
                         f"one commit p50 ({cname}) {d * 1e3:.2f} ms = {d / f50:.1f} x fdatasync p50 "

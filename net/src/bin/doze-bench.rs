@@ -7,7 +7,8 @@
 //! - `txn`: N transactional producers, each looping AddPartitionsToTxn,
 //!   Produce (acks=all, one batch of `records` records), EndTxn(commit).
 //!   Reports commits in the measured window and EndTxn request→response
-//!   latency percentiles.
+//!   latency percentiles, and the p50 of a bare request's round trip
+//!   (ApiVersions, before the transactions start).
 //! - `produce`: N connections, each writing its own partition with acks=all,
 //!   `inflight` requests pipelined, each one pre-encoded batch of 1 KiB
 //!   records; reports acknowledged bytes in the window (the broker's side of
@@ -50,9 +51,9 @@ mod real {
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{
-        AddPartitionsToTxnRequest, ApiKey, BrokerId, EndTxnRequest, FetchRequest,
-        FindCoordinatorRequest, InitProducerIdRequest, ProduceRequest, ProducerId, RequestHeader,
-        ResponseHeader, ResponseKind, TopicName, TransactionalId,
+        AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, BrokerId, EndTxnRequest,
+        FetchRequest, FindCoordinatorRequest, InitProducerIdRequest, ProduceRequest, ProducerId,
+        RequestHeader, ResponseHeader, ResponseKind, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
     use kafka_protocol::records::{
@@ -375,6 +376,7 @@ mod real {
             };
             conns.push((k, id, conn, pid, epoch));
         }
+        let rtt_p50_us = round_trip_p50_us(&args.bootstrap).await;
         let start = Instant::now();
         let window = (
             start + Duration::from_secs_f64(args.warmup_s),
@@ -469,7 +471,7 @@ mod real {
         println!(
             "{{\"producers\": {}, \"commits\": {}, \"seconds\": {}, \"rate\": {:.1}, \
              \"endtxn_p50_us\": {p50}, \"endtxn_p99_us\": {p99}, \"add_produce_p50_us\": {prod50}, \
-             \"cycle_p50_us\": {cyc50}, \"retries\": {}}}",
+             \"cycle_p50_us\": {cyc50}, \"retries\": {}, \"rtt_p50_us\": {rtt_p50_us}}}",
             args.producers,
             s.commits,
             args.seconds,
@@ -477,6 +479,36 @@ mod real {
             s.retries
         );
         Ok(())
+    }
+
+    /// Round trips measured before the transactions start.
+    const ROUND_TRIPS: usize = 500;
+
+    /// The p50 of a bare request's round trip (ApiVersions v0, on a
+    /// connection of its own), in µs; 0 when the broker did not answer.
+    /// Why: an EndTxn waits for this too, besides its two durable steps, so
+    /// `make bench` can tell what part of one commit's time no storage
+    /// change can remove (on doze the request goes through the broker task,
+    /// as every request does).
+    async fn round_trip_p50_us(bootstrap: &str) -> u64 {
+        let probe = async {
+            let mut conn = Conn::connect(bootstrap).await?;
+            let mut us = Vec::with_capacity(ROUND_TRIPS);
+            for _ in 0..ROUND_TRIPS {
+                let t0 = Instant::now();
+                match conn.call(0, &ApiVersionsRequest::default()).await? {
+                    ResponseKind::ApiVersions(r) if r.error_code == 0 => {}
+                    other => bail!("ApiVersions: {other:?}"),
+                }
+                us.push(t0.elapsed().as_micros() as u64);
+            }
+            anyhow::Ok(percentiles(&mut us).0)
+        };
+        tokio::time::timeout(Duration::from_secs(30), probe)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(0)
     }
 
     fn percentiles(v: &mut [u64]) -> (u64, u64) {
