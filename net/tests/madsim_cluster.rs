@@ -149,6 +149,7 @@ async fn run_broker(store: Arc<SimStore>, clean_stop: Arc<CleanStop>) {
         storage: SimStorage(store),
         console: None,
         metrics: Default::default(),
+        limits: Default::default(),
     };
     // Runs until the node is killed, or stopped cleanly when asked.
     server::serve(setup, clean_stop.asked.notified())

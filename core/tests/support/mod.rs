@@ -57,6 +57,8 @@ pub struct World {
     pub stopped: bool,
     responses: BTreeMap<ConnId, VecDeque<Bytes>>,
     pub closed: Vec<ConnId>,
+    /// What `Output::Authenticated` said, in order.
+    pub authenticated: Vec<ConnId>,
     next_correlation: i32,
     /// correlation id -> (api key, version), to decode the answer.
     asked: BTreeMap<(ConnId, i32), (ApiKey, i16)>,
@@ -88,6 +90,7 @@ impl World {
             stopped: false,
             responses: BTreeMap::new(),
             closed: Vec::new(),
+            authenticated: Vec::new(),
             next_correlation: 1,
             asked: BTreeMap::new(),
             topic_codecs: BTreeMap::new(),
@@ -248,6 +251,7 @@ impl World {
             Output::Close { conn } => self.closed.push(conn),
             Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
             Output::Stopped => self.stopped = true,
+            Output::Authenticated { conn } => self.authenticated.push(conn),
             Output::TopicCompression { topic, prep } => {
                 use doze_core::topic_config::StoredCompression::Producer;
                 match prep.compression {
