@@ -300,7 +300,14 @@ fn append_partition(
     // as Kafka stores a produced batch: CreateTime, with the records' own
     // max timestamp (`batch::with_create_time_max`). Producers send exactly
     // that, so this copies only a batch whose header was wrong.
-    if let Some(rebuilt) = stored_form(&header, &bytes, checked.offsets_in_order, compression)? {
+    let sizes = (segment_bytes, message_bytes_max);
+    if let Some(rebuilt) = stored_form(
+        &header,
+        &bytes,
+        checked.offsets_in_order,
+        compression,
+        sizes,
+    )? {
         // Kafka checks the size again after a rebuild (UnifiedLog.append,
         // messageSizeMaybeChanged).
         check_size(rebuilt.len(), segment_bytes, message_bytes_max)?;
