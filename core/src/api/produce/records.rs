@@ -208,10 +208,13 @@ pub(super) fn check_records(
 /// `crate::recompress`, no larger than `batch_bytes_max` (the smaller of
 /// the topic's max.message.bytes and segment.bytes). A rebuilt batch past
 /// a bound is refused as Kafka refuses one too large once rebuilt
-/// (UnifiedLog.append, messageSizeMaybeChanged): `check_size`'s error; one
-/// whose records would decompress to more than the broker reads (the
-/// offset deltas written anew are longer) MESSAGE_TOO_LARGE, as the same
-/// batch sent that way. A codec that fails is UNKNOWN_SERVER_ERROR.
+/// (UnifiedLog.append, messageSizeMaybeChanged): `check_size`'s error (a
+/// batch larger than a segment RECORD_LIST_TOO_LARGE, else
+/// MESSAGE_TOO_LARGE); one whose records would decompress to more than the
+/// broker reads (the offset deltas written anew are longer)
+/// MESSAGE_TOO_LARGE, as the same batch sent that way; one of more than
+/// `limits::BATCH_RECORDS_MAX` records MESSAGE_TOO_LARGE. A codec that
+/// fails is UNKNOWN_SERVER_ERROR.
 pub(super) fn stored_form(
     header: &BatchHeader,
     bytes: &[u8],
@@ -229,14 +232,9 @@ pub(super) fn stored_form(
         batch_bytes_max,
     );
     stored.map_err(|e| match e {
-        RebuildError::TooLarge(Bound::Stored) => {
-            match super::check_size(batch_bytes_max + 1, segment_bytes, message_bytes_max) {
-                Err(refusal) => Refusal {
-                    message: Some(e.to_string()),
-                    ..refusal
-                },
-                Ok(()) => unreachable!("a batch past the smaller bound passes one"),
-            }
+        // Past the smaller of the two: check_size's error for it.
+        RebuildError::TooLarge(Bound::Stored) if segment_bytes <= message_bytes_max => {
+            refused(ResponseError::RecordListTooLarge, Some(e.to_string()))
         }
         RebuildError::TooLarge(_) => refused(ResponseError::MessageTooLarge, Some(e.to_string())),
         RebuildError::Failed(_) => refused(ResponseError::UnknownServerError, Some(e.to_string())),
