@@ -22,7 +22,8 @@ use crate::log::clean::records::{self, Bound, Bounds, RebuildError, RecordsError
 use crate::topic_config::{ProducePrep, StoredCompression};
 
 /// The batch as `compression` stores it: `None` when it is stored as sent.
-/// `offsets_in_order`: every record's offset (base offset + delta) is its
+/// `plain`: its records section decompressed, when the caller has it
+/// (Produce's checks decompressed it already). `offsets_in_order`: every record's offset (base offset + delta) is its
 /// index. The batch's records were read and checked before (Produce's
 /// `check_records`); an error here is the codec's, or a bound's: the
 /// rebuilt batch may not pass `batch_bytes_max` (the topic's
@@ -35,6 +36,7 @@ use crate::topic_config::{ProducePrep, StoredCompression};
 pub fn stored_batch(
     header: &BatchHeader,
     bytes: &[u8],
+    plain: Option<&[u8]>,
     offsets_in_order: bool,
     compression: StoredCompression,
     batch_bytes_max: usize,
@@ -50,14 +52,21 @@ pub fn stored_batch(
     if usize::try_from(header.records_count).unwrap_or(0) > limits::BATCH_RECORDS_MAX {
         return Err(RebuildError::TooLarge(Bound::Records));
     }
-    let plain = records::decompressed(bytes, header)
-        .map_err(|e| RebuildError::Failed(RecordsError(e.to_string())))?;
+    let decompressed;
+    let plain = match plain {
+        Some(plain) => plain,
+        None => {
+            decompressed = records::decompressed(bytes, header)
+                .map_err(|e| RebuildError::Failed(RecordsError(e.to_string())))?;
+            &decompressed[..]
+        }
+    };
     let bounds = Bounds {
         plain_bytes_max: limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX,
         batch_bytes_max,
         records_max: limits::BATCH_RECORDS_MAX,
     };
-    let all = records::records(&plain, header.records_count);
+    let all = records::records(plain, header.records_count);
     records::recompressed(header, all, target, level, bounds).map(Some)
 }
 
@@ -85,7 +94,7 @@ pub fn prepared_batch(batch: &Bytes, prep: ProducePrep) -> Option<Bytes> {
     {
         return None;
     }
-    stored_batch(&header, batch, true, compression, batch_bytes_max)
+    stored_batch(&header, batch, None, true, compression, batch_bytes_max)
         .ok()
         .flatten()
 }

@@ -344,19 +344,15 @@ fn append_partition(
     // max timestamp (`batch::with_create_time_max`). Producers send exactly
     // that, so this copies only a batch whose header was wrong.
     let sizes = (segment_bytes, message_bytes_max);
-    if let Some(rebuilt) = stored_form(
-        &header,
-        &bytes,
-        checked.offsets_in_order,
-        compression,
-        sizes,
-    )? {
+    if let Some(rebuilt) = stored_form(&header, &bytes, &checked, compression, sizes)? {
         // Kafka checks the size again after a rebuild (UnifiedLog.append,
         // messageSizeMaybeChanged).
         check_size(rebuilt.len(), segment_bytes, message_bytes_max)?;
         header = batch::parse_header(&rebuilt).expect("a rebuilt valid batch");
         bytes = rebuilt;
     }
+    // The decompressed records (up to 64 MiB) are not held through the append.
+    drop(checked.plain);
     let records_max_ms = checked.max_timestamp_ms;
     let wrong_max = records_max_ms != header.max_timestamp || header.has_log_append_time();
     if !log_append_time && wrong_max {

@@ -78,6 +78,10 @@ pub(super) struct Checked {
     /// Every record's offset (base offset + delta) is its index, as
     /// LogValidator expects of a compressed batch it keeps in place.
     pub offsets_in_order: bool,
+    /// A compressed batch's records, decompressed: a rebuild
+    /// (`stored_form`) reads them from here rather than decompressing them
+    /// again.
+    pub plain: Option<Bytes>,
 }
 
 /// Checks every record of the batch (see the module's doc).
@@ -111,11 +115,11 @@ pub(super) fn check_records(
         return Err(refused(ResponseError::MessageTooLarge, Some(m)));
     }
     let end = header.total_bytes().min(bytes.len());
-    let decompressed;
+    let mut plain = None;
     let body: &[u8] = if header.compression_code() == 0 {
         &bytes[batch::BATCH_HEADER_BYTES.min(end)..end]
     } else {
-        decompressed = decompress::decompressed(bytes, header).map_err(|e| match e {
+        let decompressed = decompress::decompressed(bytes, header).map_err(|e| match e {
             DecompressError::TooLarge(_) => {
                 refused(ResponseError::MessageTooLarge, Some(e.to_string()))
             }
@@ -126,7 +130,7 @@ pub(super) fn check_records(
                 refused(ResponseError::UnknownServerError, Some(e.to_string())).by_log()
             }
         })?;
-        &decompressed
+        plain.insert(decompressed)
     };
     let mut record_errors = Vec::new();
     let mut timestamp_error = false;
@@ -179,6 +183,7 @@ pub(super) fn check_records(
         return Ok(Checked {
             max_timestamp_ms: max_timestamp,
             offsets_in_order,
+            plain,
         });
     }
     let (error, message) = if timestamp_error {
@@ -218,7 +223,7 @@ pub(super) fn check_records(
 pub(super) fn stored_form(
     header: &BatchHeader,
     bytes: &[u8],
-    offsets_in_order: bool,
+    checked: &Checked,
     compression: StoredCompression,
     sizes: (usize, usize),
 ) -> Result<Option<Bytes>, Refusal> {
@@ -227,7 +232,8 @@ pub(super) fn stored_form(
     let stored = crate::recompress::stored_batch(
         header,
         bytes,
-        offsets_in_order,
+        checked.plain.as_deref(),
+        checked.offsets_in_order,
         compression,
         batch_bytes_max,
     );
