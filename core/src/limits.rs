@@ -24,6 +24,18 @@ pub const RECORD_LIST_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// past it MESSAGE_TOO_LARGE, on which the Java producer splits the batch
 /// and sends the halves.
 pub const BATCH_RECORDS_DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Most records one produced batch may hold (its header's count); more is
+/// MESSAGE_TOO_LARGE, on which the Java producer splits the batch. Kafka
+/// sets no such bound: max.message.bytes bounds a batch's compressed size
+/// and LogValidator streams its records one by one, so a batch of a few
+/// KiB may still claim millions of tiny records (6.7 M identical 7-byte
+/// records gzip to 68 KB), each of which costs the core time to read,
+/// check and, when the batch is rebuilt, write. Clients stay far below it:
+/// librdkafka's batch.num.messages is at most 1,000,000 (10,000 by
+/// default), and the Java producer's batch.size (16 KiB by default)
+/// counts bytes, so its batches hold thousands. This bounds a batch at
+/// tens of milliseconds of record work.
+pub const BATCH_RECORDS_MAX: usize = 1_000_000;
 /// Requests a connection may have outstanding before the core stops reading
 /// more from it is the driver's business; this bounds the reorder buffer.
 pub const CONN_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
