@@ -56,29 +56,40 @@ $(VENV_STAMP): tests/requirements.txt
 
 venv: $(VENV_STAMP)
 
-# kcat comes from Debian (librdkafka 2.0). Missing and no apt: the kcat test skips.
+# apt-get waits up to 5 minutes for the dpkg lock (another apt run, e.g.
+# unattended-upgrades, holds it) instead of failing at once. `apt-get update`
+# ignores DPkg::Lock::Timeout for its lists lock (apt 2.6 here fails at once
+# on a held /var/lib/apt/lists/lock), so it is also tried again every 5 s,
+# up to 5 minutes.
+APT_GET    := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
+APT_UPDATE := ( for try in $$(seq 60); do $(APT_GET) update -qq && exit 0; \
+                echo "apt-get update failed (try $$try of 60; the lists lock held?), again in 5 s"; sleep 5; done; exit 1 )
+
+# kcat comes from Debian (librdkafka 2.0). Missing and no apt: the kcat test
+# skips, or fails under CI=true (tests/conftest.py: missing_dependency).
 kcat:
 	@if command -v kcat >/dev/null 2>&1; then \
 	  echo "kcat: $$(command -v kcat)"; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  echo "installing kcat with apt-get"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat; } \
-	    || echo "WARNING: apt-get install kcat failed; the kcat wire test will be skipped"; \
+	  { $(APT_UPDATE) && $(APT_GET) install -y -qq kcat; } \
+	    || echo "WARNING: apt-get install kcat failed; the kcat wire test will be skipped (failed under CI=true)"; \
 	else \
-	  echo "WARNING: kcat is missing and apt-get is unavailable (or not root); the kcat wire test will be skipped"; \
+	  echo "WARNING: kcat is missing and apt-get is unavailable (or not root); the kcat wire test will be skipped (failed under CI=true)"; \
 	fi
 
 # Chromium (Debian's package) for the console's wire test (tests/test_console.py:
-# headless --dump-dom and --screenshot). Missing and no apt: that test skips.
+# headless --dump-dom and --screenshot). Missing and no apt: that test skips,
+# or fails under CI=true.
 chromium:
 	@if command -v chromium >/dev/null 2>&1; then \
 	  echo "chromium: $$(command -v chromium)"; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	  echo "installing chromium with apt-get"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
-	    || echo "WARNING: apt-get install chromium failed; the console wire test will be skipped"; \
+	  { $(APT_UPDATE) && $(APT_GET) install -y -qq chromium; } \
+	    || echo "WARNING: apt-get install chromium failed; the console wire test will be skipped (failed under CI=true)"; \
 	else \
-	  echo "WARNING: chromium is missing and apt-get is unavailable (or not root); the console wire test will be skipped"; \
+	  echo "WARNING: chromium is missing and apt-get is unavailable (or not root); the console wire test will be skipped (failed under CI=true)"; \
 	fi
 
 # kafkajs for the JS wire tests (tests/js, pinned by its package-lock.json).

@@ -24,7 +24,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from conftest import free_ports
+from conftest import free_ports, missing_dependency
 
 ADMIN_PW = "admin-secret"
 SUPER_SETS = (
@@ -40,7 +40,10 @@ TIMEOUT_S = 30
 def pki(tmp_path_factory):
     """A CA, the broker's PEM keystore (key and chain in one file), and a
     client certificate for mutual TLS."""
-    trustme = pytest.importorskip("trustme")
+    try:
+        import trustme
+    except ImportError:
+        missing_dependency("trustme is not installed (tests/requirements.txt; `make venv`)")
     d = tmp_path_factory.mktemp("pki")
     ca = trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
@@ -366,7 +369,7 @@ def test_kafka_configs_and_kafka_acls_manage_users_and_acls(secure, tmp_path):
     users and kafka-acls --add, run by the admin over SASL_PLAINTEXT: the new
     user then logs in and is allowed what the ACL says, and --list shows it."""
     if not KAFKA_REF_CP.exists():
-        pytest.skip("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
+        missing_dependency("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
     s = secure
     props = tmp_path / "admin.properties"
     props.write_text(

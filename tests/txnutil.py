@@ -15,6 +15,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from conftest import missing_dependency
 from wireutil import base_conf, consumer
 
 JS_DIR = pathlib.Path(__file__).resolve().parent / "js"
@@ -112,9 +113,7 @@ def group_committed(broker, group, topic, partitions, isolation="read_uncommitte
 
 def require_kafkajs():
     if not (JS_DIR / "node_modules" / "kafkajs").is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("tests/js/node_modules/kafkajs is missing: `make js-deps` did not run")
-        pytest.skip("kafkajs not installed (run `make js-deps`)")
+        missing_dependency("kafkajs not installed (run `make js-deps`)")
 
 
 def run_node(script, *args, timeout_s=75):
