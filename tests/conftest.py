@@ -292,6 +292,20 @@ def broker(start_broker):
     return start_broker()
 
 
+# Broker settings every transaction test uses: timed-out transactions are looked
+# for every 500 ms (Kafka's default is 10 s) and groups rebalance at once.
+TXN_BROKER_SETS = (
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+    "group.initial.rebalance.delay.ms=0",
+)
+
+
+@pytest.fixture
+def txn_broker(start_broker):
+    """A broker for transactional tests (TXN_BROKER_SETS)."""
+    return start_broker(sets=TXN_BROKER_SETS)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -25,6 +25,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    UserScramCredentialUpsertion)
 
 from conftest import free_ports, missing_dependency
+from rawkafka import API_API_VERSIONS, request_frame
 
 ADMIN_PW = "admin-secret"
 SUPER_SETS = (
@@ -224,7 +225,7 @@ def test_a_plaintext_client_on_the_tls_port_fails_cleanly(secure):
     s = secure
     with socket.create_connection(("127.0.0.1", s.ssl_port), timeout=10) as sock:
         # An ApiVersions v0 request in the clear: not a TLS ClientHello.
-        sock.sendall(bytes.fromhex("0000000a00120000000000010000"))
+        sock.sendall(request_frame(API_API_VERSIONS, 0, 1, b"", client_id=""))
         sock.settimeout(15)
         # Cleanly = at most a TLS alert, then the connection closed (EOF or
         # reset); a port that only stays silent is a hang and fails.
