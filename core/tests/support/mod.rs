@@ -16,7 +16,7 @@ use doze_core::{
     BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input,
     IoError, IoId, MetaOp, Output, PartitionDir, SegmentFile, SyncScope,
 };
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -524,7 +524,8 @@ fn list_file(
 
 /// A request frame as a client sends it, without its size prefix: the
 /// header, then the body `encode_body` writes (its error when the body has
-/// fields `version` cannot carry).
+/// fields `version` cannot carry). The framing is doze-testkit's, which
+/// net/tests and the simulator's clients use too.
 pub fn request_frame(
     key: ApiKey,
     version: i16,
@@ -532,15 +533,8 @@ pub fn request_frame(
     client_id: &'static str,
     encode_body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
 ) -> anyhow::Result<Bytes> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str(client_id)));
-    let mut buf = BytesMut::new();
-    header.encode(&mut buf, key.request_header_version(version))?;
-    encode_body(&mut buf)?;
-    Ok(buf.freeze())
+    let client_id = Some(StrBytes::from_static_str(client_id));
+    doze_testkit::frame::request_frame_with(key, version, correlation_id, client_id, encode_body)
 }
 
 /// One uncompressed batch of `values` (keys none), as a producer would send it.

@@ -10,7 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use doze_testkit::frame::{request_frame, size_prefixed};
+use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -192,9 +193,9 @@ impl<S: Read + Write> Client<S> {
         }
     }
 
-    pub fn send_frame(&mut self, body: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(&(body.len() as i32).to_be_bytes())?;
-        self.stream.write_all(body)
+    /// Sends `frame` (header and body) with its size in front.
+    pub fn send_frame(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(&size_prefixed(frame))
     }
 
     /// Reads one response frame; None when the broker closed the connection.
@@ -236,17 +237,9 @@ impl<S: Read + Write> Client<S> {
         let key = ApiKey::try_from(R::KEY).unwrap();
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("net-test")));
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .unwrap();
-        req.encode(&mut buf, version).unwrap();
-        self.send_frame(&buf).ok()?;
+        let client_id = Some(StrBytes::from_static_str("net-test"));
+        let frame = request_frame(version, correlation_id, client_id, req).unwrap();
+        self.send_frame(&frame).ok()?;
         let mut frame = self.read_frame()?;
         let h = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
         assert_eq!(h.correlation_id, correlation_id);
