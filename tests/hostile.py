@@ -7,14 +7,13 @@ that stops reading (as it should, when its budget is spent) never blocks a
 test.
 """
 
-import errno
 import selectors
 import socket
 import struct
 import threading
 import time
 
-from rawkafka import RawConn, build_batch, _str
+from rawkafka import RawConn, build_batch, request_frame
 
 API_METADATA = 3
 
@@ -36,9 +35,10 @@ def reset_hwm(pid):
         f.write("5")
 
 
-def request_frame(api_key, version, body, correlation_id=1, client_id="hostile"):
-    header = struct.pack(">hhi", api_key, version, correlation_id) + _str(client_id)
-    return header + body
+def request_header(api_key, version, correlation_id=1, client_id="hostile"):
+    """A request header v1 without the frame's size: the first bytes of a
+    frame whose size a hostile client declares itself."""
+    return request_frame(api_key, version, correlation_id, b"", client_id=client_id)[4:]
 
 
 class Hog:

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from hostile import (Hog, Prober, Pumper, metadata_v1, p99, proc_status_kib, request_frame,
+from hostile import (Hog, Prober, Pumper, metadata_v1, p99, proc_status_kib, request_header,
                      reset_hwm)
 from rawkafka import RawConn, build_batch
 from test_security import users_add
@@ -87,7 +87,7 @@ def test_partial_frames_are_charged_from_their_first_byte(broker):
     create_topic(broker, topic, 1)
     idle = settle(broker, topic)
     hog = Hog(broker.host, broker.port, 400, 32 * MIB, 4 * MIB,
-              first=request_frame(0, 3, b""))
+              first=request_header(0, 3))
     assert hog.open_count() == 400
     prober = timed_under(broker, topic, [hog])
     rss, hwm = rss_mib(broker)
@@ -140,13 +140,13 @@ def test_before_authentication_frames_are_small_and_share_a_budget(
     # A frame above sasl.server.max.receive.size (512 KiB) closes the
     # connection from its size alone, as Kafka does.
     s = socket.create_connection((b.host, sasl_port), timeout=5)
-    s.sendall(struct.pack(">i", 512 * 1024 + 1) + request_frame(17, 1, b""))
+    s.sendall(struct.pack(">i", 512 * 1024 + 1) + request_header(17, 1))
     assert closed_within(s, 5), "a 512 KiB + 1 frame before authentication is refused"
     s.close()
     # The same as G before logging in: every connection is closed at once.
-    big = Hog(b.host, sasl_port, 400, 32 * MIB, 4 * MIB, first=request_frame(17, 1, b""))
+    big = Hog(b.host, sasl_port, 400, 32 * MIB, 4 * MIB, first=request_header(17, 1))
     # Frames at the limit, half sent: they share 4 MiB between them.
-    held = Hog(b.host, sasl_port, 400, 512 * 1024, 256 * 1024, first=request_frame(17, 1, b""))
+    held = Hog(b.host, sasl_port, 400, 512 * 1024, 256 * 1024, first=request_header(17, 1))
     # (The core closes connections that have not authenticated within
     # 10 s, SASL_AUTHENTICATION_TIMEOUT_MS: all of this stays within it.)
     for _ in range(40):
@@ -184,7 +184,7 @@ def test_ten_thousand_connections_declaring_large_frames(start_broker):
     topic = unique_topic("hostile-c10k")
     create_topic(b, topic, 1)
     idle = settle(b, topic)
-    hog = Hog(b.host, b.port, 9_990, 32 * MIB, 1024, first=request_frame(0, 3, b""),
+    hog = Hog(b.host, b.port, 9_990, 32 * MIB, 1024, first=request_header(0, 3),
               connect_timeout_s=60)
     opened = hog.open_count()
     hog.pump(5.0)
