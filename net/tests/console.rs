@@ -120,14 +120,15 @@ fn metrics_count_a_produce_and_unknown_paths_are_404() {
     drop(client);
 }
 
-/// Records in the batch of `a_page_of_a_batch_of_millions_reads_only_its_records`.
-const MANY_RECORDS: i32 = 2_000_000;
+/// Records in the batch of `a_page_of_a_batch_of_millions_reads_only_its_records`:
+/// the most one batch may hold (`limits::BATCH_RECORDS_MAX`).
+const MANY_RECORDS: i32 = doze_core::limits::BATCH_RECORDS_MAX as i32;
 /// What one page view may add to the broker's peak RSS. When a batch's
 /// records were read whole, a view of that batch took +341 MiB (debug
 /// build); read one at a time, stopping at the page's 500th, +6 to +7 MiB.
 const PAGE_VIEW_RSS_GROWTH_KIB_MAX: u64 = 32 * 1024;
 
-/// A stored batch of two million tiny records (20 MB plain, zstd'd): its
+/// A stored batch of a million tiny records (10 MB plain, zstd'd): its
 /// partition page shows the first 500 with a link on to the next page, and
 /// a page from the middle of the batch shows its 500; each view costs the
 /// broker a bounded amount of memory, not one growing with the batch.
@@ -208,7 +209,7 @@ fn a_page_of_a_batch_of_millions_reads_only_its_records() {
         "{first}"
     );
 
-    let middle = 1_000_000i64;
+    let middle = i64::from(MANY_RECORDS / 2);
     let (page, growth_middle) = view(&format!("/topics/many/0?from={middle}"));
     assert_eq!(offsets(&page), twice(middle));
     assert!(
