@@ -120,6 +120,33 @@ fn a_rule_the_checks_say_fails_lists_its_records_read_again() {
     let p = produce_as(&mut w, &req, Some(checks_of(&req)));
     assert_eq!(p.error_code, ResponseError::InvalidTimestamp.code());
     assert_eq!(p.record_errors.len(), 2);
+    // Extremes, some whose distance from now overflows (Java's wrapping
+    // arithmetic refuses both ends; before.max.ms is Long.MAX_VALUE by
+    // default, so a timestamp long past is taken), each way in.
+    let invalid = ResponseError::InvalidTimestamp.code();
+    for (timestamp, want) in [
+        (i64::MAX, invalid),
+        (i64::MIN + 1, invalid),
+        (-5, 0),
+        (0, 0),
+    ] {
+        let req = produce_req(
+            "t",
+            0,
+            batch_with(&values, timestamp, Compression::Zstd),
+            -1,
+        );
+        for checks in [None, Some(checks_of(&req))] {
+            let p = produce_as(&mut w, &req, checks);
+            assert_eq!(
+                p.error_code, want,
+                "timestamp {timestamp}: {:?}",
+                p.error_message
+            );
+            let listed = if want == 0 { 0 } else { values.len() };
+            assert_eq!(p.record_errors.len(), listed, "timestamp {timestamp}");
+        }
+    }
     // In bounds: accepted, nothing read again.
     let fine = batch_with(&values, T0_MS, Compression::Zstd);
     let req = produce_req("t", 0, fine, -1);

@@ -165,13 +165,15 @@ fn timestamps_may_fail(header: &BatchHeader, rules: &RecordRules<'_>, s: &Summar
     if marked && s.no_timestamp_records > 0 {
         return true;
     }
-    if s.min_timestamp_ms == i64::MAX && s.max_timestamp_ms == batch::NO_TIMESTAMP {
-        return false; // no record has a timestamp
-    }
     let overflows = |t: i64| bounds.now_ms.checked_sub(t).is_none_or(|d| d == i64::MIN);
-    [s.min_timestamp_ms, s.max_timestamp_ms]
+    // The least is i64::MAX when no record has a timestamp (or the only
+    // one is i64::MAX, which the greatest then is); the greatest is -1
+    // when none has one above -1 (the least then holds any below).
+    let least = (s.min_timestamp_ms != i64::MAX).then_some(s.min_timestamp_ms);
+    let greatest = (s.max_timestamp_ms != batch::NO_TIMESTAMP).then_some(s.max_timestamp_ms);
+    [least, greatest]
         .into_iter()
-        .filter(|t| *t != batch::NO_TIMESTAMP && *t != i64::MAX)
+        .flatten()
         .any(|t| overflows(t) || bounds.refuse(t))
 }
 
