@@ -24,6 +24,7 @@
 //! batches to at most `limits::PRODUCE_DECOMPRESSED_BYTES_MAX`, and a batch
 //! claiming more than `limits::BATCH_RECORDS_MAX` records is not read.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 
@@ -124,10 +125,11 @@ pub fn check_request(req: &ProduceRequest) -> ProduceChecks {
             let verdict = match part.records.as_ref().and_then(one_batch) {
                 Some((header, bytes)) => {
                     let limit = plain_left.min(limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX);
-                    let verdict = read_batch(&header, &bytes, topic, part.index, limit);
-                    if let Verdict::Read(summary) = &verdict {
-                        plain_left -= summary.plain_bytes.min(plain_left);
-                    }
+                    let decompressed = Cell::new(0);
+                    let verdict = read(&header, &bytes, (topic, part.index), limit, &decompressed)
+                        .unwrap_or_else(|refused| refused);
+                    // Refused batches too: what they cost counts.
+                    plain_left -= decompressed.get().min(plain_left);
                     verdict
                 }
                 None => Verdict::NotRead,
@@ -151,15 +153,15 @@ fn one_batch(records: &Bytes) -> Option<(BatchHeader, Bytes)> {
 }
 
 /// Counts the bytes read through it.
-struct Counted<R> {
+struct Counted<'a, R> {
     inner: R,
-    bytes: usize,
+    bytes: &'a Cell<usize>,
 }
 
-impl<R: Read> Read for Counted<R> {
+impl<R: Read> Read for Counted<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.bytes += n;
+        self.bytes.set(self.bytes.get() + n);
         Ok(n)
     }
 }
@@ -176,10 +178,15 @@ pub(crate) fn read_batch(
     partition: i32,
     plain_bytes_max: usize,
 ) -> Verdict {
-    match read(header, bytes, topic, partition, plain_bytes_max) {
-        Ok(summary) => Verdict::Read(summary),
-        Err(refused) => refused,
-    }
+    let decompressed = Cell::new(0);
+    read(
+        header,
+        bytes,
+        (topic, partition),
+        plain_bytes_max,
+        &decompressed,
+    )
+    .unwrap_or_else(|refused| refused)
 }
 
 fn invalid(message: String) -> Verdict {
@@ -235,13 +242,15 @@ pub(crate) fn malformed(m: Malformed) -> String {
     }
 }
 
+/// See `read_batch`; `decompressed` counts the bytes the codec gave, also
+/// of a batch refused.
 fn read(
     header: &BatchHeader,
     bytes: &[u8],
-    topic: &str,
-    partition: i32,
+    (topic, partition): (&str, i32),
     plain_bytes_max: usize,
-) -> Result<Summary, Verdict> {
+    decompressed: &Cell<usize>,
+) -> Result<Verdict, Verdict> {
     if i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1 {
         return Err(invalid(format!(
             "Inconsistent batch offset range [{}, {}] and count of records {} in topic partition {}-{}",
@@ -273,7 +282,7 @@ fn read(
         .map_err(decompress_refusal)?;
     let counted = Counted {
         inner: stream,
-        bytes: 0,
+        bytes: decompressed,
     };
     let mut reader = Reader::new(BufReader::with_capacity(READ_CHUNK_BYTES, counted));
     let log_append_time_ms = header.has_log_append_time().then_some(header.max_timestamp);
@@ -312,6 +321,79 @@ fn read(
             "Incorrect declared batch size, records still remaining in file".into(),
         ));
     }
-    s.plain_bytes = rest.get_ref().bytes;
-    Ok(s)
+    s.plain_bytes = decompressed.get();
+    Ok(Verdict::Read(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::testing::TestBatch;
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::protocol::StrBytes;
+
+    /// A batch of `records` records of `value_bytes` each, zstd'd.
+    fn zstd_batch(records: usize, value_bytes: usize) -> Bytes {
+        let plain = TestBatch {
+            timestamp_deltas: vec![0; records],
+            value_bytes,
+            ..TestBatch::default()
+        }
+        .encode();
+        let at = batch::BATCH_HEADER_BYTES;
+        let mut b = plain[..at].to_vec();
+        b.extend(zstd::bulk::compress(&plain[at..], 1).unwrap());
+        let length = (b.len() - 12) as i32;
+        b[8..12].copy_from_slice(&length.to_be_bytes());
+        b[21..23].copy_from_slice(&4i16.to_be_bytes());
+        batch::write_crc(&mut b);
+        Bytes::from(b)
+    }
+
+    fn request(batches: Vec<Bytes>) -> ProduceRequest {
+        let parts = batches
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| {
+                PartitionProduceData::default()
+                    .with_index(i as i32)
+                    .with_records(Some(b))
+            })
+            .collect();
+        ProduceRequest::default().with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partition_data(parts)])
+    }
+
+    fn refused_too_large(v: &Verdict) -> bool {
+        matches!(v, Verdict::Refused { error, .. } if *error == ResponseError::MessageTooLarge)
+    }
+
+    /// Four batches of 60 MiB decompressed fit in the request's 256 MiB;
+    /// the fifth passes it, and what it cost counts, so the small one
+    /// after it finds nothing left.
+    #[test]
+    fn a_requests_batches_decompress_to_at_most_the_request_bound() {
+        let mib = 1 << 20;
+        let big = zstd_batch(60, mib);
+        assert!(big.len() < mib, "{} bytes", big.len());
+        let mut batches = vec![big; 5];
+        batches.push(zstd_batch(1, 10));
+        let checks = check_request(&request(batches));
+        assert_eq!(checks.len(), 6);
+        for p in 0..4 {
+            match checks.get("t", p) {
+                Some(Verdict::Read(s)) => assert!(s.plain_bytes > 60 * mib, "{s:?}"),
+                other => panic!("partition {p}: {other:?}"),
+            }
+        }
+        for p in [4, 5] {
+            let v = checks.get("t", p).unwrap();
+            assert!(refused_too_large(v), "partition {p}: {v:?}");
+        }
+        // Alone, the small one reads.
+        let alone = check_request(&request(vec![zstd_batch(1, 10)]));
+        assert!(matches!(alone.get("t", 0), Some(Verdict::Read(_))));
+    }
 }
