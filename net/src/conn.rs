@@ -414,7 +414,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
             Ok(Some((mut frame, charge))) => {
                 let read_at = Instant::now();
                 let mut checks = None;
-                if is_produce(&frame) {
+                // Not before SASL authentication: the core closes such a
+                // connection at its first Produce, its records unread.
+                if is_produce(&frame) && authenticated.load(Ordering::Acquire) {
                     let prepared = prepare_off_core(frame, Arc::clone(&codecs)).await;
                     if prepared.recompressed > 0 {
                         metrics.batches_recompressed(prepared.recompressed);
