@@ -228,6 +228,15 @@ pub enum Input {
     },
     /// One request frame from a connection, with the 4-byte size prefix removed.
     Frame { conn: ConnId, frame: Bytes },
+    /// A Produce request frame, as `Frame`, with its records already read
+    /// and checked beside the core (`produce_checks::check_frame` of this
+    /// very frame): the core trusts them and does not decompress the
+    /// batches again to check them.
+    CheckedFrame {
+        conn: ConnId,
+        frame: Bytes,
+        checks: crate::produce_checks::ProduceChecks,
+    },
     /// The connection is gone; anything owed to it is dropped.
     Disconnected { conn: ConnId },
     /// A `DiskOp::Sync` finished: on `Ok`, every disk operation emitted before

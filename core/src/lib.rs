@@ -18,6 +18,7 @@ pub mod limits;
 pub mod log;
 pub mod meta;
 pub mod metrics;
+pub mod produce_checks;
 pub mod producer;
 pub mod recompress;
 pub mod record;

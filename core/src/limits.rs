@@ -263,3 +263,27 @@ pub const CONSOLE_PARTITIONS_SHOWN_MAX: usize = 1_000;
 pub const CONSOLE_TRANSACTIONS_SHOWN_MAX: usize = 200;
 /// Consumer groups the cluster page describes (members, offsets, lag).
 pub const CONSOLE_GROUPS_SHOWN_MAX: usize = 100;
+/// Most bytes the batches of one Produce request may decompress to, all
+/// together (each batch also at most
+/// `BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`). A batch that would pass it is
+/// MESSAGE_TOO_LARGE, as one past the per-batch bound. Kafka sets none; a
+/// 32 MiB request of small high-ratio batches on many partitions would
+/// otherwise cost tens of GiB of decompressing. Clients send at most
+/// max.request.size (1 MiB by default) of compressed batches per request.
+pub const PRODUCE_DECOMPRESSED_BYTES_MAX: usize = 256 * 1024 * 1024;
+/// Most decompressed bytes the core reads again in one Produce request to
+/// list the records a topic's rules refuse (Kafka's record_errors): the
+/// records were read and counted off the core (`doze_core::produce_checks`),
+/// but which record broke a timestamp bound is known only by reading them.
+/// Past it a refused batch is answered with its error and no list, so a
+/// client cannot make the core decompress more than this per request.
+pub const PRODUCE_RECORD_ERRORS_READ_BYTES_MAX: usize = 1024 * 1024;
+/// The largest zstd window (log2 bytes) a decoder accepts: a frame may
+/// declare up to 2^31 (zstd's default limit is 2^27, 128 MiB), which the
+/// decoder allocates whatever bound is set on its output. 2^24 (16 MiB) is
+/// the window of zstd's levels 1–19 on inputs of any size (and of every
+/// level on inputs under 16 MiB); a producer streaming at levels 20–22
+/// (window 2^25–2^27) without a known size has its batches refused as a
+/// stream the codec cannot read (UNKNOWN_SERVER_ERROR). doze's own zstd
+/// writer (compression.zstd.level 20-22) uses this window too.
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 24;

@@ -195,6 +195,11 @@ impl<R: BufRead> Reader<R> {
         }
     }
 
+    /// The stream, past the records read.
+    pub fn into_inner(self) -> R {
+        self.source
+    }
+
     /// The next record. After an error the stream's place is unknown: read
     /// no further.
     pub fn next_record(&mut self) -> Result<Record<'_>, Unread> {

@@ -70,7 +70,7 @@ use crate::budget::{Charge, Lane, RequestBudget};
 use crate::console::metrics::{NetMetrics, OpenConnection};
 #[cfg(not(madsim))]
 use crate::filereader::SpliceError;
-use crate::produce_prep::{prepare_off_core, TopicCodecs};
+use crate::produce_prep::{is_produce, prepare_off_core, TopicCodecs};
 use crate::server::Event;
 use crate::storage::{recycle_chunk, Backlog, Frame, FrameFuture, FrameReadError, ReadyFrame};
 
@@ -413,16 +413,21 @@ async fn read_loop<R: AsyncRead + Unpin>(
         match frame {
             Ok(Some((mut frame, charge))) => {
                 let read_at = Instant::now();
-                if codecs.wants(&frame) {
-                    let prepared = prepare_off_core(frame.clone(), Arc::clone(&codecs)).await;
-                    if let Some((prepared, batches)) = prepared {
-                        metrics.batches_recompressed(batches);
-                        frame = prepared;
+                let mut checks = None;
+                // Not before SASL authentication: the core closes such a
+                // connection at its first Produce, its records unread.
+                if is_produce(&frame) && authenticated.load(Ordering::Acquire) {
+                    let prepared = prepare_off_core(frame, Arc::clone(&codecs)).await;
+                    if prepared.recompressed > 0 {
+                        metrics.batches_recompressed(prepared.recompressed);
                     }
+                    frame = prepared.frame;
+                    checks = prepared.checks;
                 }
                 let frame = Event::Frame {
                     conn,
                     frame,
+                    checks,
                     read_at,
                     charge,
                 };

@@ -1,6 +1,10 @@
 //! Produce requests prepared on the connection task: the batches of a
 //! topic whose compression.type names a codec are recompressed here,
-//! beside the core, before the frame is handed in.
+//! beside the core, and then every batch's records are read and checked
+//! (`doze_core::produce_checks`), before the frame is handed in with what
+//! was found (`Input::CheckedFrame`). Decompressing and reading records is
+//! the core's costliest work after compressing (issue 38, row A: a 529 KiB
+//! request of small zstd batches held every other client 6.8 s).
 //!
 //! Compressing is the costliest thing a produce can ask (gzip at its default
 //! level takes about 30 ms per MiB here, zstd at level 19 and up several
@@ -15,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::{Bytes, BytesMut};
+use doze_core::produce_checks::{self, ProduceChecks};
 use doze_core::topic_config::{ProducePrep, StoredCompression};
 use doze_core::{batch, limits, recompress};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
@@ -68,21 +73,100 @@ impl TopicCodecs {
     }
 }
 
-/// `prepare`, its compressing on the blocking pool once a task permit is
-/// free (inline under the simulator, which has no blocking pool). A request
-/// with nothing to recompress is decoded here and waits for no permit. The
-/// connection awaits it: its next request is read only after this one is
-/// handed in.
-pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Option<(Bytes, usize)> {
-    let plan = plan(&frame, &codecs)?;
-    let _permit = Arc::clone(&codecs.tasks).acquire_owned().await.ok()?;
+/// Whether `frame` is a Produce request: cheap, for every frame.
+pub fn is_produce(frame: &[u8]) -> bool {
+    frame.get(..2) == Some(&(ApiKey::Produce as i16).to_be_bytes()[..])
+}
+
+/// A Produce frame as it goes to the core.
+pub struct Prepared {
+    pub frame: Bytes,
+    /// Its records as read (`None`: not a request the core reads records
+    /// of; the core answers it as it came).
+    pub checks: Option<ProduceChecks>,
+    /// Batches recompressed.
+    pub recompressed: usize,
+}
+
+/// `prepare`, then `produce_checks::check_frame` of what it gives, on the
+/// blocking pool once a task permit is free (inline under the simulator,
+/// which has no blocking pool). A small request whose batches are all
+/// uncompressed is checked here, costing about its bytes, and waits for no
+/// permit. The connection awaits it: its next request is read only after
+/// this one is handed in.
+pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Prepared {
+    let plan = if codecs.wants(&frame) {
+        plan(&frame, &codecs)
+    } else {
+        None
+    };
+    if plan.is_none() && frame.len() <= limits::SMALL_REQUEST_BYTES_MAX {
+        if let Some(request) = decode(&frame).filter(all_uncompressed) {
+            let checks = Some(produce_checks::check_request(&request));
+            return Prepared {
+                frame,
+                checks,
+                recompressed: 0,
+            };
+        }
+    }
+    let Ok(_permit) = Arc::clone(&codecs.tasks).acquire_owned().await else {
+        return Prepared {
+            frame,
+            checks: None,
+            recompressed: 0,
+        };
+    };
+    // Handed in as it came if the task panicked: the core reads it.
     #[cfg(not(madsim))]
-    return tokio::task::spawn_blocking(move || plan.run())
+    let as_came = frame.clone();
+    let work = move || {
+        let (frame, recompressed) = plan.and_then(Plan::run).unwrap_or((frame, 0));
+        let checks = produce_checks::check_frame(&frame);
+        Prepared {
+            frame,
+            checks,
+            recompressed,
+        }
+    };
+    #[cfg(not(madsim))]
+    return tokio::task::spawn_blocking(work)
         .await
-        .ok()
-        .flatten();
+        .unwrap_or_else(|_| Prepared {
+            frame: as_came,
+            checks: None,
+            recompressed: 0,
+        });
     #[cfg(madsim)]
-    return plan.run();
+    return work();
+}
+
+/// The Produce request `frame` holds, decoded, if the core serves its version.
+fn decode(frame: &Bytes) -> Option<ProduceRequest> {
+    let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
+    if !doze_core::versions::is_supported(ApiKey::Produce, version) {
+        return None;
+    }
+    let header_version = ApiKey::Produce.request_header_version(version);
+    // kafka-protocol's decoders can panic on hostile input; the core
+    // guards the same call the same way.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut buf = frame.clone();
+        RequestHeader::decode(&mut buf, header_version).ok()?;
+        ProduceRequest::decode(&mut buf, version).ok()
+    }));
+    decoded.ok()?
+}
+
+/// Whether no batch of the request is compressed (by its header): reading
+/// its records then costs about their bytes.
+fn all_uncompressed(request: &ProduceRequest) -> bool {
+    request
+        .topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .filter_map(|p| p.records.as_deref())
+        .all(|records| batch::parse_header(records).is_ok_and(|h| h.compression_code() == 0))
 }
 
 /// `frame` (a request without its size prefix) with the batches of its

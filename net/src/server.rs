@@ -110,6 +110,9 @@ pub enum Event {
     Frame {
         conn: ConnId,
         frame: Bytes,
+        /// A Produce request's records as read on the connection task
+        /// (`produce_prep`), handed in with it (`Input::CheckedFrame`).
+        checks: Option<doze_core::produce_checks::ProduceChecks>,
         /// When the reader had it whole: where its latency starts.
         read_at: Instant,
         /// The frame's bytes in the request budget, given back once the
@@ -620,6 +623,7 @@ impl<Q: StorageQueue> Driver<Q> {
             Event::Frame {
                 conn,
                 frame,
+                checks,
                 read_at,
                 charge,
             } => {
@@ -631,7 +635,15 @@ impl<Q: StorageQueue> Driver<Q> {
                     return Ok(());
                 }
                 handle.requests.read(&frame, read_at);
-                let handled = self.handle(Input::Frame { conn, frame });
+                let input = match checks {
+                    Some(checks) => Input::CheckedFrame {
+                        conn,
+                        frame,
+                        checks,
+                    },
+                    None => Input::Frame { conn, frame },
+                };
+                let handled = self.handle(input);
                 // Taken by the core: what it keeps of the frame (appends)
                 // is counted by the storage's backlog until written.
                 drop(charge);

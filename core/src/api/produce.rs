@@ -25,7 +25,8 @@
 //!
 //! Every record of every batch is read, a compressed batch decompressed
 //! (never past `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`: a batch that
-//! decompresses to more is MESSAGE_TOO_LARGE), and checked as Kafka's
+//! decompresses to more is MESSAGE_TOO_LARGE), by the driver beside the
+//! core (`crate::produce_checks`), and checked as Kafka's
 //! LogValidator checks it (`check_records`): on a compacted topic each
 //! record has a key; on a CreateTime topic each record's timestamp lies
 //! within message.timestamp.before.max.ms before and
@@ -54,6 +55,7 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
+use crate::produce_checks::{self, Verdict};
 use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
 use crate::topic_config::AppendConfig;
@@ -82,6 +84,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
         let response = error_response(&req, ResponseError::InvalidRequiredAcks);
         return b.respond(&ctx, ResponseKind::Produce(response));
     }
+    // Read beside the core by the driver (`Input::CheckedFrame`); a frame
+    // handed in without them, or a request deferred and handled again, is
+    // read here.
+    let checks = b
+        .take_produce_checks()
+        .unwrap_or_else(|| produce_checks::check_request(&req));
+    let mut reread_left = limits::PRODUCE_RECORD_ERRORS_READ_BYTES_MAX;
     let mut response = ProduceResponse::default();
     let mut waits = Vec::new();
     let mut refused_a_topic = false;
@@ -104,7 +113,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                 .with_log_append_time_ms(-1)
                 .with_log_start_offset(-1);
             let appended = if writable {
-                append_partition(b, name, part.index, part.records.as_ref())
+                let entry = PartitionEntry {
+                    topic_name: name,
+                    partition: part.index,
+                    records: part.records.as_ref(),
+                    verdict: checks.get(name, part.index),
+                };
+                append_partition(b, entry, &mut reread_left)
             } else {
                 Err(refused(ResponseError::TopicAuthorizationFailed, None))
             };
@@ -189,7 +204,7 @@ fn has_transactional_batch(req: &ProduceRequest) -> bool {
 /// partition named twice is appended once, from its last entry, and
 /// answered once. A request repeating one partition thousands of times
 /// costs one batch's checks, not thousands.
-fn entries_by_partition(
+pub(crate) fn entries_by_partition(
     req: &ProduceRequest,
 ) -> Vec<(&str, Vec<&produce_request::PartitionProduceData>)> {
     let mut topics: Vec<(&str, Vec<&produce_request::PartitionProduceData>)> = Vec::new();
@@ -271,12 +286,26 @@ fn refused(error: ResponseError, message: Option<String>) -> Refusal {
     }
 }
 
+/// One partition entry of the request, with what was read of its records
+/// (`produce_checks`).
+struct PartitionEntry<'a> {
+    topic_name: &'a str,
+    partition: i32,
+    records: Option<&'a bytes::Bytes>,
+    verdict: Option<&'a Verdict>,
+}
+
 fn append_partition(
     b: &mut Broker,
-    topic_name: &str,
-    partition: i32,
-    records: Option<&bytes::Bytes>,
+    entry: PartitionEntry<'_>,
+    reread_left: &mut usize,
 ) -> AppendResult {
+    let PartitionEntry {
+        topic_name,
+        partition,
+        records,
+        verdict,
+    } = entry;
     let Some(topic) = b.topics().get(topic_name) else {
         return Err(refused(ResponseError::UnknownTopicOrPartition, None));
     };
@@ -338,7 +367,17 @@ fn append_partition(
         ));
     }
     check_size(bytes.len(), segment_bytes, message_bytes_max)?;
-    let checked = check_records(&header, &bytes, &rules)?;
+    // Every entry the core reads was read beside it; one missing is read here.
+    let read_here;
+    let verdict = match verdict {
+        Some(verdict) => verdict,
+        None => {
+            let max = limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX;
+            read_here = produce_checks::read_batch(&header, &bytes, topic_name, partition, max);
+            &read_here
+        }
+    };
+    let checked = check_records(&header, &bytes, &rules, verdict, reread_left)?;
     // Stored with the topic's compression.type (`stored_form`), and then
     // as Kafka stores a produced batch: CreateTime, with the records' own
     // max timestamp (`batch::with_create_time_max`). Producers send exactly

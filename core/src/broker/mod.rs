@@ -88,6 +88,9 @@ pub struct Broker {
     pending_meta: BTreeMap<IoId, MetaAction>,
     /// Admin requests waiting for a topic's meta.db change in flight.
     deferred: Vec<(RequestCtx, RequestKind)>,
+    /// What the driver read of the Produce frame being handled
+    /// (`Input::CheckedFrame`), for Produce to take.
+    produce_checks: Option<crate::produce_checks::ProduceChecks>,
     /// Produce requests waiting for their data to be durable.
     pending_produces: Vec<api::produce::PendingProduce>,
     /// WriteTxnMarkers requests waiting for their markers to be durable.
@@ -157,6 +160,7 @@ impl Broker {
             all_sync_wanted: false,
             pending_meta: BTreeMap::new(),
             deferred: Vec::new(),
+            produce_checks: None,
             pending_produces: Vec::new(),
             pending_markers: Vec::new(),
             waiting_fetches: Vec::new(),
@@ -253,13 +257,12 @@ impl Broker {
         self.now_ms = self.now_ms.max(now_ms);
         match input {
             Input::Boot(state) => self.handle_boot(state),
-            Input::Frame { conn, frame } => {
-                assert!(self.booted, "a request arrived before Input::Boot");
-                match self.booting.as_mut() {
-                    Some(boot) => boot.park(conn, frame),
-                    None => self.handle_frame_now(conn, frame),
-                }
-            }
+            Input::Frame { conn, frame } => self.handle_frame(conn, frame, None),
+            Input::CheckedFrame {
+                conn,
+                frame,
+                checks,
+            } => self.handle_frame(conn, frame, Some(checks)),
             Input::Disconnected { conn } => self.handle_disconnected(conn),
             Input::Connected {
                 conn,
@@ -292,6 +295,24 @@ impl Broker {
             self.outputs.push_back(offer);
         }
         self.check_stopped();
+    }
+
+    fn handle_frame(
+        &mut self,
+        conn: ConnId,
+        frame: bytes::Bytes,
+        checks: Option<crate::produce_checks::ProduceChecks>,
+    ) {
+        assert!(self.booted, "a request arrived before Input::Boot");
+        match self.booting.as_mut() {
+            Some(boot) => boot.park(conn, frame, checks),
+            None => self.handle_frame_now(conn, frame, checks),
+        }
+    }
+
+    /// What the driver read of the Produce request being handled, once.
+    pub(crate) fn take_produce_checks(&mut self) -> Option<crate::produce_checks::ProduceChecks> {
+        self.produce_checks.take()
     }
 
     fn handle_boot(&mut self, state: BootState) {

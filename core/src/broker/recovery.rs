@@ -32,6 +32,7 @@ use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDi
 use crate::limits;
 use crate::log::recovery::LogRecovery;
 use crate::meta::{self, MetaEntry};
+use crate::produce_checks::ProduceChecks;
 use crate::producer::ProducerStates;
 use crate::topics::PartitionKey;
 use crate::txn::PartitionTxns;
@@ -70,16 +71,16 @@ pub(crate) struct Boot {
     /// Whether the coordinator's stored decisions were taken up.
     resumed: bool,
     /// Frames that arrived before the broker served, in order.
-    parked: VecDeque<(ConnId, Bytes)>,
+    parked: VecDeque<(ConnId, Bytes, Option<ProduceChecks>)>,
 }
 
 impl Boot {
-    pub fn park(&mut self, conn: ConnId, frame: Bytes) {
-        self.parked.push_back((conn, frame));
+    pub fn park(&mut self, conn: ConnId, frame: Bytes, checks: Option<ProduceChecks>) {
+        self.parked.push_back((conn, frame, checks));
     }
 
     pub fn forget_conn(&mut self, conn: ConnId) {
-        self.parked.retain(|(c, _)| *c != conn);
+        self.parked.retain(|(c, _, _)| *c != conn);
     }
 
     pub fn is_boot_read(&self, io: IoId) -> bool {
@@ -403,7 +404,7 @@ fn serve(b: &mut Broker) {
     crate::txn::boot::resume(b);
     let recovered: BTreeSet<PartitionKey> = boot.recovered.into_iter().collect();
     b.write_due_checkpoints(recovered.into_iter().collect(), Due::Now);
-    for (conn, frame) in boot.parked {
-        b.handle_frame_now(conn, frame);
+    for (conn, frame, checks) in boot.parked {
+        b.handle_frame_now(conn, frame, checks);
     }
 }

@@ -16,7 +16,12 @@ use crate::versions;
 impl Broker {
     /// Handles one request frame (after start-up: frames that came during it
     /// were parked and come here in order).
-    pub(super) fn handle_frame_now(&mut self, conn: ConnId, frame: Bytes) {
+    pub(super) fn handle_frame_now(
+        &mut self,
+        conn: ConnId,
+        frame: Bytes,
+        checks: Option<crate::produce_checks::ProduceChecks>,
+    ) {
         if self.sasl_unframed(conn) {
             // After SaslHandshake v0 the tokens come bare, without a header.
             return self.handle_sasl_token(conn, frame);
@@ -84,7 +89,10 @@ impl Broker {
                 let client_id = header.client_id.unwrap_or_default();
                 ctx.client_id =
                     kafka_protocol::protocol::StrBytes::from_string(client_id.to_string());
-                api::dispatch(self, ctx, request)
+                // Taken by Produce; never left for another request.
+                self.produce_checks = checks;
+                api::dispatch(self, ctx, request);
+                self.produce_checks = None;
             }
             Ok(Err(e)) => {
                 tracing::debug!(

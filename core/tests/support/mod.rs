@@ -452,6 +452,18 @@ impl World {
 
     /// Sends a request; returns its correlation id.
     pub fn send<R: Request + Encodable>(&mut self, conn: ConnId, version: i16, req: &R) -> i32 {
+        self.send_as(conn, version, req, |frame| Input::Frame { conn, frame })
+    }
+
+    /// Sends a request handed in as `input` makes its frame an input (a
+    /// driver's `Input::CheckedFrame`); returns its correlation id.
+    pub fn send_as<R: Request + Encodable>(
+        &mut self,
+        conn: ConnId,
+        version: i16,
+        req: &R,
+        input: impl FnOnce(Bytes) -> Input,
+    ) -> i32 {
         let key = ApiKey::try_from(R::KEY).expect("known key");
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;
@@ -460,7 +472,7 @@ impl World {
         })
         .unwrap();
         self.asked.insert((conn, correlation_id), (key, version));
-        self.input(Input::Frame { conn, frame });
+        self.input(input(frame));
         correlation_id
     }
 

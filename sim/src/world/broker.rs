@@ -804,7 +804,11 @@ fn txn_state_written(ops: &[doze_core::MetaOp], state: &[u8]) -> bool {
 fn describe_input(input: &Input) -> String {
     match input {
         Input::Boot(_) => "Boot".into(),
-        Input::Frame { conn, frame } => format!("frame #{conn} {}B", frame.len()),
+        // The same words for a frame with its Produce checks: the trace
+        // tells what the broker was handed, which they do not change.
+        Input::Frame { conn, frame } | Input::CheckedFrame { conn, frame, .. } => {
+            format!("frame #{conn} {}B", frame.len())
+        }
         Input::Disconnected { conn } => format!("disconnected #{conn}"),
         Input::Connected {
             conn,

@@ -43,7 +43,17 @@ impl World {
             self.note(format!("#{conn}: frame not read, the broker is stopping"));
             return;
         }
-        self.broker_input(Input::Frame { conn, frame });
+        // As net's connection task does (`produce_checks`): a Produce
+        // request's records are read before the frame is handed in.
+        let input = match doze_core::produce_checks::check_frame(&frame) {
+            Some(checks) => Input::CheckedFrame {
+                conn,
+                frame,
+                checks,
+            },
+            None => Input::Frame { conn, frame },
+        };
+        self.broker_input(input);
     }
 
     /// A response from the broker goes on the wire.

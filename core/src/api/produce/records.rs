@@ -20,6 +20,12 @@
 //! A record's key or timestamp error lists it in the answer; any timestamp
 //! error makes the batch INVALID_TIMESTAMP, key errors alone INVALID_RECORD
 //! (processRecordErrors).
+//!
+//! The records are read once, beside the core (`crate::produce_checks`,
+//! which streams them and answers the checks that do not depend on the
+//! topic); the core checks the topic's rules against what that found
+//! (`check_records`) and reads a batch here (`read_and_check`) only to list
+//! the records a rule refuses, within a bound per request.
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -29,7 +35,8 @@ use crate::batch::{self, BatchHeader};
 use crate::limits;
 use crate::log::clean::codec::DecompressError;
 use crate::log::clean::records::{self as decompress, Bound, RebuildError};
-use crate::record::{self, Framing, Malformed};
+use crate::produce_checks::{malformed, Summary, Verdict};
+use crate::record::{self, Framing};
 use crate::topic_config::StoredCompression;
 
 /// The bounds a CreateTime topic puts on record timestamps.
@@ -84,8 +91,95 @@ pub(super) struct Checked {
     pub plain: Option<Bytes>,
 }
 
-/// Checks every record of the batch (see the module's doc).
+/// Checks the topic's rules against what was read of the batch beside the
+/// core (`produce_checks`, see the module's doc). Only when a rule may
+/// refuse a record is the batch read again here, to list which (Kafka's
+/// record_errors), while `reread_left` (decompressed bytes, of
+/// `limits::PRODUCE_RECORD_ERRORS_READ_BYTES_MAX` per request) lasts; past
+/// it the batch is refused with the same error and no list.
 pub(super) fn check_records(
+    header: &BatchHeader,
+    bytes: &[u8],
+    rules: &RecordRules<'_>,
+    verdict: &Verdict,
+    reread_left: &mut usize,
+) -> Result<Checked, Refusal> {
+    let summary = match verdict {
+        Verdict::Read(summary) => summary,
+        Verdict::Refused {
+            error,
+            message,
+            by_log,
+        } => {
+            let refusal = refused(*error, Some(message.clone()));
+            return Err(if *by_log { refusal.by_log() } else { refusal });
+        }
+        // The core refuses such an entry before its records: a driver that
+        // says otherwise is checked the long way.
+        Verdict::NotRead => return read_and_check(header, bytes, rules),
+    };
+    let keys_fail = rules.compacted && summary.keyless_records > 0;
+    let timestamps_fail = timestamps_may_fail(header, rules, summary);
+    if !keys_fail && !timestamps_fail {
+        return Ok(Checked {
+            max_timestamp_ms: summary.max_timestamp_ms,
+            offsets_in_order: summary.offsets_in_order,
+            plain: None,
+        });
+    }
+    if summary.plain_bytes <= *reread_left {
+        *reread_left -= summary.plain_bytes;
+        return read_and_check(header, bytes, rules);
+    }
+    let message = if timestamps_fail {
+        "One or more records have been rejected due to invalid timestamp (not listed: the \
+         batch is larger than the broker reads again per request)"
+            .to_owned()
+    } else {
+        format!(
+            "One or more records have been rejected due to {} record errors in total (not \
+             listed: the batch is larger than the broker reads again per request)",
+            summary.keyless_records
+        )
+    };
+    let error = if timestamps_fail {
+        ResponseError::InvalidTimestamp
+    } else {
+        ResponseError::InvalidRecord
+    };
+    Err(refused(error, Some(message)).by_log())
+}
+
+/// Whether a record's timestamp may break the topic's rule, from the
+/// least and greatest: the bounds refuse a timestamp below one end or
+/// above the other, so if neither extreme is refused none is (a timestamp
+/// whose distance from now overflows is taken as refused, and
+/// `read_and_check` then decides). A client's LogAppendTime mark is
+/// refused on a LogAppendTime topic, and on a CreateTime one for a record
+/// without a timestamp.
+fn timestamps_may_fail(header: &BatchHeader, rules: &RecordRules<'_>, s: &Summary) -> bool {
+    let marked = header.has_log_append_time();
+    let Some(bounds) = &rules.bounds else {
+        return marked;
+    };
+    if marked && s.no_timestamp_records > 0 {
+        return true;
+    }
+    let overflows = |t: i64| bounds.now_ms.checked_sub(t).is_none_or(|d| d == i64::MIN);
+    // The least is i64::MAX when no record has a timestamp (or the only
+    // one is i64::MAX, which the greatest then is); the greatest is -1
+    // when none has one above -1 (the least then holds any below).
+    let least = (s.min_timestamp_ms != i64::MAX).then_some(s.min_timestamp_ms);
+    let greatest = (s.max_timestamp_ms != batch::NO_TIMESTAMP).then_some(s.max_timestamp_ms);
+    [least, greatest]
+        .into_iter()
+        .flatten()
+        .any(|t| overflows(t) || bounds.refuse(t))
+}
+
+/// Reads and checks every record of the batch here, listing each one a
+/// rule refuses (see the module's doc).
+fn read_and_check(
     header: &BatchHeader,
     bytes: &[u8],
     rules: &RecordRules<'_>,
@@ -268,17 +362,7 @@ fn read_records(
                  buffer has only {remaining} remaining bytes."
             ),
         })?;
-        let r = record::read(bytes).map_err(|e| match e {
-            Malformed::EndsIn(_) => "Found invalid record structure".to_owned(),
-            Malformed::NegativeHeaderCount(n) => {
-                format!("Found invalid number of record headers {n}")
-            }
-            Malformed::NegativeHeaderKey(n) => format!("Invalid negative header key size {n}"),
-            Malformed::Leftover { length, read } => format!(
-                "Invalid record size: expected to read {length} bytes in record payload, but \
-                 instead read {read}"
-            ),
-        })?;
+        let r = record::read(bytes).map_err(malformed)?;
         let timestamp =
             log_append_time_ms.unwrap_or(header.base_timestamp.wrapping_add(r.timestamp_delta));
         each(

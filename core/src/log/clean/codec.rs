@@ -55,15 +55,26 @@ pub fn decompress(codec: u8, compressed: &[u8], limit: usize) -> Result<Bytes, D
         1 => read_bounded(flate2::read::MultiGzDecoder::new(compressed), limit),
         2 => snappy(compressed, limit),
         3 => read_bounded(lz4::Decoder::new(compressed).map_err(corrupt)?, limit),
-        4 => read_bounded(
-            zstd::stream::read::Decoder::new(compressed).map_err(corrupt)?,
-            limit,
-        ),
+        4 => read_bounded(zstd_decoder(compressed).map_err(corrupt)?, limit),
         other => Err(DecompressError::Corrupt(format!(
             "unknown compression codec {other}"
         ))),
     }
 }
+
+/// A zstd decoder of `compressed` that refuses a frame declaring a window
+/// past `limits::ZSTD_WINDOW_LOG_MAX`: the decoder allocates the window a
+/// frame declares (up to 2^31 bytes) before it gives a byte, whatever bound
+/// its reader sets on the output.
+pub fn zstd_decoder(compressed: &[u8]) -> std::io::Result<zstd::stream::read::Decoder<'_, &[u8]>> {
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(compressed)?;
+    decoder.window_log_max(crate::limits::ZSTD_WINDOW_LOG_MAX)?;
+    Ok(decoder)
+}
+
+/// The lowest zstd level whose window (2^25 and up, on an input of unknown
+/// size) passes `limits::ZSTD_WINDOW_LOG_MAX`.
+const ZSTD_LEVEL_WINDOW_CAPPED_MIN: i32 = 20;
 
 /// compression.lz4.level's default, which Kafka compresses with lz4-java's
 /// fast compressor rather than the high (HC) one its other levels use.
@@ -154,7 +165,19 @@ impl Packer {
                     .map_err(io)?;
                 Sink::Lz4(e)
             }
-            4 => Sink::Zstd(zstd::stream::write::Encoder::new(Vec::new(), level).map_err(io)?),
+            4 => {
+                let mut encoder =
+                    zstd::stream::write::Encoder::new(Vec::new(), level).map_err(io)?;
+                // Levels 20-22 would declare a window past what doze's
+                // decoders take (`limits::ZSTD_WINDOW_LOG_MAX`); a batch
+                // of at most 64 MiB loses little by the smaller one.
+                if level >= ZSTD_LEVEL_WINDOW_CAPPED_MIN {
+                    let window =
+                        zstd::zstd_safe::CParameter::WindowLog(crate::limits::ZSTD_WINDOW_LOG_MAX);
+                    encoder.set_parameter(window).map_err(io)?;
+                }
+                Sink::Zstd(encoder)
+            }
             other => return Err(format!("unknown compression codec {other}")),
         };
         Ok(Self {
@@ -324,6 +347,36 @@ mod tests {
         }
         .unwrap();
         out.freeze()
+    }
+
+    /// A zstd frame, streamed without its size (as zstd-jni's output
+    /// stream writes one), that declares a window of 2^`window_log`.
+    fn zstd_with_window(window_log: u32, plain: &[u8]) -> Vec<u8> {
+        let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        e.set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))
+            .unwrap();
+        e.write_all(plain).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_zstd_window_past_the_cap_is_refused_before_it_is_allocated() {
+        let plain = b"a record or two".repeat(100);
+        let cap = crate::limits::ZSTD_WINDOW_LOG_MAX;
+        let within = zstd_with_window(cap, &plain);
+        assert_eq!(decompress(4, &within, 1 << 20).unwrap(), plain[..]);
+        // 2^27, 128 MiB: zstd's own default limit takes it.
+        let past = zstd_with_window(27, &plain);
+        assert!(zstd::stream::decode_all(&past[..]).is_ok());
+        for frame in [&past, &zstd_with_window(cap + 1, &plain)] {
+            match decompress(4, frame, 1 << 20) {
+                Err(DecompressError::Corrupt(why)) => assert!(why.contains("memory"), "{why}"),
+                other => panic!("a window past the cap was read: {other:?}"),
+            }
+            let mut stream = super::super::codec_stream::decompressing(4, frame, 1 << 20).unwrap();
+            let mut out = Vec::new();
+            assert!(stream.read_to_end(&mut out).is_err());
+        }
     }
 
     #[test]

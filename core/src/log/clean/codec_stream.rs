@@ -36,7 +36,7 @@ pub fn decompressing<'a>(
         1 => Box::new(flate2::bufread::MultiGzDecoder::new(compressed)),
         2 => Box::new(Snappy::new(compressed, limit)?),
         3 => Box::new(lz4::Decoder::new(compressed).map_err(corrupt)?),
-        4 => Box::new(zstd::stream::read::Decoder::with_buffer(compressed).map_err(corrupt)?),
+        4 => Box::new(super::codec::zstd_decoder(compressed).map_err(corrupt)?),
         other => {
             return Err(DecompressError::Corrupt(format!(
                 "unknown compression codec {other}"
