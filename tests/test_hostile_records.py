@@ -320,6 +320,35 @@ def test_row_b_millions_of_records_are_refused_unread(broker):
     row_b_under_attack(broker, batch, "B")
 
 
+@pytest.mark.timeout(180)
+def test_row_b_a_rebuild_at_the_count_bound(broker):
+    """Row B at the count bound: 1 M of the same records, which the broker
+    reads (decompresses and checks) and starts to rebuild before it finds
+    the rebuilt batch too large."""
+    row_b_under_attack(broker, rebuild_batch(), "B at the count bound")
+
+
+@pytest.mark.timeout(180)
+def test_row_c_console_pages_of_a_batch_of_a_million_records(start_broker):
+    b = start_broker(console=True)
+    assert b.console_url, "the console's URL"
+    probe = create_topic(b, unique_topic("hostile-c-probe"), 1)
+    topic = create_topic(b, unique_topic("hostile-c"), 1, STORED_TOPIC)
+    # Twice the count bound is refused: no batch of millions is stored now.
+    twice = batch_of(gzip_repeated(record(), 2 * RECORDS_MAX), 2 * RECORDS_MAX)
+    assert produce_once(b, topic, twice)[0] == MESSAGE_TOO_LARGE
+    batch = stored_batch()
+    idle = settle(b, probe)
+    assert produce_once(b, topic, batch) == (0, 0)
+    print(f"C: {RECORDS_MAX} records stored in a {len(batch)}-byte batch")
+    attack = Viewing(b.console_url, topic, RECORDS_MAX)
+    prober = timed_with(b, probe, [attack], ATTACK_S)
+    check_memory(b, idle, "C")
+    check_latency(prober, "C")
+    assert not attack.errors, attack.errors[:5]
+    assert attack.seen["views"] >= 6, attack.seen
+
+
 def cleaned(first, records):
     """Whether the log's first batch, `first` (base offset, count), is no
     longer the batch of `records` records stored at offset 0: a cleaner
