@@ -429,3 +429,78 @@ def test_rows_e_f_the_cleaner_over_a_batch_of_a_million_records(start_broker):
     print(f"F: {fewer} records stored; first batch from offset 0 then {first}")
     check_memory(b, reset_idle, "F")
     assert cleaned(first, fewer), f"not cleaned: {first}"
+
+
+def all_attacks_broker(start_broker):
+    """A broker with a SASL listener (H), the console (C) and a quick
+    cleaner (E); returns it and the SASL port."""
+    plain, sasl = free_ports(2)
+    b = start_broker(sets=[f"listeners=PLAINTEXT://127.0.0.1:{plain},"
+                           f"SASL_PLAINTEXT://127.0.0.1:{sasl}", *CLEANER_SETS],
+                     name="hostile-all", listen_port=plain, console=True)
+    return b, sasl
+
+
+def start_row_g(b, _sasl, _topics):
+    """G: 400 connections holding 4 MiB of a declared 32 MiB Produce."""
+    return Hogging("G", lambda: [Hog(b.host, b.port, 400, 32 * MIB, 4 * MIB,
+                                     first=request_header(0, 3))], every_s=ALL_TOGETHER_S)
+
+
+def start_row_h(b, sasl, _topics):
+    """H, before authentication: 100 frames past the 512 KiB limit (closed at
+    once) and 300 at it, half sent; renewed every 8 s, within the 10 s the
+    core gives a connection to log in."""
+    return Hogging("H", lambda: [
+        Hog(b.host, sasl, 100, 32 * MIB, 4 * MIB, first=request_header(17, 1)),
+        Hog(b.host, sasl, 300, 512 * 1024, 256 * 1024, first=request_header(17, 1))],
+        every_s=8.0)
+
+
+def start_row_b(b, _sasl, topics):
+    return Producing(b, topics["b"], [row_b_batch()])
+
+
+def start_row_c(b, _sasl, topics):
+    return Viewing(b.console_url, topics["c"], RECORDS_MAX)
+
+
+def start_row_e(b, _sasl, topics):
+    return Compacting(b, topics["e"])
+
+
+# Every attack of the all-together test, each `start(broker, sasl_port,
+# topics) -> Attack`. Row A (Produce requests of many small zstd batches,
+# decompressed off the core: /work/wt-e) joins as one more line here.
+ATTACK_STARTERS = [start_row_g, start_row_h, start_row_b, start_row_c, start_row_e]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_all_attacks_together_for_a_minute(start_broker):
+    b, sasl = all_attacks_broker(start_broker)
+    assert b.console_url, "the console's URL"
+    probe = create_topic(b, unique_topic("hostile-all-probe"), 1)
+    topics = {
+        "b": create_topic(b, unique_topic("hostile-all-b"), 1, {"compression.type": "lz4"}),
+        "c": create_topic(b, unique_topic("hostile-all-c"), 1, STORED_TOPIC),
+        "e": create_topic(b, unique_topic("hostile-all-e"), 1, COMPACT_TOPIC),
+    }
+    row_b_batch()
+    assert produce_once(b, topics["c"], stored_batch()) == (0, 0)
+    idle = settle(b, probe)
+    attacks = [start(b, sasl, topics) for start in ATTACK_STARTERS]
+    prober = timed_with(b, probe, attacks, ALL_TOGETHER_S)
+    check_memory(b, idle, "all together")
+    check_latency(prober, "all together")
+    by_name = {a.name: a for a in attacks}
+    for a in attacks:
+        assert not a.errors, f"{a.name}: {a.errors[:5]}"
+    # Each attack ran: B answered, C's pages were served, E's batches
+    # stored, and a cleaner pass rebuilt one.
+    assert by_name["B"].seen[f"error {MESSAGE_TOO_LARGE}"] >= 3, by_name["B"].seen
+    assert by_name["C"].seen["views"] >= 3, by_name["C"].seen
+    assert by_name["E"].seen["produce error 0"] >= 3, by_name["E"].seen
+    first = wait_cleaned(b, topics["e"], RECORDS_MAX, timeout_s=10)
+    print(f"all together: first batch of the compacted topic {first}")
+    assert cleaned(first, RECORDS_MAX), f"E's topic was not cleaned: {first}"
