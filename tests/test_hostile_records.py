@@ -496,8 +496,11 @@ def test_all_attacks_together_for_a_minute(start_broker):
     by_name = {a.name: a for a in attacks}
     for a in attacks:
         assert not a.errors, f"{a.name}: {a.errors[:5]}"
-    # Each attack ran: B answered, C's pages were served, E's batches
-    # stored, and a cleaner pass rebuilt one.
+    # Each attack ran: G's connections held (muted, not closed), H's
+    # renewed through the minute, B answered, C's pages were served, E's
+    # batches stored, and a cleaner pass rebuilt one.
+    assert by_name["G"].seen["open at the round's end"] == 400, by_name["G"].seen
+    assert by_name["H"].seen["rounds"] >= 5, by_name["H"].seen
     assert by_name["B"].seen[f"error {MESSAGE_TOO_LARGE}"] >= 3, by_name["B"].seen
     assert by_name["C"].seen["views"] >= 3, by_name["C"].seen
     assert by_name["E"].seen["produce error 0"] >= 3, by_name["E"].seen
