@@ -1,6 +1,8 @@
-"""Hostile clients on loopback, for tests/test_hostile.py: connections that
-declare large frames and send part of them, and a well-behaved client whose
-latency is measured meanwhile. Only the standard library, rawkafka and kafka-python's CRC-32C.
+"""Hostile clients on loopback, for tests/test_hostile.py and
+tests/test_hostile_records.py: connections that declare large frames and
+send part of them, batches of millions of records built by hand, and a
+well-behaved client whose latency is measured meanwhile. Only the standard
+library, rawkafka and kafka-python's CRC-32C.
 
 Every loop here is bounded in time; sockets are non-blocking, so a broker
 that stops reading (as it should, when its budget is spent) never blocks a
