@@ -1,6 +1,8 @@
-"""Hostile clients on loopback, for tests/test_hostile.py: connections that
-declare large frames and send part of them, and a well-behaved client whose
-latency is measured meanwhile. Only the standard library and rawkafka.
+"""Hostile clients on loopback, for tests/test_hostile.py and
+tests/test_hostile_records.py: connections that declare large frames and
+send part of them, batches of millions of records built by hand, and a
+well-behaved client whose latency is measured meanwhile. Only the standard
+library, rawkafka and kafka-python's CRC-32C.
 
 Every loop here is bounded in time; sockets are non-blocking, so a broker
 that stops reading (as it should, when its budget is spent) never blocks a
@@ -12,6 +14,9 @@ import socket
 import struct
 import threading
 import time
+import zlib
+
+from kafka.record.util import calc_crc32c
 
 from rawkafka import RawConn, build_batch, request_frame
 
@@ -197,6 +202,12 @@ class Prober:
             self.once()
             time.sleep(pause_s)
 
+    def run_until(self, stop, pause_s=0.02):
+        """Rounds until the event `stop` is set (run it on a thread)."""
+        while not stop.is_set():
+            self.once()
+            stop.wait(pause_s)
+
     def close(self):
         if self.conn is not None:
             self.conn.close()
@@ -205,3 +216,73 @@ class Prober:
 def p99(samples):
     s = sorted(samples)
     return s[min(len(s) - 1, int(len(s) * 0.99))]
+
+
+# Record batches built by hand, for batches of millions of records (rows B,
+# C, E, F of issue 38): kafka-python's builder would take minutes and
+# gigabytes for them. Layout: KIP-98's v2 batch, as rawkafka.build_batch's
+# builder writes it.
+
+CODEC_GZIP = 1
+BATCH_HEADER_BYTES = 61
+
+
+def varint(n):
+    """A zigzag varint, as records encode their lengths and deltas."""
+    raw = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
+
+
+def record(offset_delta=0, key=None, value=b""):
+    """One record, timestamp delta 0, no headers. With offset delta 0, no
+    key and an empty value, 7 bytes: what row B repeats."""
+    body = (b"\x00" + varint(0) + varint(offset_delta)
+            + (varint(-1) if key is None else varint(len(key)) + key)
+            + varint(len(value)) + value + varint(0))
+    return varint(len(body)) + body
+
+
+def gzip_repeated(one, count, chunk_records=1 << 20):
+    """`count` copies of the record bytes `one`, gzip'd (a raw gzip stream,
+    as Kafka's gzip codec writes), fed to the compressor a chunk at a time
+    so that the plain bytes are never held whole."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = one * min(count, chunk_records)
+    out = []
+    left = count
+    while left:
+        n = min(left, chunk_records)
+        out.append(z.compress(chunk if n == chunk_records else one * n))
+        left -= n
+    out.append(z.flush())
+    return b"".join(out)
+
+
+def gzip_sequential(count, key=None, value=b""):
+    """`count` records with offset deltas 0..count-1 (a well-formed batch's
+    records), gzip'd."""
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    out = []
+    step = 1 << 16
+    for start in range(0, count, step):
+        part = b"".join(record(d, key, value) for d in range(start, min(count, start + step)))
+        out.append(z.compress(part))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+def batch_of(section, count, codec=CODEC_GZIP, timestamp_ms=None):
+    """A v2 batch whose records section is `section` (compressed with
+    `codec`), declaring `count` records at offsets 0..count-1; the CRC-32C
+    kafka-python computes (its pure-Python one when the crc32c package is
+    absent: about 0.6 s a MB)."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    after_crc = (struct.pack(">hiqqqhii", codec, count - 1, ts, ts, -1, -1, -1, count)
+                 + section)
+    crc = calc_crc32c(after_crc)
+    return (struct.pack(">qiibI", 0, len(after_crc) + 9, -1, 2, crc) + after_crc)

@@ -247,6 +247,10 @@ pub const CONSOLE_REQUEST_MS_MAX: u64 = 5_000;
 /// uncommitted and read committed, once each); a larger first batch is
 /// fetched whole, as Kafka's Fetch returns it.
 pub const CONSOLE_PAGE_LOG_BYTES: i32 = 64 * 1024;
+/// Console partition pages whose records are read at once (on the blocking
+/// pool); more wait their turn, so viewers cost at most this many threads'
+/// CPU and this many pages' memory.
+pub const CONSOLE_PAGE_READS_MAX: usize = 2;
 /// The largest Fetch answer the console accepts (a batch may be as large
 /// as a topic's max.message.bytes allows).
 pub const CONSOLE_RESPONSE_BYTES_MAX: usize = 16 * 1024 * 1024;

@@ -11,13 +11,21 @@
 //! it, the latter worked out from the read_committed answer as a Kafka
 //! consumer does (`window.rs`). The LSO is a line across the log, named
 //! by the open transaction that holds it there.
+//!
+//! Reading a page's records is CPU work (a page deep in a compressed batch
+//! decompresses and reads every record before it: about 130 ms for the
+//! last page of a batch of a million), so it runs on the blocking pool, at
+//! most `CONSOLE_PAGE_READS_MAX` at once, never on the runtime's workers,
+//! which carry every client connection and the broker task.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use doze_core::limits::{
-    CONSOLE_PAGE_LOG_BYTES, CONSOLE_PAGE_RECORDS_MAX, CONSOLE_VALUE_CHARS_SHOWN,
+    CONSOLE_PAGE_LOG_BYTES, CONSOLE_PAGE_READS_MAX, CONSOLE_PAGE_RECORDS_MAX,
+    CONSOLE_VALUE_CHARS_SHOWN,
 };
+use tokio::sync::Semaphore;
 
 use super::cluster::{abort_block, partition_href};
 use super::html::{count, duration, esc, human_bytes, page, utc};
@@ -125,14 +133,27 @@ pub async fn gather(
     let lso = committed
         .last_stable_offset
         .unwrap_or(committed.high_watermark);
-    let mut window = window::read_window(
-        &all.records,
-        start,
-        all.high_watermark,
-        CONSOLE_PAGE_RECORDS_MAX,
-        CONSOLE_VALUE_CHARS_SHOWN,
-    );
-    let seen = window::seen_batches(&committed.records);
+    let (mut window, seen) = {
+        static PAGE_READS: Semaphore = Semaphore::const_new(CONSOLE_PAGE_READS_MAX);
+        let _turn = PAGE_READS
+            .acquire()
+            .await
+            .expect("the page reads' semaphore is never closed");
+        let (records, high_watermark) = (all.records.clone(), all.high_watermark);
+        let committed_records = committed.records.clone();
+        tokio::task::spawn_blocking(move || {
+            let window = window::read_window(
+                &records,
+                start,
+                high_watermark,
+                CONSOLE_PAGE_RECORDS_MAX,
+                CONSOLE_VALUE_CHARS_SHOWN,
+            );
+            (window, window::seen_batches(&committed_records))
+        })
+        .await
+        .expect("reading a page's records does not panic")
+    };
     let (delivered, skipped) = window::read_committed(&seen, &committed.aborted);
     window::judge_read_committed(&mut window, &delivered, &skipped, lso);
 
