@@ -54,9 +54,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
     if current.state == TxnState::Ongoing && current.groups.contains(&group) {
         return answer(b, &ctx, None);
     }
-    let mut record = current.ongoing(b.now_ms());
-    record.groups.insert(group);
-    write::store(b, &id, record, Vec::new(), Then::AddOffsets { ctx });
+    let next = current.prepare_add_group(group, b.now_ms());
+    write::store(b, &id, next, Vec::new(), Then::AddOffsets { ctx });
 }
 
 fn answer(b: &mut Broker, ctx: &RequestCtx, error: Option<ResponseError>) {

@@ -100,12 +100,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     {
         return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
     }
-    let mut record = current.ongoing(b.now_ms());
-    record.partitions.extend(asked.iter().cloned());
+    let next = current.prepare_add_partitions(asked.iter().cloned(), b.now_ms());
     write::store(
         b,
         &id,
-        record,
+        next,
         Vec::new(),
         Then::AddPartitions { ctx, response: ok },
     );

@@ -74,9 +74,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
         let Some(pid) = b.take_producer_id() else {
             return b.await_id_block(ctx, req);
         };
-        let mut record = TxnRecord::new(pid, req.transaction_timeout_ms, now_ms);
-        record.producer_epoch = 0;
-        return write::store(b, &id, record, Vec::new(), Then::Init { ctx });
+        let next = TxnRecord::create(pid, req.transaction_timeout_ms, now_ms);
+        return write::store(b, &id, next, Vec::new(), Then::Init { ctx });
     };
     if entry.busy() {
         return error(b, &ctx, ResponseError::ConcurrentTransactions);
@@ -95,38 +94,24 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
             error(b, &ctx, ResponseError::ConcurrentTransactions)
         }
         TxnState::Ongoing => {
-            let record = current.fenced_abort(now_ms);
-            write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: Some(ctx) });
+            let next = current.prepare_fence_and_abort(now_ms);
+            write::store(b, &id, next, Vec::new(), Then::Fenced { ctx: Some(ctx) });
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
-            let base = TxnRecord {
-                timeout_ms: req.transaction_timeout_ms,
-                state: TxnState::Empty,
-                partitions: Default::default(),
-                groups: Default::default(),
-                staged_offsets: Default::default(),
-                start_ms: -1,
-                last_update_ms: now_ms,
-                ..current.clone()
-            };
-            let record = if epoch_exhausted(current.producer_epoch)
+            let timeout_ms = req.transaction_timeout_ms;
+            let next = if epoch_exhausted(current.producer_epoch)
                 && expected.is_none_or(|(_, e)| e == current.producer_epoch)
             {
                 // TransactionMetadata.prepareProducerIdRotation.
                 let Some(pid) = b.take_producer_id() else {
                     return b.await_id_block(ctx, req);
                 };
-                TxnRecord {
-                    producer_id: pid,
-                    previous_producer_id: current.producer_id,
-                    producer_epoch: 0,
-                    last_producer_epoch: if expected.is_some() {
-                        current.producer_epoch
-                    } else {
-                        -1
-                    },
-                    ..base
-                }
+                let last_epoch = if expected.is_some() {
+                    current.producer_epoch
+                } else {
+                    -1
+                };
+                current.prepare_rotation(pid, timeout_ms, last_epoch, now_ms)
             } else {
                 // TransactionMetadata.prepareIncrementProducerEpoch.
                 let (epoch, last) = match expected {
@@ -141,13 +126,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                         return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version))
                     }
                 };
-                TxnRecord {
-                    producer_epoch: epoch,
-                    last_producer_epoch: last,
-                    ..base
-                }
+                current.prepare_epoch_bump(timeout_ms, epoch, last, now_ms)
             };
-            write::store(b, &id, record, Vec::new(), Then::Init { ctx });
+            write::store(b, &id, next, Vec::new(), Then::Init { ctx });
         }
     }
 }

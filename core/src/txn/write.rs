@@ -1,5 +1,6 @@
 //! Storing a transactional id's record: the one way the coordinator changes
-//! state. The record goes to meta.db with whatever else must change with it;
+//! state, and only with a record one of `state`'s transitions made from the
+//! id's current one. The record goes to meta.db with whatever else must change with it;
 //! memory changes, and the request is answered, only when the write
 //! completes. A failed write changes nothing and answers NOT_COORDINATOR,
 //! which every client retries (the seed's rule).
@@ -12,6 +13,7 @@ use kafka_protocol::ResponseError;
 
 use super::complete;
 use super::record::{self, TxnRecord};
+use super::state::{self, Next};
 use crate::broker::{Broker, MetaAction};
 use crate::group::OffsetRecord;
 use crate::io::MetaOp;
@@ -61,8 +63,16 @@ pub struct TxnWrite {
     then: Then,
 }
 
-/// Stores `record` for `id` (with `extra` ops in the same batch).
-pub(crate) fn store(b: &mut Broker, id: &str, record: TxnRecord, extra: Vec<MetaOp>, then: Then) {
+/// Stores `next` for `id` (with `extra` ops in the same batch).
+pub(crate) fn store(b: &mut Broker, id: &str, next: Next, extra: Vec<MetaOp>, then: Then) {
+    let current = b.txns().get(id).map(|e| e.record.state);
+    assert_eq!(
+        current,
+        next.from(),
+        "{:?} of {id:?} made from another record than its current one",
+        next.transition()
+    );
+    let record = next.into_record();
     let mut ops = vec![MetaOp::Put {
         key: record::key(id),
         value: meta::encode(&record),
@@ -81,6 +91,11 @@ pub(crate) fn store(b: &mut Broker, id: &str, record: TxnRecord, extra: Vec<Meta
 
 /// Deletes `id` from meta.db.
 pub(crate) fn delete(b: &mut Broker, id: &str) {
+    let current = b.txns().get(id).map(|e| e.record.state);
+    assert!(
+        current.is_some_and(state::may_expire),
+        "only an id with no transaction is removed, not one in {current:?}"
+    );
     begin(b, id);
     let ops = vec![MetaOp::Delete {
         key: record::key(id),
