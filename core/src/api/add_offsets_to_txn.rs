@@ -18,7 +18,7 @@ use crate::broker::Broker;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
-use crate::txn::write::{self, Then};
+use crate::txn::write::{self, Reply, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
     let id = req.transactional_id.0.to_string();
@@ -55,7 +55,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
         return answer(b, &ctx, None);
     }
     let next = current.prepare_add_group(group, b.now_ms());
-    write::store(b, &id, next, Vec::new(), Then::AddOffsets { ctx });
+    let reply: Reply = Box::new(move |b, stored| {
+        let error = stored.is_none().then_some(ResponseError::NotCoordinator);
+        answer(b, &ctx, error)
+    });
+    write::store(b, &id, next, Vec::new(), Then::Answer(reply));
 }
 
 fn answer(b: &mut Broker, ctx: &RequestCtx, error: Option<ResponseError>) {

@@ -38,7 +38,7 @@ use crate::broker::Broker;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::fenced_error;
 use crate::txn::record::{epoch_exhausted, TxnRecord, TxnState};
-use crate::txn::write::{self, Then};
+use crate::txn::write::{self, Reply, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
     let Some(id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
@@ -75,7 +75,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
             return b.await_id_block(ctx, req);
         };
         let next = TxnRecord::create(pid, req.transaction_timeout_ms, now_ms);
-        return write::store(b, &id, next, Vec::new(), Then::Init { ctx });
+        return write::store(b, &id, next, Vec::new(), answer_stored(ctx));
     };
     if entry.busy() {
         return error(b, &ctx, ResponseError::ConcurrentTransactions);
@@ -95,7 +95,16 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
         }
         TxnState::Ongoing => {
             let next = current.prepare_fence_and_abort(now_ms);
-            write::store(b, &id, next, Vec::new(), Then::Fenced { ctx: Some(ctx) });
+            // Stored, the abort is under way: the client retries.
+            let reply: Reply = Box::new(move |b, stored| {
+                let e = match stored {
+                    Some(_) => ResponseError::ConcurrentTransactions,
+                    None => ResponseError::NotCoordinator,
+                };
+                error(b, &ctx, e)
+            });
+            let then = Then::Fenced { reply: Some(reply) };
+            write::store(b, &id, next, Vec::new(), then);
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let timeout_ms = req.transaction_timeout_ms;
@@ -128,9 +137,23 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                 };
                 current.prepare_epoch_bump(timeout_ms, epoch, last, now_ms)
             };
-            write::store(b, &id, next, Vec::new(), Then::Init { ctx });
+            write::store(b, &id, next, Vec::new(), answer_stored(ctx));
         }
     }
+}
+
+/// Once the record is stored: its producer id and epoch; not stored:
+/// NOT_COORDINATOR.
+fn answer_stored(ctx: RequestCtx) -> Then {
+    Then::Answer(Box::new(move |b, stored| match stored {
+        Some(r) => {
+            let response = InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(r.producer_id))
+                .with_producer_epoch(r.producer_epoch);
+            b.respond(&ctx, ResponseKind::InitProducerId(response));
+        }
+        None => error(b, &ctx, ResponseError::NotCoordinator),
+    }))
 }
 
 fn error(b: &mut Broker, ctx: &RequestCtx, error: ResponseError) {

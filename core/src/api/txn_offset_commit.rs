@@ -140,10 +140,27 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
             &id,
             current.prepare_stage_offsets(&group, staged),
             Vec::new(),
-            Then::TxnOffsetCommit { ctx, response },
+            answer_stored(ctx, response),
         ),
         _ => b.respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
     }
+}
+
+/// Once the record is stored: `response`; not stored: NOT_COORDINATOR for
+/// every partition.
+fn answer_stored(ctx: RequestCtx, response: TxnOffsetCommitResponse) -> Then {
+    Then::Answer(Box::new(move |b, stored| {
+        let mut response = response;
+        if stored.is_none() {
+            let not_coordinator = ResponseError::NotCoordinator.code();
+            for t in response.topics.iter_mut() {
+                for p in t.partitions.iter_mut() {
+                    p.error_code = not_coordinator;
+                }
+            }
+        }
+        b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+    }))
 }
 
 /// The answer failing every asked partition with `error`.

@@ -345,6 +345,16 @@ fn answer_and_store_later(b: &mut Broker, id: &str) {
     retry_later(b, id);
 }
 
+/// EndTxn's decision could not be stored: NOT_COORDINATOR, which clients
+/// retry.
+pub(crate) fn not_decided(b: &mut Broker, ctx: &RequestCtx) {
+    let response = EndTxnResponse::default()
+        .with_error_code(ResponseError::NotCoordinator.code())
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    b.respond(ctx, ResponseKind::EndTxn(response));
+}
+
 /// Markers durable, decision (and a commit's offsets) stored: the outcome
 /// survives any crash from here on, so EndTxn is answered now.
 fn answer(b: &mut Broker, responders: Vec<RequestCtx>, pid: i64, epoch: i16) {

@@ -33,7 +33,7 @@ pub(crate) fn tick(b: &mut Broker) {
             );
             b.metrics_mut().txn_timed_out();
             let next = current.prepare_fence_and_abort(now_ms);
-            write::store(b, &id, next, Vec::new(), Then::Fenced { ctx: None });
+            write::store(b, &id, next, Vec::new(), Then::Fenced { reply: None });
         }
     }
     if now_ms >= b.txns().next_expiry_check_ms {
