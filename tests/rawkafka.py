@@ -16,6 +16,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 API_PRODUCE = 0
 API_FETCH = 1
 API_INIT_PRODUCER_ID = 22
+API_API_VERSIONS = 18
 
 
 def _str(s):
@@ -23,6 +24,15 @@ def _str(s):
         return struct.pack(">h", -1)
     b = s.encode()
     return struct.pack(">h", len(b)) + b
+
+
+def request_frame(api_key, version, correlation_id, body, client_id="doze-raw"):
+    """One request as it goes on the wire: the int32 size, then request
+    header v1 (api key, version, correlation id, client id; the tests' APIs
+    and versions are all below their flexible versions), then `body`. The
+    one place the Python tests frame a request."""
+    msg = struct.pack(">hhi", api_key, version, correlation_id) + _str(client_id) + body
+    return struct.pack(">i", len(msg)) + msg
 
 
 class RawConn:
@@ -47,9 +57,7 @@ class RawConn:
     def request(self, api_key, version, body, expect_response=True):
         """Send one request (header v1); return the response body (after correlation id)."""
         self.corr += 1
-        header = struct.pack(">hhi", api_key, version, self.corr) + _str(self.client_id)
-        msg = header + body
-        self.sock.sendall(struct.pack(">i", len(msg)) + msg)
+        self.sock.sendall(request_frame(api_key, version, self.corr, body, self.client_id))
         if not expect_response:
             return None
         size = struct.unpack(">i", self._recv_exact(4))[0]

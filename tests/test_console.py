@@ -19,7 +19,7 @@ ACLs; an overdue transaction's abort command, run as shown, ends it; the
 pages of a 300 KB log show every record once.
 
 Chromium comes from Debian (`make chromium`, which `make wire` runs); without
-it these tests skip and say so.
+it these tests skip and say so (under CI=true they fail).
 """
 
 import html.parser
@@ -36,7 +36,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import free_port, free_ports
+from conftest import free_port, free_ports, missing_dependency
 from txnutil import TXN_BROKER_SETS, end_offsets, txn_producer_conf, wait_until
 from wireutil import consumer, create_topic, unique_topic
 
@@ -51,8 +51,8 @@ def chromium_binary():
     for candidate in (os.environ.get("CHROMIUM"), "chromium", "chromium-browser"):
         if candidate and shutil.which(candidate):
             return shutil.which(candidate)
-    pytest.skip("Chromium is not installed: `make chromium` installs the Debian package "
-                "`chromium` with apt-get (as root)")
+    missing_dependency("Chromium is not installed: `make chromium` installs the Debian package "
+                       "`chromium` with apt-get (as root)")
 
 
 def chromium(args, tmp_path):

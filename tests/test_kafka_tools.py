@@ -50,7 +50,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import Broker, free_port
+from conftest import Broker, free_port, missing_dependency
 
 HERE = pathlib.Path(__file__).resolve().parent
 KAFKA_REF = HERE / "kafka_ref" / "kafka-ref.sh"
@@ -341,9 +341,9 @@ def scenario(t, base_ts):
 def kafka_ref(tmp_path_factory):
     """Apache Kafka 4.3.1, one KRaft node, started once for the session."""
     if not KAFKA_REF_CP.exists():
-        pytest.skip("Kafka 4.3.1 reference not resolved: run `make kafka-ref`")
+        missing_dependency("Kafka 4.3.1 reference not resolved: run `make kafka-ref`")
     if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        pytest.skip("no java for the Kafka 4.3.1 reference")
+        missing_dependency("no java for the Kafka 4.3.1 reference")
     d = tmp_path_factory.mktemp("kafka-ref")
     port = free_port()
     p = subprocess.run([str(KAFKA_REF), "start", str(port), str(d)],

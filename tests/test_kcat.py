@@ -5,15 +5,17 @@ import subprocess
 
 import pytest
 
+from conftest import missing_dependency
 from wireutil import create_topic, unique_topic
 
 KCAT = shutil.which("kcat")
 LINES = 1_000
 
 
-@pytest.mark.skipif(KCAT is None, reason="kcat not installed (make deps installs it with apt-get)")
 @pytest.mark.timeout(120)
 def test_kcat_produce_consume(broker):
+    if KCAT is None:
+        missing_dependency("kcat not installed (make deps installs it with apt-get)")
     topic = create_topic(broker, unique_topic("rt-kcat"), 1)
     lines = [f"kcat line {i:05d}" for i in range(LINES)]
     p = subprocess.run(

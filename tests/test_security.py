@@ -24,7 +24,8 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 
-from conftest import free_ports
+from conftest import free_ports, missing_dependency
+from rawkafka import API_API_VERSIONS, request_frame
 
 ADMIN_PW = "admin-secret"
 SUPER_SETS = (
@@ -40,7 +41,10 @@ TIMEOUT_S = 30
 def pki(tmp_path_factory):
     """A CA, the broker's PEM keystore (key and chain in one file), and a
     client certificate for mutual TLS."""
-    trustme = pytest.importorskip("trustme")
+    try:
+        import trustme
+    except ImportError:
+        missing_dependency("trustme is not installed (tests/requirements.txt; `make venv`)")
     d = tmp_path_factory.mktemp("pki")
     ca = trustme.CA()
     server = ca.issue_cert("127.0.0.1", "localhost")
@@ -221,7 +225,7 @@ def test_a_plaintext_client_on_the_tls_port_fails_cleanly(secure):
     s = secure
     with socket.create_connection(("127.0.0.1", s.ssl_port), timeout=10) as sock:
         # An ApiVersions v0 request in the clear: not a TLS ClientHello.
-        sock.sendall(bytes.fromhex("0000000a00120000000000010000"))
+        sock.sendall(request_frame(API_API_VERSIONS, 0, 1, b"", client_id=""))
         sock.settimeout(15)
         # Cleanly = at most a TLS alert, then the connection closed (EOF or
         # reset); a port that only stays silent is a hang and fails.
@@ -366,7 +370,7 @@ def test_kafka_configs_and_kafka_acls_manage_users_and_acls(secure, tmp_path):
     users and kafka-acls --add, run by the admin over SASL_PLAINTEXT: the new
     user then logs in and is allowed what the ACL says, and --list shows it."""
     if not KAFKA_REF_CP.exists():
-        pytest.skip("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
+        missing_dependency("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
     s = secure
     props = tmp_path / "admin.properties"
     props.write_text(

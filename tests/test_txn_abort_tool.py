@@ -12,6 +12,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from conftest import missing_dependency
 from wireutil import create_topic, unique_topic
 
 KAFKA_REF = pathlib.Path(__file__).resolve().parent / "kafka_ref" / "kafka-ref.sh"
@@ -38,7 +39,7 @@ def offsets(bootstrap, topic, isolation):
 @pytest.mark.timeout(180)
 def test_kafka_transactions_abort_ends_a_hanging_transaction(broker):
     if not KAFKA_REF_CP.exists():
-        pytest.skip("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
+        missing_dependency("Kafka 4.3.1 tools not resolved: run `make kafka-ref`")
     topic = create_topic(broker, unique_topic("hanging"), 1)
     p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique_topic("hang-id"),
                   "transaction.timeout.ms": 600000})

@@ -15,16 +15,11 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from txnutil import (TXN_BROKER_SETS, end_offsets, read_to, require_kafkajs, run_node,
+from txnutil import (end_offsets, read_to, require_kafkajs, run_node,
                      txn_producer_conf)
 from wireutil import create_topic, unique_topic
 
 END_OFFSET = 8  # 3 committed + 1 marker + 3 aborted + 1 marker
-
-
-@pytest.fixture
-def txn_broker(start_broker):
-    return start_broker(sets=TXN_BROKER_SETS)
 
 
 def two_topics(broker, prefix):

@@ -6,15 +6,10 @@ read_committed sees only what the new owner committed."""
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from txnutil import TXN_BROKER_SETS, end_offsets, read_to, txn_producer_conf
+from txnutil import end_offsets, read_to, txn_producer_conf
 from wireutil import create_topic, unique_topic
 
 FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-
-
-@pytest.fixture
-def txn_broker(start_broker):
-    return start_broker(sets=TXN_BROKER_SETS)
 
 
 def zombie_and_owner(broker, topic, txn_id, errors):

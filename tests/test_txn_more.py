@@ -22,11 +22,6 @@ from txnutil import TXN_BROKER_SETS, end_offsets, read_to, txn_producer_conf
 from wireutil import create_topic, unique_topic
 
 
-@pytest.fixture
-def txn_broker(start_broker):
-    return start_broker(sets=TXN_BROKER_SETS)
-
-
 # --- interleaved transactions ------------------------------------------------
 
 def kp_read(bootstrap, topic, isolation, until, **extra):

@@ -12,14 +12,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from txnutil import (TXN_BROKER_SETS, end_offsets, group_committed, read_to, txn_producer_conf,
+from txnutil import (end_offsets, group_committed, read_to, txn_producer_conf,
                      wait_until)
 from wireutil import base_conf, create_topic, unique_topic
-
-
-@pytest.fixture
-def txn_broker(start_broker):
-    return start_broker(sets=TXN_BROKER_SETS)
 
 
 @pytest.mark.timeout(90)

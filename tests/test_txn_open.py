@@ -18,7 +18,7 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
 
-from txnutil import (TXN_BROKER_SETS, end_offsets, read_to, txn_producer_conf, values,
+from txnutil import (end_offsets, read_to, txn_producer_conf, values,
                      wait_until)
 from wireutil import consumer, create_topic, unique_topic
 
@@ -26,11 +26,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 LSO_WHILE_OPEN = 3
 HW_WHILE_OPEN = 9
 HW_AFTER = 10
-
-
-@pytest.fixture
-def txn_broker(start_broker):
-    return start_broker(sets=TXN_BROKER_SETS)
 
 
 def commit_records(broker, topic, vals):

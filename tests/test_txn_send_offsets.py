@@ -9,13 +9,8 @@ import asyncio
 
 import pytest
 
-from txnutil import TXN_BROKER_SETS, group_committed, read_to, require_kafkajs, run_node
+from txnutil import group_committed, read_to, require_kafkajs, run_node
 from wireutil import create_topic, unique_topic
-
-
-@pytest.fixture
-def txn_broker(start_broker):
-    return start_broker(sets=TXN_BROKER_SETS)
 
 
 def setup(broker, prefix):

@@ -15,17 +15,13 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+# TXN_BROKER_SETS lives in conftest.py beside the txn_broker fixture; the
+# tests that start brokers of their own take it from here.
+from conftest import TXN_BROKER_SETS, missing_dependency  # noqa: F401
 from wireutil import base_conf, consumer
 
 JS_DIR = pathlib.Path(__file__).resolve().parent / "js"
 NODE = shutil.which("node") or "/usr/bin/node"
-
-# Broker settings every transaction test uses: timed-out transactions are looked
-# for every 500 ms (Kafka's default is 10 s) and groups rebalance at once.
-TXN_BROKER_SETS = (
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
-    "group.initial.rebalance.delay.ms=0",
-)
 
 
 def txn_producer_conf(broker, txn_id, **extra):
@@ -112,9 +108,7 @@ def group_committed(broker, group, topic, partitions, isolation="read_uncommitte
 
 def require_kafkajs():
     if not (JS_DIR / "node_modules" / "kafkajs").is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("tests/js/node_modules/kafkajs is missing: `make js-deps` did not run")
-        pytest.skip("kafkajs not installed (run `make js-deps`)")
+        missing_dependency("kafkajs not installed (run `make js-deps`)")
 
 
 def run_node(script, *args, timeout_s=75):

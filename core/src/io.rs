@@ -434,4 +434,12 @@ pub enum Output {
         topic: String,
         prep: crate::topic_config::ProducePrep,
     },
+    /// `conn`, on a SASL listener, has authenticated: from its next frame on
+    /// it is read as any logged-in connection's, no longer limited to
+    /// `sasl.server.max.receive.size` nor charged to the unauthenticated
+    /// connections' budget (the driver's business; a driver without such
+    /// limits ignores this).
+    Authenticated {
+        conn: ConnId,
+    },
 }

@@ -24,6 +24,18 @@ pub const RECORD_LIST_BYTES_MAX: usize = 16 * 1024 * 1024;
 /// past it MESSAGE_TOO_LARGE, on which the Java producer splits the batch
 /// and sends the halves.
 pub const BATCH_RECORDS_DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Most records one produced batch may hold (its header's count); more is
+/// MESSAGE_TOO_LARGE, on which the Java producer splits the batch. Kafka
+/// sets no such bound: max.message.bytes bounds a batch's compressed size
+/// and LogValidator streams its records one by one, so a batch of a few
+/// KiB may still claim millions of tiny records (6.7 M identical 7-byte
+/// records gzip to 68 KB), each of which costs the core time to read,
+/// check and, when the batch is rebuilt, write. Clients stay far below it:
+/// librdkafka's batch.num.messages is at most 1,000,000 (10,000 by
+/// default), and the Java producer's batch.size (16 KiB by default)
+/// counts bytes, so its batches hold thousands. This bounds a batch at
+/// tens of milliseconds of record work.
+pub const BATCH_RECORDS_MAX: usize = 1_000_000;
 /// Requests a connection may have outstanding before the core stops reading
 /// more from it is the driver's business; this bounds the reorder buffer.
 pub const CONN_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
@@ -105,12 +117,48 @@ pub const CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 /// At most this long between a partition's change and its next checkpoint.
 pub const CHECKPOINT_INTERVAL_MS: i64 = 30_000;
 
-/// Bytes of requests the driver may have read and not yet handed to the
-/// core, plus appends queued to its disk writer and not yet written. Above
-/// it the connection readers stop taking requests, so a producer faster
-/// than the broker or its disk waits in its own socket (as Kafka's
-/// `queued.max.request.bytes` makes it) instead of in the broker's memory.
-pub const QUEUED_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Bytes of appends queued to the driver's disk writer and not yet
+/// written. Above it the connection readers start no new request, so a
+/// producer faster than the disk waits in its own socket instead of in the
+/// broker's memory. The requests themselves are bounded apart
+/// (`QUEUED_REQUEST_BYTES_MAX`).
+pub const APPENDS_QUEUED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Bytes of request frames being read or waiting for the core, at most
+/// (Kafka's `queued.max.request.bytes`, the memory pool its network
+/// threads allocate receive buffers from; Kafka's default is unbounded,
+/// doze's is this). A frame's bytes are charged when their buffer is
+/// allocated, before they are read, so a frame declared and never sent
+/// costs what was allocated for it, and a connection that would pass the
+/// budget waits unread (Kafka mutes it). Settable.
+pub const QUEUED_REQUEST_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Frames at least this large (clients send at most max.request.size,
+/// 1 MiB by default, per request) are charged to a share of the request
+/// budget of their own as well, so that connections that declare large
+/// frames and send them slowly, or never, leave the rest of the budget to
+/// requests of a usual size. A frame is charged its whole declared size
+/// at once, as Kafka's memory pool does: a charge that grew as bytes
+/// arrived could leave every frame holding part of the budget and
+/// waiting for more.
+pub const LARGE_REQUEST_BYTES_MIN: usize = 2 * 1024 * 1024;
+/// The large frames' share of `QUEUED_REQUEST_BYTES_MAX`.
+pub const LARGE_REQUESTS_QUEUED_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Frames this small (Metadata, heartbeats, commits, acks=all produces of
+/// a few records) may be read from a reserve of their own when the
+/// request budget is spent, so that connections holding large partial
+/// frames cannot keep every other client's small requests waiting.
+pub const SMALL_REQUEST_BYTES_MAX: usize = 64 * 1024;
+/// The small requests' reserve.
+pub const SMALL_REQUESTS_QUEUED_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Largest frame a connection on a SASL listener may send before it has
+/// authenticated: Kafka's `sasl.server.max.receive.size` default (a larger
+/// size closes the connection, as Kafka's InvalidReceiveException does).
+/// Settable.
+pub const SASL_SERVER_MAX_RECEIVE_BYTES: usize = 512 * 1024;
+/// Bytes of frames from unauthenticated connections being read or waiting,
+/// all together: they are charged to this budget alone, so clients that
+/// never log in cannot take the request budget of those that did.
+pub const UNAUTHENTICATED_QUEUED_BYTES_MAX: usize = 4 * 1024 * 1024;
 
 /// A response frame with more file bytes than this is read and written in
 /// chunks of this size (net's `filereader.rs`), not read whole first.

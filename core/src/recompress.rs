@@ -16,20 +16,31 @@
 use bytes::Bytes;
 
 use crate::batch::{self, BatchHeader};
+use crate::limits;
 use crate::log::clean::codec;
-use crate::log::clean::records;
+use crate::log::clean::records::{self, Bound, Bounds, RebuildError, RecordsError};
 use crate::topic_config::{ProducePrep, StoredCompression};
 
 /// The batch as `compression` stores it: `None` when it is stored as sent.
-/// `offsets_in_order`: every record's offset (base offset + delta) is its
+/// `plain`: its records section decompressed, when the caller has it
+/// (Produce's checks decompressed it already). `offsets_in_order`: every record's offset (base offset + delta) is its
 /// index. The batch's records were read and checked before (Produce's
-/// `check_records`); an error here is the codec's.
+/// `check_records`); an error here is the codec's, or a bound's: the
+/// rebuilt batch may not pass `batch_bytes_max` (the topic's
+/// max.message.bytes and segment.bytes), decompress to more than the
+/// broker's readers take (`limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`:
+/// offset deltas rewritten from 0 to 0, 1, 2, … grow each record), or hold
+/// more than `limits::BATCH_RECORDS_MAX` records. The records are read and
+/// written one at a time and the writing stops at the first bound passed,
+/// so a hostile batch costs about the bound, not what it would grow to.
 pub fn stored_batch(
     header: &BatchHeader,
     bytes: &[u8],
+    plain: Option<&[u8]>,
     offsets_in_order: bool,
     compression: StoredCompression,
-) -> Result<Option<Bytes>, String> {
+    batch_bytes_max: usize,
+) -> Result<Option<Bytes>, RebuildError> {
     let source = header.compression_code();
     let (target, level) = match compression {
         StoredCompression::Producer => (source, codec::default_level(source)),
@@ -38,19 +49,33 @@ pub fn stored_batch(
     if source == target && (source == 0 || offsets_in_order) {
         return Ok(None);
     }
-    let plain = records::decompressed(bytes, header).map_err(|e| e.to_string())?;
-    let parsed = records::parse_records(&plain, header.records_count).map_err(|e| e.0)?;
-    records::recompressed(header, &parsed, target, level)
-        .map(Some)
-        .map_err(|e| e.0)
+    if usize::try_from(header.records_count).unwrap_or(0) > limits::BATCH_RECORDS_MAX {
+        return Err(RebuildError::TooLarge(Bound::Records));
+    }
+    let decompressed;
+    let plain = match plain {
+        Some(plain) => plain,
+        None => {
+            decompressed = records::decompressed(bytes, header)
+                .map_err(|e| RebuildError::Failed(RecordsError(e.to_string())))?;
+            &decompressed[..]
+        }
+    };
+    let bounds = Bounds {
+        plain_bytes_max: limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX,
+        batch_bytes_max,
+        records_max: limits::BATCH_RECORDS_MAX,
+    };
+    let all = records::records(plain, header.records_count);
+    records::recompressed(header, all, target, level, bounds).map(Some)
 }
 
 /// For a driver's connection task: `batch`, one whole batch of a Produce
 /// request, recompressed for a topic that `prep` describes; `None` when it
 /// is to be handed in as it came (already in stored form, or not a batch
 /// the core would take as sent: larger than the topic takes, a bad CRC, a
-/// records section that does not read, which the core then refuses with
-/// Kafka's error).
+/// records section that does not read, a rebuilt batch past its bounds,
+/// which the core then refuses with Kafka's error).
 pub fn prepared_batch(batch: &Bytes, prep: ProducePrep) -> Option<Bytes> {
     let ProducePrep {
         compression,
@@ -69,7 +94,7 @@ pub fn prepared_batch(batch: &Bytes, prep: ProducePrep) -> Option<Bytes> {
     {
         return None;
     }
-    stored_batch(&header, batch, true, compression)
+    stored_batch(&header, batch, None, true, compression, batch_bytes_max)
         .ok()
         .flatten()
 }

@@ -13,6 +13,8 @@
 //! header count varint | headers: key length varint | key | value length varint | value
 //! ```
 
+use std::io::{BufRead, Read};
+
 use crate::batch::{read_bytes, read_varint, read_varlong};
 
 /// One record, borrowed from the records bytes it was read from.
@@ -163,6 +165,89 @@ impl<'a> Record<'a> {
     }
 }
 
+/// Why the next record of a stream (`Reader`) could not be read.
+#[derive(Debug)]
+pub enum Unread {
+    /// Its length does not frame it. `remaining` is what the stream still
+    /// had, up to the length (0 for a negative one).
+    Framing(Framing),
+    Malformed(Malformed),
+    /// The stream failed: a decompressing one's error (its codec's, or its
+    /// bound's: `log::clean::codec_stream::stream_error` names it).
+    Stream(std::io::Error),
+}
+
+/// Records read one at a time from a stream of records bytes (a batch's
+/// records section, decompressed as it is read): only the record being
+/// read is held, so a batch of millions of records costs its largest one,
+/// not a `Vec` of them all. Framed and read as `next` and `read` do.
+pub struct Reader<R> {
+    source: R,
+    /// The current record's bytes.
+    body: Vec<u8>,
+}
+
+impl<R: BufRead> Reader<R> {
+    pub fn new(source: R) -> Self {
+        Self {
+            source,
+            body: Vec::new(),
+        }
+    }
+
+    /// The next record. After an error the stream's place is unknown: read
+    /// no further.
+    pub fn next_record(&mut self) -> Result<Record<'_>, Unread> {
+        let length = self.length()?;
+        let len = usize::try_from(length).map_err(|_| {
+            Unread::Framing(Framing::Invalid {
+                length,
+                remaining: 0,
+            })
+        })?;
+        self.body.clear();
+        // Grown as bytes come, never to a length the stream does not have.
+        let got = (&mut self.source)
+            .take(len as u64)
+            .read_to_end(&mut self.body)
+            .map_err(Unread::Stream)?;
+        if got < len {
+            return Err(Unread::Framing(Framing::Invalid {
+                length,
+                remaining: got,
+            }));
+        }
+        read(&self.body).map_err(Unread::Malformed)
+    }
+
+    /// A record's length varint, read a byte at a time and decoded as
+    /// `next` decodes it: the stream ending inside it is `CutOff`.
+    fn length(&mut self) -> Result<i32, Unread> {
+        // A varlong is at most 10 bytes; `read_varint` refuses longer.
+        let mut bytes = [0u8; 10];
+        let mut len = 0;
+        loop {
+            let available = loop {
+                match self.source.fill_buf() {
+                    Ok(available) => break available,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Unread::Stream(e)),
+                }
+            };
+            let Some(&byte) = available.first() else {
+                return Err(Unread::Framing(Framing::CutOff));
+            };
+            self.source.consume(1);
+            bytes[len] = byte;
+            len += 1;
+            if byte & 0x80 == 0 || len == bytes.len() {
+                break;
+            }
+        }
+        read_varint(&bytes[..len], &mut 0).ok_or(Unread::Framing(Framing::CutOff))
+    }
+}
+
 /// Hand-built records for unit tests (of this module and of Produce's).
 #[cfg(test)]
 pub(crate) mod testing {
@@ -258,6 +343,84 @@ mod tests {
         varint(&mut b, 1);
         varint(&mut b, -1);
         assert_eq!(read(&b), Err(Malformed::NegativeHeaderKey(-1)));
+    }
+
+    /// What `Reader` reads from `bytes`: each record's bytes (it read
+    /// whole), or how it failed.
+    fn streamed(bytes: &[u8], count: usize) -> Vec<Result<Vec<u8>, String>> {
+        let mut reader = Reader::new(bytes);
+        let mut out = Vec::new();
+        for _ in 0..count {
+            match reader.next_record() {
+                Ok(r) => out.push(Ok(r.body.to_vec())),
+                Err(e) => {
+                    out.push(Err(format!("{e:?}")));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_stream_reads_what_the_slice_reads() {
+        let records = [
+            body(Some(b"k"), Some(b"v"), &[(b"h", b"x")]),
+            body(None, None, &[]),
+            body(Some(&[7u8; 300]), Some(&[8u8; 70_000]), &[]),
+        ];
+        let mut bytes = Vec::new();
+        for r in &records {
+            bytes.extend_from_slice(&testing::framed(r));
+        }
+        let got = streamed(&bytes, records.len());
+        let mut at = 0;
+        for (i, g) in got.iter().enumerate() {
+            let want = next(&bytes, &mut at).unwrap();
+            assert_eq!(g.as_ref().unwrap(), want, "record {i}");
+            assert_eq!(read(want).unwrap().body, records[i].as_slice());
+        }
+        assert_eq!(got.len(), records.len());
+        // One more than there are: the length is cut off, as `next` says.
+        let more = streamed(&bytes, records.len() + 1);
+        assert_eq!(
+            more.last().unwrap().as_ref().unwrap_err(),
+            "Framing(CutOff)"
+        );
+    }
+
+    #[test]
+    fn a_stream_names_each_fault_as_the_slice_does() {
+        // Runs past the end: what the stream still had is the remaining.
+        let mut past = Vec::new();
+        varint(&mut past, 5);
+        past.push(1);
+        assert_eq!(
+            streamed(&past, 1)[0].as_ref().unwrap_err(),
+            "Framing(Invalid { length: 5, remaining: 1 })"
+        );
+        let mut negative = Vec::new();
+        varint(&mut negative, -3);
+        assert_eq!(
+            streamed(&negative, 1)[0].as_ref().unwrap_err(),
+            "Framing(Invalid { length: -3, remaining: 0 })"
+        );
+        // A length varint longer than ten bytes, or cut inside.
+        assert_eq!(
+            streamed(&[0xff; 12], 1)[0].as_ref().unwrap_err(),
+            "Framing(CutOff)"
+        );
+        assert_eq!(
+            streamed(&[0x80], 1)[0].as_ref().unwrap_err(),
+            "Framing(CutOff)"
+        );
+        let mut leftover = body(None, None, &[]);
+        leftover.push(0);
+        let framed = testing::framed(&leftover);
+        assert!(streamed(&framed, 1)[0]
+            .as_ref()
+            .unwrap_err()
+            .starts_with("Malformed(Leftover"));
     }
 
     #[test]

@@ -270,6 +270,48 @@ fn a_batch_decompressing_past_the_bound_is_message_too_large() {
     assert_eq!(produce_answer(&mut w, 1), Some((0, 1)));
 }
 
+/// A partition named many times in one Produce (here across two entries
+/// of its topic) is appended once, from its last entry, and answered once
+/// under one entry of its topic, as Kafka keys a Produce's entries by
+/// partition (KafkaApis.handleProduceRequest): a request repeating one
+/// partition thousands of times costs one batch's checks, not thousands.
+#[test]
+fn a_partition_named_many_times_in_one_produce_is_appended_once_from_its_last_entry() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 2);
+    let entry = |index: i32, value: &str| {
+        produce_request::PartitionProduceData::default()
+            .with_index(index)
+            .with_records(Some(batch(&[value.as_bytes()], T0_MS)))
+    };
+    let mut parts: Vec<_> = (0..1000).map(|i| entry(0, &format!("dup-{i}"))).collect();
+    parts.insert(10, entry(1, "other"));
+    let topic = |parts: &[produce_request::PartitionProduceData]| {
+        produce_request::TopicProduceData::default()
+            .with_name(name("t"))
+            .with_partition_data(parts.to_vec())
+    };
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![topic(&parts[..500]), topic(&parts[500..])]);
+    w.send(1, 9, &req);
+    let Some((_, ResponseKind::Produce(r))) = w.recv(1) else {
+        panic!("expected a produce answer");
+    };
+    assert_eq!(r.responses.len(), 1, "one entry for the topic");
+    let answered: Vec<(i32, i16, i64)> = r.responses[0]
+        .partition_responses
+        .iter()
+        .map(|p| (p.index, p.error_code, p.base_offset))
+        .collect();
+    assert_eq!(answered, [(0, 0, 0), (1, 0, 0)]);
+    assert_eq!(w.broker.partition("t", 0).unwrap().high_watermark(), 1);
+    w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
+    let stored = decode_values(fetch_answer(&mut w, 1).unwrap().records.unwrap());
+    assert_eq!(stored, [(0, Bytes::from_static(b"dup-999"))]);
+}
+
 /// A batch whose CRC checks but whose records do not read as its header
 /// says is refused INVALID_RECORD with the log start offset, as Kafka's
 /// LogValidator and record iterators refuse it (conformance:

@@ -132,14 +132,23 @@ fn plain_authenticates_against_the_scram_credential() {
         "UNSUPPORTED_SASL_MECHANISM"
     );
     assert_eq!(handshake(&mut w, SASL, 1, "PLAIN"), 0);
+    assert!(w.authenticated.is_empty(), "not before the exchange");
     let r = authenticate(&mut w, SASL, b"\0alice\0alice-secret");
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    // The driver is told, so that it lifts the limits on frames it reads
+    // from clients not logged in.
+    assert_eq!(w.authenticated, [SASL]);
     assert!(metadata_answered(&mut w, SASL), "served once authenticated");
 
     connect(&mut w, SASL + 1, SecurityProtocol::SaslPlaintext);
     assert_eq!(handshake(&mut w, SASL + 1, 1, "PLAIN"), 0);
     let r = authenticate(&mut w, SASL + 1, b"\0alice\0wrong");
     assert_eq!(r.error_code, 58, "SASL_AUTHENTICATION_FAILED");
+    assert_eq!(
+        w.authenticated,
+        [SASL],
+        "a failure is not an authentication"
+    );
     assert!(
         w.closed.contains(&(SASL + 1)),
         "a failure closes the connection"
@@ -191,6 +200,11 @@ fn handshake_v0_takes_bare_tokens() {
     assert_eq!(
         w.raw_response(SASL).expect("a bare empty token back"),
         Bytes::new()
+    );
+    assert_eq!(
+        w.authenticated,
+        [SASL],
+        "the bare flow tells the driver too"
     );
     assert!(metadata_answered(&mut w, SASL));
     connect(&mut w, SASL + 1, SecurityProtocol::SaslPlaintext);

@@ -1,8 +1,9 @@
 //! Reading Kafka's RecordBatch v2 bytes as they lie in a segment file or
 //! come back in a Fetch response: the batches one at a time, each read
-//! whole and checked, then its records (decompressed) and what a control
-//! record says. `dump_log` (segment files) and the console's partition
-//! page (a fetch's bytes) both read through here.
+//! whole and checked, then its records one at a time (decompressed as they
+//! are read) and what a control record says. `dump_log` (segment files)
+//! and the console's partition page (a fetch's bytes) both read through
+//! here.
 //!
 //! Nothing here panics on bad input: every length is checked against the
 //! bytes there are, and a batch is never read past its source's end. A
@@ -10,14 +11,14 @@
 //! `Next::Invalid`, which for a fetch only means "the window ends here".
 
 use std::fs::File;
-use std::io;
+use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 
-use bytes::Bytes;
 use doze_core::batch::{self, BatchHeader, BATCH_HEADER_BYTES};
-use doze_core::log::clean::records::records_bytes;
+use doze_core::limits;
+use doze_core::log::clean::codec_stream;
 pub use doze_core::record::Record;
-use doze_core::record::{self, Framing, Malformed};
+use doze_core::record::{self, Framing, Malformed, Unread};
 
 /// Bytes up to and including the magic byte: fewer than that at the end of a
 /// file cannot be told from garbage (Kafka's `HEADER_SIZE_UP_TO_MAGIC`).
@@ -112,55 +113,99 @@ pub fn crc_check(bytes: &[u8]) -> (bool, Option<u32>) {
     }
 }
 
-/// A batch's records bytes, decompressed. A compressed batch is
-/// decompressed only when its CRC matched: its compressed bytes are then
-/// the producer's, not arbitrary ones.
-pub fn records_body(header: &BatchHeader, bytes: &[u8], crc_ok: bool) -> Result<Bytes, String> {
+/// The records of a batch, read one at a time (`doze_core::record::Reader`)
+/// from its records section, decompressed as they are read: a batch of
+/// millions of records costs its codec's buffers and one record, never a
+/// list of them all (read whole, 6.7 M records cost a console page view
+/// 1.3 GiB, dump-log 2.1 GiB; issue 38).
+pub struct Records<'a> {
+    reader: record::Reader<BufReader<Box<dyn Read + 'a>>>,
+    /// The header's count, and how many were read (or tried).
+    count: i32,
+    read: i32,
+    failed: bool,
+}
+
+/// Bytes a records stream is read through (a codec gives a few KiB a read).
+const STREAM_BUFFER_BYTES: usize = 16 * 1024;
+
+/// The records of a batch (`header.records_count` of them). A compressed
+/// batch is decompressed only when its CRC matched: its compressed bytes
+/// are then the producer's, not arbitrary ones. Its records section is
+/// read to `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX` at most, the
+/// bound of every reader of a batch's records; past it, the record being
+/// read fails with "the records decompress to more than ...".
+pub fn records<'a>(
+    header: &BatchHeader,
+    bytes: &'a [u8],
+    crc_ok: bool,
+) -> Result<Records<'a>, String> {
     if header.compression_code() != 0 && !crc_ok {
         return Err("records not decompressed: the batch's CRC does not match".into());
     }
-    records_bytes(bytes, header).map_err(|e| e.0)
+    let end = header.total_bytes().min(bytes.len());
+    let section = &bytes[BATCH_HEADER_BYTES.min(end)..end];
+    let stream = codec_stream::decompressing(
+        header.compression_code(),
+        section,
+        limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Records {
+        reader: record::Reader::new(BufReader::with_capacity(STREAM_BUFFER_BYTES, stream)),
+        count: header.records_count.max(0),
+        read: 0,
+        failed: false,
+    })
 }
 
-/// The records of a batch (`header.records_count` of them) from its
-/// decompressed `body` (`doze_core::record`): as many as can be read, and
-/// why the rest could not.
-pub fn parse_records<'a>(
-    header: &BatchHeader,
-    body: &'a [u8],
-) -> (Vec<Record<'a>>, Option<String>) {
-    let mut records = Vec::new();
-    let mut at = 0;
-    for index in 0..header.records_count.max(0) {
-        let read = record::next(body, &mut at)
-            .map_err(|e| match e {
-                Framing::CutOff => "the record's length is cut off".to_owned(),
-                Framing::Invalid { length, .. } if length < 0 => format!("record length {length}"),
-                Framing::Invalid { length, .. } => {
-                    format!("a record of {length} bytes runs past the batch")
-                }
-            })
-            .and_then(|bytes| {
-                record::read(bytes).map_err(|e| match e {
-                    Malformed::EndsIn(field) => {
-                        format!("the record ends inside its {}", field.name())
-                    }
-                    Malformed::NegativeHeaderCount(n) => format!("header count {n}"),
-                    Malformed::NegativeHeaderKey(_) => "a header has a null key".to_owned(),
-                    Malformed::Leftover { length, read } => {
-                        format!("{} bytes left after its headers", length - read)
-                    }
-                })
-            });
-        match read {
-            Ok(record) => records.push(record),
-            Err(reason) => {
-                let error = format!("record {index} of {}: {reason}", header.records_count);
-                return (records, Some(error));
-            }
+impl Records<'_> {
+    /// The next record; `None` after the header's count of them, or after
+    /// one that could not be read (its error says why: the rest cannot be
+    /// found).
+    #[allow(clippy::should_implement_trait)] // a record borrows the reader
+    pub fn next(&mut self) -> Option<Result<Record<'_>, String>> {
+        if self.failed || self.read >= self.count {
+            return None;
         }
+        let (index, count) = (self.read, self.count);
+        self.read += 1;
+        let record = self.reader.next_record();
+        self.failed = record.is_err();
+        Some(record.map_err(|e| describe(index, count, e)))
     }
-    (records, None)
+
+    /// Records not read yet, of the header's count.
+    pub fn left(&self) -> usize {
+        if self.failed {
+            return 0;
+        }
+        (self.count - self.read) as usize
+    }
+}
+
+/// Why record `index` of `count` could not be read, in dump-log's and the
+/// console's words; a stream that failed says so without the record.
+fn describe(index: i32, count: i32, e: Unread) -> String {
+    let reason = match e {
+        Unread::Stream(e) => return codec_stream::stream_error(&e).to_string(),
+        Unread::Framing(Framing::CutOff) => "the record's length is cut off".to_owned(),
+        Unread::Framing(Framing::Invalid { length, .. }) if length < 0 => {
+            format!("record length {length}")
+        }
+        Unread::Framing(Framing::Invalid { length, .. }) => {
+            format!("a record of {length} bytes runs past the batch")
+        }
+        Unread::Malformed(Malformed::EndsIn(field)) => {
+            format!("the record ends inside its {}", field.name())
+        }
+        Unread::Malformed(Malformed::NegativeHeaderCount(n)) => format!("header count {n}"),
+        Unread::Malformed(Malformed::NegativeHeaderKey(_)) => "a header has a null key".to_owned(),
+        Unread::Malformed(Malformed::Leftover { length, read }) => {
+            format!("{} bytes left after its headers", length - read)
+        }
+    };
+    format!("record {index} of {count}: {reason}")
 }
 
 /// What a control record says: its key is (version i16, type i16); a
@@ -241,11 +286,10 @@ pub fn batch_marker(header: &BatchHeader, bytes: &[u8]) -> Option<Marker> {
     if !header.is_control() {
         return None;
     }
-    // A marker batch is never compressed; `records_body` copes if it is.
+    // A marker batch is never compressed; `records` copes if it is.
     let (crc_ok, _) = crc_check(bytes);
-    let body = records_body(header, bytes, crc_ok).ok()?;
-    let (records, _) = parse_records(header, &body);
-    let first = records.first()?;
+    let mut records = records(header, bytes, crc_ok).ok()?;
+    let first = records.next()?.ok()?;
     control_record(first.key, first.value).ok()?.marker()
 }
 

@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use doze_core::security::SecurityProtocol;
-use doze_core::BrokerConfig;
+use doze_core::{limits, BrokerConfig};
+
+use crate::quotas::ConnectionLimits;
 
 /// Everything `--config` and `--set` say.
 #[derive(Debug, Default)]
@@ -122,13 +124,10 @@ const UNSERVED_GROUP_PREFIXES: [(&str, &str); 3] = [
 ];
 
 /// Kafka broker properties that would limit something doze does not limit
-/// by them (connections, queued requests, a group's members, whether the
-/// cleaner runs): accepted with a warning that says so, so a Kafka user's
-/// file loads and its owner knows what does not hold.
+/// by them (idle connections, queued requests, a group's members, whether
+/// the cleaner runs): accepted with a warning that says so, so a Kafka
+/// user's file loads and its owner knows what does not hold.
 pub const NOT_ENFORCED: &[&str] = &[
-    "max.connections",
-    "max.connections.per.ip",
-    "max.connections.per.ip.overrides",
     "connections.max.idle.ms",
     "queued.max.requests",
     "group.max.size",
@@ -150,6 +149,76 @@ pub struct NetSettings {
     pub tls: TlsSettings,
     /// `doze.console.listen`: where the HTTP console (`/metrics`) listens.
     pub console: ConsoleListen,
+    /// What one client, or all of them, may hold: connections and request
+    /// bytes.
+    pub limits: ClientLimits,
+}
+
+/// The limits on clients the network layer enforces, with Kafka's names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// `max.connections`, `max.connections.per.ip`,
+    /// `max.connections.per.ip.overrides`.
+    pub connections: ConnectionLimits,
+    /// `queued.max.request.bytes`: the request budget (`budget.rs`).
+    pub queued_request_bytes_max: usize,
+    /// `sasl.server.max.receive.size`: the largest frame before a SASL
+    /// listener's connection has authenticated.
+    pub sasl_server_max_receive_bytes: usize,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        Self {
+            connections: ConnectionLimits::default(),
+            queued_request_bytes_max: limits::QUEUED_REQUEST_BYTES_MAX,
+            sasl_server_max_receive_bytes: limits::SASL_SERVER_MAX_RECEIVE_BYTES,
+        }
+    }
+}
+
+impl ClientLimits {
+    fn set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        match key {
+            "max.connections" | "max.connections.per.ip" | "max.connections.per.ip.overrides" => {
+                self.connections.set(key, value)?
+            }
+            "queued.max.request.bytes" => {
+                let n: i64 = value
+                    .parse()
+                    .map_err(|_| format!("{key}: expected a number of bytes, got {value:?}"))?;
+                // Kafka's -1 (no pool) is not offered: every request byte
+                // doze holds is bounded.
+                let min = limits::REQUEST_BYTES_MAX;
+                self.queued_request_bytes_max = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n >= min)
+                    .ok_or_else(|| {
+                        format!(
+                            "{key}: must be at least {min} (the largest request doze reads), \
+                             got {n}"
+                        )
+                    })?;
+            }
+            "sasl.server.max.receive.size" => {
+                let n: i64 = value
+                    .parse()
+                    .map_err(|_| format!("{key}: expected a number of bytes, got {value:?}"))?;
+                let max = limits::UNAUTHENTICATED_QUEUED_BYTES_MAX;
+                self.sasl_server_max_receive_bytes = usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n > 0 && n <= max)
+                    .ok_or_else(|| {
+                        format!(
+                            "{key}: must be from 1 to {max} (what unauthenticated \
+                             connections may hold together), got {n}"
+                        )
+                    })?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
 }
 
 /// `doze.console.listen`: `HOST:PORT` (port 0: any free one), or `none`.
@@ -304,6 +373,7 @@ impl NetSettings {
                 }
             }
             "doze.console.listen" => self.console = ConsoleListen::parse(value)?,
+            _ if self.limits.set(key, value)? => {}
             "ssl.keystore.location" => self.tls.keystore = non_empty_path(value),
             "ssl.truststore.location" => self.tls.truststore = non_empty_path(value),
             "ssl.client.auth" => {
@@ -337,6 +407,7 @@ impl NetSettings {
     /// `--listen` address, used when `listeners` is not given (one
     /// PLAINTEXT listener).
     pub fn plan(&self, listen: &HostPort) -> Result<Vec<PlannedListener>, String> {
+        self.limits.connections.check()?;
         let endpoints = match &self.listeners {
             Some(list) => list.clone(),
             None => vec![Endpoint {
@@ -746,6 +817,47 @@ log.retention.check.interval.ms=300000
 
     /// Properties Kafka users set beyond the stock file: each loads, the
     /// ones doze does not honour with one warning that says which kind.
+    #[test]
+    fn client_limits_take_kafkas_names() {
+        let sets = |s: &[&str]| load(None, &s.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let defaults = sets(&[]).unwrap().net.limits;
+        assert_eq!(defaults.connections.max_connections, 2147483647);
+        assert_eq!(defaults.connections.max_connections_per_ip, 2147483647);
+        assert_eq!(defaults.queued_request_bytes_max, 64 << 20);
+        assert_eq!(defaults.sasl_server_max_receive_bytes, 524288);
+        let set = sets(&[
+            "max.connections=100",
+            "max.connections.per.ip=10",
+            "max.connections.per.ip.overrides=127.0.0.1:50,10.1.2.3:0",
+            "queued.max.request.bytes=104857600",
+            "sasl.server.max.receive.size=65536",
+        ])
+        .unwrap();
+        assert!(set.warnings.is_empty(), "{:?}", set.warnings);
+        let l = set.net.limits;
+        assert_eq!(l.connections.max_connections, 100);
+        assert_eq!(l.connections.max_connections_per_ip, 10);
+        assert_eq!(
+            l.connections.overrides,
+            [("127.0.0.1".to_string(), 50), ("10.1.2.3".to_string(), 0)]
+        );
+        assert_eq!(l.queued_request_bytes_max, 100 << 20);
+        assert_eq!(l.sasl_server_max_receive_bytes, 65536);
+        for bad in [
+            "queued.max.request.bytes=-1",
+            "queued.max.request.bytes=1048576",
+            "sasl.server.max.receive.size=0",
+            "sasl.server.max.receive.size=104857600",
+            "max.connections=lots",
+        ] {
+            assert!(sets(&[bad]).is_err(), "{bad} is refused");
+        }
+        // Checked together when the listeners are planned.
+        let listen: HostPort = "127.0.0.1:9092".parse().unwrap();
+        let alone = sets(&["max.connections.per.ip=0"]).unwrap();
+        assert!(alone.net.plan(&listen).is_err());
+    }
+
     #[test]
     fn tuned_kafka_properties_load_with_warnings() {
         let dir = std::env::temp_dir().join(format!("doze-tuned-{}", std::process::id()));

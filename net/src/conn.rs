@@ -5,7 +5,17 @@
 //! Framing is Kafka's: a 4-byte big-endian size, then that many bytes. A size
 //! of zero, a negative size or one above `limits::REQUEST_BYTES_MAX` closes the
 //! connection before anything more is read (Kafka does the same for
-//! `socket.request.max.bytes`).
+//! `socket.request.max.bytes`); so does one above
+//! `sasl.server.max.receive.size` from a connection on a SASL listener that
+//! has not authenticated yet (Kafka's SaslServerAuthenticator reads with that
+//! bound). A frame's declared size is charged to the request budget
+//! (`budget.rs`) before its buffer is allocated or a byte of it is read; the
+//! reader waits, reading nothing, until its charge fits.
+//!
+//! Memory at rest: an idle connection holds no read buffer (the reader
+//! waits on the 4 bytes of the next size, then reads the frame into a
+//! buffer of exactly its size) and a small write buffer, touched only as
+//! far as its responses filled it.
 //!
 //! Responses go out in the order the broker task queued them. A response
 //! made of parts (a Fetch whose records are file ranges) comes as a future
@@ -42,6 +52,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,12 +60,13 @@ use bytes::Bytes;
 use doze_core::limits::{CONN_REQUESTS_IN_FLIGHT_MAX, REQUEST_BYTES_MAX};
 use doze_core::security::Listener;
 use doze_core::{ConnId, FileRange, IoError};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::budget::{Charge, Lane, RequestBudget};
 use crate::console::metrics::{NetMetrics, OpenConnection};
 #[cfg(not(madsim))]
 use crate::filereader::SpliceError;
@@ -65,10 +77,10 @@ use crate::storage::{recycle_chunk, Backlog, Frame, FrameFuture, FrameReadError,
 /// Responses queued for one connection before it is closed as not reading
 /// them. A client waiting for this many answers is stuck or hostile.
 pub const RESPONSES_QUEUED_MAX: usize = CONN_REQUESTS_IN_FLIGHT_MAX;
-/// Socket buffers: large enough that small requests and responses go in one
-/// system call each.
-const READ_BUFFER_BYTES: usize = 64 * 1024;
-const WRITE_BUFFER_BYTES: usize = 64 * 1024;
+/// The write buffer: large enough that a burst of small responses leaves
+/// in one system call; larger ones go around it. Its pages are backed only
+/// as far as responses filled it, so an idle connection costs little.
+const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
 /// How long queued responses may take to go out once the connection is over
 /// (the client hung up, or the broker closed it) before the socket is dropped.
@@ -104,6 +116,10 @@ pub struct ConnHandle {
     pub _stop_reader: oneshot::Sender<()>,
     /// The requests given to the core and not yet answered, oldest first.
     pub requests: RequestTimes,
+    /// Set when the core says the connection authenticated
+    /// (`Output::Authenticated`); the reader then reads frames as any
+    /// logged-in connection's.
+    pub authenticated: Arc<AtomicBool>,
 }
 
 /// A connection's requests in the order they were read, each with its
@@ -149,18 +165,25 @@ impl RequestTimes {
     }
 }
 
-/// What holds a connection's place: its permit under the connection limit
-/// and its count in the open-connections gauge. Shared by the reader and
-/// the writer; the place is freed when both have ended.
+/// What holds a connection's place: its permit under the connection limit,
+/// its count under its address's limit and in the open-connections gauge.
+/// Shared by the reader and the writer; the place is freed when both have
+/// ended.
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
+    _per_ip: Option<crate::quotas::IpSlot>,
     _open: OpenConnection,
 }
 
 impl Slot {
-    pub fn new(permit: OwnedSemaphorePermit, open: OpenConnection) -> Self {
+    pub fn new(
+        permit: OwnedSemaphorePermit,
+        per_ip: Option<crate::quotas::IpSlot>,
+        open: OpenConnection,
+    ) -> Self {
         Self {
             _permit: permit,
+            _per_ip: per_ip,
             _open: open,
         }
     }
@@ -235,8 +258,13 @@ impl Socket for tokio::io::DuplexStream {
 #[derive(Clone)]
 pub struct Shared {
     pub events: mpsc::Sender<Event>,
-    /// Request bytes queued: the readers' back-pressure.
+    /// Appends queued to the disk: no new request is read while too many.
     pub backlog: Arc<Backlog>,
+    /// What request frames may hold, charged before they are read.
+    pub budget: Arc<RequestBudget>,
+    /// The largest frame before authentication
+    /// (`sasl.server.max.receive.size`).
+    pub unauthenticated_frame_bytes_max: usize,
     /// Where the writers record request latency.
     pub metrics: Arc<NetMetrics>,
     /// The topics whose Produce batches the reader recompresses before
@@ -258,18 +286,24 @@ pub async fn start<S: Socket>(
     let Shared {
         events,
         backlog,
+        budget,
+        unauthenticated_frame_bytes_max,
         metrics,
         codecs,
     } = shared;
     let (read_half, write_half) = stream.split();
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
     let (stop_reader, reader_stopped) = oneshot::channel();
+    // Only a SASL listener's connections have to log in; the others are
+    // who their listener (or TLS certificate) says from the start.
+    let authenticated = Arc::new(AtomicBool::new(!listener.protocol.is_sasl()));
     // Registered before the reader starts, so the broker task knows the
     // connection before its first frame arrives on the same channel.
     let handle = ConnHandle {
         responses,
         _stop_reader: stop_reader,
         requests: RequestTimes::default(),
+        authenticated: Arc::clone(&authenticated),
     };
     let client_host = format!("/{}", peer.ip());
     if events
@@ -304,6 +338,9 @@ pub async fn start<S: Socket>(
             peer,
             events,
             backlog,
+            budget,
+            authenticated,
+            unauthenticated_frame_bytes_max,
             codecs,
             metrics,
         },
@@ -319,8 +356,11 @@ struct Reader {
     conn: ConnId,
     peer: SocketAddr,
     events: mpsc::Sender<Event>,
-    /// Bytes queued and not yet taken or written: no reading while too many.
+    /// Appends queued and not yet written: no new request while too many.
     backlog: Arc<Backlog>,
+    budget: Arc<RequestBudget>,
+    authenticated: Arc<AtomicBool>,
+    unauthenticated_frame_bytes_max: usize,
     codecs: Arc<TopicCodecs>,
     metrics: Arc<NetMetrics>,
 }
@@ -337,17 +377,32 @@ async fn read_loop<R: AsyncRead + Unpin>(
         peer,
         events,
         backlog,
+        budget,
+        authenticated,
+        unauthenticated_frame_bytes_max,
         codecs,
         metrics,
     } = reader;
-    let mut socket = BufReader::with_capacity(READ_BUFFER_BYTES, read_half);
+    let mut socket = read_half;
     loop {
         let frame = tokio::select! {
-            // No new request while the core or the disk is behind: the
-            // client waits in its socket, not in our memory.
+            // No new request while the disk is behind, and none whose
+            // bytes the budget cannot hold: the client waits in its
+            // socket, not in our memory.
             frame = async {
                 backlog.room().await;
-                read_frame(&mut socket).await
+                // Asked once the frame's size is in, not before: the
+                // client sends its first request after authenticating
+                // only once it has the answer, which leaves after the
+                // broker task set the flag.
+                let lane = || {
+                    if authenticated.load(Ordering::Acquire) {
+                        (Lane::Authenticated, REQUEST_BYTES_MAX)
+                    } else {
+                        (Lane::Unauthenticated, unauthenticated_frame_bytes_max)
+                    }
+                };
+                read_frame(&mut socket, &budget, lane).await
             } => frame,
             // The broker dropped its handle; whatever was half read is moot.
             _ = &mut stop => {
@@ -356,7 +411,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
             }
         };
         match frame {
-            Ok(Some(mut frame)) => {
+            Ok(Some((mut frame, charge))) => {
                 let read_at = Instant::now();
                 if codecs.wants(&frame) {
                     let prepared = prepare_off_core(frame.clone(), Arc::clone(&codecs)).await;
@@ -365,11 +420,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         frame = prepared;
                     }
                 }
-                backlog.add(frame.len());
                 let frame = Event::Frame {
                     conn,
                     frame,
                     read_at,
+                    charge,
                 };
                 if events.send(frame).await.is_err() {
                     return; // shutting down
@@ -417,19 +472,20 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
 ) {
     let conn = writer.conn;
     let metrics = &writer.metrics;
-    let mut socket = BufWriter::with_capacity(WRITE_BUFFER_BYTES, write_half);
+    let mut out = Out::Idle(write_half);
     let write_all = async {
         // Written into the buffer, not yet flushed: their latency ends
         // when the flush does.
         let mut unflushed: Vec<RequestTiming> = Vec::new();
         while let Some(Reply { response, timing }) = queued.recv().await {
+            let socket = out.buffered();
             let failed = match response {
                 Response::Frame(frame) => {
-                    write_frame(&mut socket, &frame).await?;
+                    write_frame(socket, &frame).await?;
                     None
                 }
                 Response::Parts(frame) => match frame.await {
-                    Ok(ReadyFrame::Read(frame)) => write_read_frame(&mut socket, frame).await?,
+                    Ok(ReadyFrame::Read(frame)) => write_read_frame(socket, frame).await?,
                     #[cfg(not(madsim))]
                     Ok(ReadyFrame::Pinned(frame)) => match socket.get_ref().splice_fd() {
                         Some(fd) => {
@@ -438,16 +494,16 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
                             socket.flush().await?;
                             match frame.splice(fd).await {
                                 Ok(()) => None,
-                                Err(SpliceError::Read(e)) => frame_failed(&mut socket, e).await?,
+                                Err(SpliceError::Read(e)) => frame_failed(socket, e).await?,
                                 Err(SpliceError::Socket(e)) => return Err(e),
                             }
                         }
                         None => match frame.read().await {
-                            Ok(frame) => write_read_frame(&mut socket, frame).await?,
-                            Err(e) => frame_failed(&mut socket, e).await?,
+                            Ok(frame) => write_read_frame(socket, frame).await?,
+                            Err(e) => frame_failed(socket, e).await?,
                         },
                     },
-                    Err(e) => frame_failed(&mut socket, e).await?,
+                    Err(e) => frame_failed(socket, e).await?,
                 },
             };
             if failed.is_some() {
@@ -455,9 +511,10 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
             }
             unflushed.extend(timing);
             // Flush when nothing else is waiting: a burst of responses leaves
-            // in one system call, a lone one leaves at once.
+            // in one system call, a lone one leaves at once; the buffer goes
+            // back to the allocator until the next burst.
             if queued.is_empty() {
-                socket.flush().await?;
+                out.flush_and_idle().await?;
                 for t in unflushed.drain(..) {
                     metrics.request_done(t.api_key, t.read_at.elapsed());
                 }
@@ -465,7 +522,7 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
         }
         // The broker dropped the connection: deliver what it had answered
         // (e.g. the responses before a request it refused), then say goodbye.
-        socket.shutdown().await.map(|()| None)
+        out.shutdown().await.map(|()| None)
     };
     let linger = async {
         let _ = reader_done.await;
@@ -494,7 +551,54 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
     }
     // Closes our side; the broker task stops the reader, and the socket is
     // gone once both have.
-    drop(socket);
+    drop(out);
+}
+
+/// A connection's writer half, with a write buffer only while responses
+/// are being written: an idle connection holds none (thousands of idle
+/// connections would otherwise hold one each).
+enum Out<W> {
+    Idle(W),
+    Busy(BufWriter<W>),
+    /// Only while changing from one to the other (or after a failed flush,
+    /// when the connection is over).
+    Gone,
+}
+
+impl<W: AsyncWrite + Unpin> Out<W> {
+    /// The buffered writer, made when a burst of responses starts.
+    fn buffered(&mut self) -> &mut BufWriter<W> {
+        if let Out::Idle(_) = self {
+            let Out::Idle(w) = std::mem::replace(self, Out::Gone) else {
+                unreachable!()
+            };
+            *self = Out::Busy(BufWriter::with_capacity(WRITE_BUFFER_BYTES, w));
+        }
+        match self {
+            Out::Busy(b) => b,
+            _ => unreachable!("a connection's writer is used after it failed"),
+        }
+    }
+
+    /// Writes what is buffered and lets the buffer go.
+    async fn flush_and_idle(&mut self) -> io::Result<()> {
+        if let Out::Busy(b) = self {
+            b.flush().await?;
+            let Out::Busy(b) = std::mem::replace(self, Out::Gone) else {
+                unreachable!()
+            };
+            *self = Out::Idle(b.into_inner());
+        }
+        Ok(())
+    }
+
+    async fn shutdown(&mut self) -> io::Result<()> {
+        match self {
+            Out::Idle(w) => w.shutdown().await,
+            Out::Busy(b) => b.shutdown().await,
+            Out::Gone => Ok(()),
+        }
+    }
 }
 
 /// A frame read into memory: its first bytes (with the size prefix), then
@@ -571,8 +675,14 @@ impl From<io::Error> for FrameError {
     }
 }
 
-/// Reads one frame; `None` at a clean end of stream.
-async fn read_frame<R: AsyncRead + Unpin>(socket: &mut R) -> Result<Option<Bytes>, FrameError> {
+/// Reads one frame, charged to `budget` before its buffer is allocated;
+/// `None` at a clean end of stream. `lane` says, once the frame's size is
+/// read, which share it is charged to and how large it may be.
+async fn read_frame<R: AsyncRead + Unpin>(
+    socket: &mut R,
+    budget: &RequestBudget,
+    lane: impl FnOnce() -> (Lane, usize),
+) -> Result<Option<(Bytes, Charge)>, FrameError> {
     let mut prefix = [0u8; 4];
     match socket.read_exact(&mut prefix).await {
         Ok(_) => {}
@@ -581,16 +691,18 @@ async fn read_frame<R: AsyncRead + Unpin>(socket: &mut R) -> Result<Option<Bytes
         Err(e) => return Err(e.into()),
     }
     let size = i32::from_be_bytes(prefix);
+    let (lane, bytes_max) = lane();
     let Some(len) = usize::try_from(size)
         .ok()
-        .filter(|&n| n > 0 && n <= REQUEST_BYTES_MAX)
+        .filter(|&n| n > 0 && n <= bytes_max.min(REQUEST_BYTES_MAX))
     else {
         return Err(FrameError::BadSize(size));
     };
+    let charge = budget.charge(len, lane).await;
     // The whole frame's capacity at once: growing by doubling from a small
     // buffer copied a 1 MiB produce four times (`make bench` profile). A
     // size prefix alone reserves only address space: pages are backed as
-    // the bytes arrive, and REQUEST_BYTES_MAX bounds it.
+    // the bytes arrive, and the charge bounds it.
     let mut frame = Vec::with_capacity(len);
     let read = socket.take(len as u64).read_to_end(&mut frame).await?;
     if read != len {
@@ -600,7 +712,7 @@ async fn read_frame<R: AsyncRead + Unpin>(socket: &mut R) -> Result<Option<Bytes
         )
         .into());
     }
-    Ok(Some(Bytes::from(frame)))
+    Ok(Some((Bytes::from(frame), charge)))
 }
 
 async fn write_frame<W: AsyncWrite + Unpin>(
@@ -616,10 +728,24 @@ async fn write_frame<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use doze_core::limits;
+
+    async fn read_limited(
+        bytes: &[u8],
+        lane: Lane,
+        bytes_max: usize,
+    ) -> Result<Option<Bytes>, FrameError> {
+        let budget = RequestBudget::default();
+        let mut socket = bytes;
+        let frame = read_frame(&mut socket, &budget, || (lane, bytes_max)).await?;
+        Ok(frame.map(|(frame, charge)| {
+            assert_eq!(charge.bytes(), frame.len(), "charged its size");
+            frame
+        }))
+    }
 
     async fn read(bytes: &[u8]) -> Result<Option<Bytes>, FrameError> {
-        let mut socket = bytes;
-        read_frame(&mut socket).await
+        read_limited(bytes, Lane::Authenticated, REQUEST_BYTES_MAX).await
     }
 
     #[tokio::test]
@@ -629,10 +755,19 @@ mod tests {
             two.extend_from_slice(&(body.len() as i32).to_be_bytes());
             two.extend_from_slice(body);
         }
+        let budget = RequestBudget::default();
         let mut socket = &two[..];
-        assert_eq!(read_frame(&mut socket).await.unwrap().unwrap(), &b"abc"[..]);
-        assert_eq!(read_frame(&mut socket).await.unwrap().unwrap(), &b"de"[..]);
-        assert!(read_frame(&mut socket).await.unwrap().is_none());
+        let mut next = async || {
+            read_frame(&mut socket, &budget, || {
+                (Lane::Authenticated, REQUEST_BYTES_MAX)
+            })
+            .await
+            .unwrap()
+            .map(|(frame, _charge)| frame)
+        };
+        assert_eq!(next().await.unwrap(), &b"abc"[..]);
+        assert_eq!(next().await.unwrap(), &b"de"[..]);
+        assert!(next().await.is_none());
 
         assert!(matches!(
             read(&0i32.to_be_bytes()).await,
@@ -651,5 +786,21 @@ mod tests {
         ));
         // Cut inside the prefix: a plain hang-up.
         assert!(read(&[0, 0]).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn before_authentication_frames_are_limited_as_kafka_limits_them() {
+        let max = limits::SASL_SERVER_MAX_RECEIVE_BYTES;
+        let mut at_max = (max as i32).to_be_bytes().to_vec();
+        at_max.resize(4 + max, 7);
+        let frame = read_limited(&at_max, Lane::Unauthenticated, max).await;
+        assert_eq!(frame.unwrap().unwrap().len(), max);
+        // One byte more is refused from its size alone, before anything is
+        // allocated or read.
+        let over = ((max + 1) as i32).to_be_bytes();
+        assert!(matches!(
+            read_limited(&over, Lane::Unauthenticated, max).await,
+            Err(FrameError::BadSize(size)) if size == max as i32 + 1
+        ));
     }
 }

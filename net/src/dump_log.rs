@@ -20,6 +20,14 @@
 //!
 //! Nothing here panics on bad input: a file is read a batch at a time (never
 //! more than its size), and every length read from it is checked.
+//!
+//! Nothing is held but the batch being read and its current record: a
+//! batch's records are decompressed and printed one at a time
+//! (`batches::Records`), so a batch of millions of tiny records costs a
+//! few MiB (held whole, a million took 342 MiB; 6.7 million, 2.1 GiB).
+//! Past `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX` of a batch's
+//! records, or where its compressed stream breaks, the records read so far
+//! are printed, then the error.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -130,7 +138,11 @@ fn dump_file(
 
     let mut sink: Box<dyn Sink + '_> = match options.format {
         Format::Human => Box::new(Human { out, err, options }),
-        Format::Json => Box::new(Json { out, first: true }),
+        Format::Json => Box::new(Json {
+            out,
+            first: true,
+            first_record: true,
+        }),
     };
     let end = dump_segment(
         &file,
@@ -191,12 +203,9 @@ pub struct BatchDump {
     /// For a control batch: its (first) record's marker.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub control: Option<ControlDump>,
-    /// With deep iteration: the records read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub records: Option<Vec<RecordDump>>,
-    /// Why the records (or the rest of them) could not be read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub records_error: Option<String>,
+    // With deep iteration the records follow, each handed to the sink as
+    // it is read (`Sink::record`), then why the rest could not be read
+    // (`Sink::batch_end`): JSON's "records" and "recordsError".
 }
 
 /// One record as printed.
@@ -236,10 +245,16 @@ pub struct ControlDump {
     pub control_error: Option<String>,
 }
 
-/// Receives a segment's dump as it is read.
+/// Receives a segment's dump as it is read: nothing is held but the batch
+/// being read and its current record, whatever the batch holds.
 trait Sink {
     fn start(&mut self, file: &str, log_start_offset: Option<i64>, size: u64) -> io::Result<()>;
-    fn batch(&mut self, batch: &BatchDump) -> io::Result<()>;
+    /// A batch; with `deep` its records follow (`record`), then `batch_end`.
+    fn batch(&mut self, batch: &BatchDump, deep: bool) -> io::Result<()>;
+    fn record(&mut self, batch: &BatchDump, record: &RecordDump) -> io::Result<()>;
+    /// The end of a deep batch's records, and why the rest could not be
+    /// read.
+    fn batch_end(&mut self, records_error: Option<&str>) -> io::Result<()>;
     fn end(&mut self, name: &str, end: &SegmentEnd) -> io::Result<()>;
 }
 
@@ -268,7 +283,7 @@ fn dump_segment(
                 break;
             }
             Ok(Next::Batch(header, bytes)) => {
-                sink.batch(&describe_batch(&header, &bytes, position, options))?;
+                dump_batch(&header, &bytes, position, options, sink)?;
                 position += bytes.len() as u64;
             }
             Err(e) => {
@@ -306,25 +321,44 @@ fn codec_name(code: u8) -> String {
     }
 }
 
-fn describe_batch(
+/// One batch to `sink`: its line, then with deep iteration its records,
+/// each as it is read.
+fn dump_batch(
     header: &BatchHeader,
     bytes: &[u8],
     position: u64,
     options: Options,
-) -> BatchDump {
+    sink: &mut dyn Sink,
+) -> io::Result<()> {
     let (is_valid, computed_crc) = batches::crc_check(bytes);
     let deep = options.deep_iteration || options.print_data_log;
+    let with_data = options.print_data_log;
     let mut records = None;
     let mut records_error = None;
     if deep || header.is_control() {
-        let (read, error) = read_records(header, bytes, is_valid, options.print_data_log);
-        records = Some(read);
-        records_error = error;
+        match batches::records(header, bytes, is_valid) {
+            Ok(stream) => records = Some(stream),
+            Err(e) => records_error = Some(e),
+        }
     }
-    let control = header
-        .is_control()
-        .then(|| match records.as_ref().and_then(|r| r.first()) {
-            Some(first) => first.control.clone().unwrap_or_default(),
+    // A control batch's line ends with what its first record says: that
+    // record is read first, and printed first.
+    let mut first = None;
+    let control = if header.is_control() {
+        Some(match records.as_mut().and_then(|stream| stream.next()) {
+            Some(Ok(record)) => {
+                let dump = record_dump(header, &record, with_data);
+                let control = dump.control.clone().unwrap_or_default();
+                first = Some(dump);
+                control
+            }
+            Some(Err(e)) => {
+                records_error = Some(e.clone());
+                ControlDump {
+                    control_error: Some(e),
+                    ..ControlDump::default()
+                }
+            }
             None => ControlDump {
                 control_error: Some(
                     records_error
@@ -333,13 +367,11 @@ fn describe_batch(
                 ),
                 ..ControlDump::default()
             },
-        });
-    if !deep {
-        records = None;
-        // A control batch's record error is its control error already.
-        records_error = None;
-    }
-    BatchDump {
+        })
+    } else {
+        None
+    };
+    let dump = BatchDump {
         base_offset: header.base_offset,
         last_offset: header
             .base_offset
@@ -363,9 +395,25 @@ fn describe_batch(
         is_valid,
         computed_crc,
         control,
-        records,
-        records_error,
+    };
+    sink.batch(&dump, deep)?;
+    if !deep {
+        // A control batch's record error is its control error already.
+        return Ok(());
     }
+    if let Some(first) = &first {
+        sink.record(&dump, first)?;
+    }
+    if let Some(stream) = records.as_mut() {
+        while let Some(read) = stream.next() {
+            match read {
+                Ok(record) => sink.record(&dump, &record_dump(header, &record, with_data))?,
+                // The last: the stream ends after an error.
+                Err(e) => records_error = Some(e),
+            }
+        }
+    }
+    sink.batch_end(records_error.as_deref())
 }
 
 fn timestamp_type(header: &BatchHeader) -> &'static str {
@@ -374,26 +422,6 @@ fn timestamp_type(header: &BatchHeader) -> &'static str {
     } else {
         "CreateTime"
     }
-}
-
-/// The records of a batch, as many as can be read, and why the rest could
-/// not (`batches` reads them).
-fn read_records(
-    header: &BatchHeader,
-    bytes: &[u8],
-    crc_ok: bool,
-    with_data: bool,
-) -> (Vec<RecordDump>, Option<String>) {
-    let body = match batches::records_body(header, bytes, crc_ok) {
-        Ok(body) => body,
-        Err(e) => return (Vec::new(), Some(e)),
-    };
-    let (records, error) = batches::parse_records(header, &body);
-    let dumps = records
-        .iter()
-        .map(|record| record_dump(header, record, with_data))
-        .collect();
-    (dumps, error)
 }
 
 fn record_dump(header: &BatchHeader, record: &Record<'_>, with_data: bool) -> RecordDump {
@@ -521,7 +549,7 @@ impl Sink for Human<'_> {
         }
     }
 
-    fn batch(&mut self, b: &BatchDump) -> io::Result<()> {
+    fn batch(&mut self, b: &BatchDump, _deep: bool) -> io::Result<()> {
         let horizon = match b.delete_horizon_ms {
             Some(ms) => format!("OptionalLong[{ms}]"),
             None => "OptionalLong.empty".into(),
@@ -553,33 +581,37 @@ impl Sink for Human<'_> {
         if let Some(control) = &b.control {
             Self::control_suffix(&mut line, control);
         }
-        writeln!(self.out, "{line}")?;
-        for r in b.records.iter().flatten() {
-            let keys: Vec<String> = r.header_keys.iter().map(|k| escape_text(k)).collect();
-            let mut line = format!(
-                "| offset: {} {}: {} keySize: {} valueSize: {} sequence: {} headerKeys: [{}]",
-                r.offset,
-                b.timestamp_type,
-                r.timestamp,
-                r.key_size,
-                r.value_size,
-                r.sequence,
-                keys.join(","),
-            );
-            if let Some(control) = &r.control {
-                Self::control_suffix(&mut line, control);
-            }
-            if self.options.print_data_log {
-                if let Some(key) = &r.key {
-                    line.push_str(&format!(" key: {}", escape_text(key)));
-                }
-                if let Some(payload) = &r.payload {
-                    line.push_str(&format!(" payload: {}", escape_text(payload)));
-                }
-            }
-            writeln!(self.out, "{line}")?;
+        writeln!(self.out, "{line}")
+    }
+
+    fn record(&mut self, b: &BatchDump, r: &RecordDump) -> io::Result<()> {
+        let keys: Vec<String> = r.header_keys.iter().map(|k| escape_text(k)).collect();
+        let mut line = format!(
+            "| offset: {} {}: {} keySize: {} valueSize: {} sequence: {} headerKeys: [{}]",
+            r.offset,
+            b.timestamp_type,
+            r.timestamp,
+            r.key_size,
+            r.value_size,
+            r.sequence,
+            keys.join(","),
+        );
+        if let Some(control) = &r.control {
+            Self::control_suffix(&mut line, control);
         }
-        if let Some(error) = &b.records_error {
+        if self.options.print_data_log {
+            if let Some(key) = &r.key {
+                line.push_str(&format!(" key: {}", escape_text(key)));
+            }
+            if let Some(payload) = &r.payload {
+                line.push_str(&format!(" payload: {}", escape_text(payload)));
+            }
+        }
+        writeln!(self.out, "{line}")
+    }
+
+    fn batch_end(&mut self, records_error: Option<&str>) -> io::Result<()> {
+        if let Some(error) = records_error {
             writeln!(self.out, "| error: {}", escape_text(error))?;
         }
         Ok(())
@@ -604,11 +636,15 @@ impl Sink for Human<'_> {
     }
 }
 
-/// One JSON object per file, written as the batches are read:
-/// `{"file", "logStartOffset", "size", "batches": [...], "invalidBytes"?, "error"?}`.
+/// One JSON object per file, written as the batches (and their records)
+/// are read:
+/// `{"file", "logStartOffset", "size", "batches": [...], "invalidBytes"?, "error"?}`,
+/// a deep batch's `"records": [...]` and `"recordsError"?` last in it.
 struct Json<'a> {
     out: &'a mut dyn Write,
+    /// No batch written yet (of this file), no record yet (of this batch).
     first: bool,
+    first_record: bool,
 }
 
 impl Sink for Json<'_> {
@@ -621,13 +657,41 @@ impl Sink for Json<'_> {
         )
     }
 
-    fn batch(&mut self, batch: &BatchDump) -> io::Result<()> {
+    fn batch(&mut self, batch: &BatchDump, deep: bool) -> io::Result<()> {
         if !self.first {
             self.out.write_all(b",")?;
         }
         self.first = false;
-        serde_json::to_writer(&mut *self.out, batch)?;
+        let mut object = serde_json::to_vec(batch)?;
+        if !deep {
+            return self.out.write_all(&object);
+        }
+        // Left open for its records.
+        assert_eq!(object.pop(), Some(b'}'), "a batch is a JSON object");
+        self.out.write_all(&object)?;
+        self.first_record = true;
+        self.out.write_all(b",\"records\":[")
+    }
+
+    fn record(&mut self, _batch: &BatchDump, record: &RecordDump) -> io::Result<()> {
+        if !self.first_record {
+            self.out.write_all(b",")?;
+        }
+        self.first_record = false;
+        serde_json::to_writer(&mut *self.out, record)?;
         Ok(())
+    }
+
+    fn batch_end(&mut self, records_error: Option<&str>) -> io::Result<()> {
+        self.out.write_all(b"]")?;
+        if let Some(error) = records_error {
+            write!(
+                self.out,
+                ",\"recordsError\":{}",
+                serde_json::to_string(error)?
+            )?;
+        }
+        self.out.write_all(b"}")
     }
 
     fn end(&mut self, _name: &str, end: &SegmentEnd) -> io::Result<()> {
@@ -716,6 +780,7 @@ mod tests {
             Format::Json => Box::new(Json {
                 out: &mut out,
                 first: true,
+                first_record: true,
             }),
         };
         let end = dump_segment(

@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod batches;
 pub mod boot;
+pub mod budget;
 pub mod client;
 pub mod config;
 pub mod conn;
@@ -26,6 +27,7 @@ pub mod metadb;
 pub mod metajournal;
 pub mod metastore;
 pub mod produce_prep;
+pub mod quotas;
 pub mod server;
 #[cfg(madsim)]
 pub mod simstore;

@@ -373,6 +373,7 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
             },
             console,
             metrics,
+            limits: net.limits.clone(),
         };
         server::serve(setup, signals.first_then_force()).await
     });

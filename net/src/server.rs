@@ -67,17 +67,20 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, error, info, warn};
 
-use crate::config::HostPort;
+use crate::budget::{Charge, RequestBudget};
+use crate::config::{ClientLimits, HostPort};
 use crate::conn::{self, ConnHandle, Reply, RequestTiming, Response};
 use crate::console::metrics::NetMetrics;
 use crate::metadb::MetaWrite;
 use crate::produce_prep::TopicCodecs;
-use crate::storage::{Backlog, Started, Storage, StorageQueue};
+use crate::quotas::PerIp;
+use crate::storage::{Started, Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.
 const EVENTS_QUEUED_MAX: usize = 4096;
-/// Open client connections; one more is accepted and closed at once, so the
-/// broker keeps file descriptors for its segment files.
+/// Open client connections at most, whatever `max.connections` says, so the
+/// broker keeps file descriptors for its segment files; at the limit the
+/// acceptors wait for a connection to close (`quotas.rs`).
 const CONNECTIONS_MAX: usize = 10_000;
 /// How long a client on a TLS listener has to complete its handshake
 /// before its socket is closed.
@@ -109,6 +112,9 @@ pub enum Event {
         frame: Bytes,
         /// When the reader had it whole: where its latency starts.
         read_at: Instant,
+        /// The frame's bytes in the request budget, given back once the
+        /// core has taken it.
+        charge: Charge,
     },
     Disconnected {
         conn: ConnId,
@@ -159,6 +165,8 @@ pub struct Setup<S> {
     /// The driver's own numbers: the connections, the acceptors and the
     /// storage (given the same) keep them, the console reads them.
     pub metrics: Arc<NetMetrics>,
+    /// Connection limits and the request budget.
+    pub limits: ClientLimits,
 }
 
 /// Runs the broker until `shutdown` resolves (or the broker task dies), then
@@ -178,7 +186,10 @@ pub async fn serve<S: Storage>(
         storage,
         console,
         metrics,
+        limits,
     } = setup;
+    let per_ip = PerIp::new(&limits.connections).map_err(|e| anyhow!(e))?;
+    let connections_max = limits.connections.max_connections.min(CONNECTIONS_MAX);
     let mut shown = Vec::new();
     for l in &listeners {
         let local = l
@@ -216,7 +227,6 @@ pub async fn serve<S: Storage>(
         broker: Broker::new(settings),
         conns: FxHashMap::default(),
         storage,
-        backlog: Arc::clone(&backlog),
         metrics: Arc::clone(&metrics),
         codecs: Arc::clone(&codecs),
         stopping: false,
@@ -232,10 +242,14 @@ pub async fn serve<S: Storage>(
         shared: conn::Shared {
             events: event_tx.clone(),
             backlog,
+            budget: Arc::new(RequestBudget::new(limits.queued_request_bytes_max)),
+            unauthenticated_frame_bytes_max: limits.sasl_server_max_receive_bytes,
             metrics: Arc::clone(&metrics),
             codecs,
         },
-        slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
+        slots: Arc::new(Semaphore::new(connections_max)),
+        connections_max,
+        per_ip,
         next_conn: Arc::new(AtomicU64::new(1)),
     };
     let console_url = match console {
@@ -322,7 +336,12 @@ pub async fn serve<S: Storage>(
 #[derive(Clone)]
 struct Accepting {
     shared: conn::Shared,
+    /// One permit per connection (`max.connections`, at most
+    /// `CONNECTIONS_MAX`).
     slots: Arc<Semaphore>,
+    connections_max: usize,
+    /// `max.connections.per.ip` and its overrides; `None`: unlimited.
+    per_ip: Option<Arc<PerIp>>,
     /// Connection ids are never reused within a run (the core's contract),
     /// whichever listener a connection came in on.
     next_conn: Arc<AtomicU64>,
@@ -385,10 +404,12 @@ impl crate::client::Connector for InternalConnector {
         let shared = &self.accepting;
         let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
             return Err(std::io::Error::other(format!(
-                "the broker has {CONNECTIONS_MAX} connections open"
+                "the broker has {} connections open",
+                shared.connections_max
             )));
         };
-        let slot = conn::Slot::new(permit, shared.shared.metrics.connection_accepted());
+        // Not counted per address: it comes from no address.
+        let slot = conn::Slot::new(permit, None, shared.shared.metrics.connection_accepted());
         let conn: ConnId = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         let (ours, theirs) = tokio::io::duplex(INTERNAL_PIPE_BYTES);
         let listener = Listener {
@@ -415,6 +436,20 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
         ..
     } = bound;
     loop {
+        // A slot before the next connection is taken: at the limit, new
+        // clients wait in the listen backlog until one closes, as Kafka's
+        // acceptor waits (`quotas.rs`). A slot for the handshake too: a
+        // crowd of silent TLS clients counts like any other.
+        let permit = match Arc::clone(&shared.slots).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                warn!(listener = %name, limit = shared.connections_max, "at the connection limit (max.connections); waiting for a connection to close");
+                Arc::clone(&shared.slots)
+                    .acquire_owned()
+                    .await
+                    .expect("the slots are never closed")
+            }
+        };
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
@@ -423,13 +458,16 @@ async fn accept_loop(bound: BoundListener, shared: Accepting) {
                 continue;
             }
         };
-        // A slot for the handshake too: a crowd of silent TLS clients
-        // counts against the limit like any other.
-        let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
-            warn!(%peer, limit = CONNECTIONS_MAX, "too many connections; refused");
-            continue; // dropping the stream closes it
+        let per_ip = match shared.per_ip.as_ref().map(|p| p.admit(peer.ip())) {
+            None => None,
+            Some(Ok(slot)) => Some(slot),
+            Some(Err(limit)) => {
+                // Kafka logs a TooManyConnectionsException at INFO.
+                info!(%peer, limit, "too many connections from this address (max.connections.per.ip); closed");
+                continue; // dropping the stream closes it
+            }
         };
-        let slot = conn::Slot::new(permit, shared.shared.metrics.connection_accepted());
+        let slot = conn::Slot::new(permit, per_ip, shared.shared.metrics.connection_accepted());
         let conn: ConnId = shared.next_conn.fetch_add(1, Ordering::Relaxed);
         debug!(conn, %peer, listener = %name, "accepted");
         // Kafka requests are small and latency-bound; Nagle would hold them
@@ -501,9 +539,6 @@ struct Driver<Q> {
     /// frames still in flight from such a connection are dropped.
     conns: FxHashMap<ConnId, ConnHandle>,
     storage: Q,
-    /// Request bytes read and not yet taken by the core, with the appends
-    /// not yet written: the readers' back-pressure.
-    backlog: Arc<Backlog>,
     /// Where the time spent on each input is counted (`core_busy`).
     metrics: Arc<NetMetrics>,
     /// What the core said of topics' compression.type, for the readers.
@@ -586,10 +621,8 @@ impl<Q: StorageQueue> Driver<Q> {
                 conn,
                 frame,
                 read_at,
+                charge,
             } => {
-                // Taken off the queue: what the core keeps of it (appends)
-                // is counted again by the storage until written.
-                self.backlog.done(frame.len());
                 let Some(handle) = self.conns.get_mut(&conn) else {
                     return Ok(()); // closed by us; the core is done with it
                 };
@@ -598,7 +631,11 @@ impl<Q: StorageQueue> Driver<Q> {
                     return Ok(());
                 }
                 handle.requests.read(&frame, read_at);
-                self.handle(Input::Frame { conn, frame })
+                let handled = self.handle(Input::Frame { conn, frame });
+                // Taken by the core: what it keeps of the frame (appends)
+                // is counted by the storage's backlog until written.
+                drop(charge);
+                handled
             }
             Event::Disconnected { conn } => {
                 self.conns.remove(&conn);
@@ -668,6 +705,11 @@ impl<Q: StorageQueue> Driver<Q> {
                 Output::Stopped if self.stopping => self.stopped = true,
                 Output::Stopped => warn!("the broker said Stopped unasked; ignored"),
                 Output::TopicCompression { topic, prep } => self.codecs.set(topic, prep),
+                Output::Authenticated { conn } => {
+                    if let Some(handle) = self.conns.get(&conn) {
+                        handle.authenticated.store(true, Ordering::Release);
+                    }
+                }
             }
         }
         if !disk_ops.is_empty() {

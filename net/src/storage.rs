@@ -44,13 +44,14 @@ pub use self::production::{DiskAndSled, Workers};
 /// queue was dropped and made it durable; an error means it may not be.
 pub type Finished = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
 
-/// Bytes of requests read and not yet taken by the core, and of appends
-/// (live and `.cleaned`) queued to the disk writer and not yet written. The
-/// connection readers wait while it is above `QUEUED_BYTES_MAX`
-/// (back-pressure: without it a producer with many requests in flight,
-/// faster than the broker or its disk, fills the broker's memory with queued
-/// requests and appends; the cleaner's copies count as well, so a cleaning
-/// that outruns the disk slows the producers instead of growing the queue).
+/// Bytes of appends (live and `.cleaned`) queued to the disk writer and not
+/// yet written. The connection readers start no new request while it is
+/// above `APPENDS_QUEUED_BYTES_MAX` (back-pressure: without it a producer
+/// with many requests in flight, faster than the disk, fills the broker's
+/// memory with queued appends; the cleaner's copies count as well, so a
+/// cleaning that outruns the disk slows the producers instead of growing
+/// the queue). The request frames themselves are charged to the
+/// `RequestBudget` (`budget.rs`).
 #[derive(Default)]
 pub struct Backlog {
     bytes: std::sync::atomic::AtomicUsize,
@@ -70,7 +71,7 @@ impl Backlog {
             .bytes
             .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
         assert!(before >= n, "more append bytes done than queued");
-        if before - n <= limits::QUEUED_BYTES_MAX {
+        if before - n <= limits::APPENDS_QUEUED_BYTES_MAX {
             self.drained.notify_waiters();
         }
     }
@@ -84,7 +85,7 @@ impl Backlog {
         loop {
             // Created before the check, so a `done` in between still wakes it.
             let drained = self.drained.notified();
-            if self.queued_bytes() <= limits::QUEUED_BYTES_MAX {
+            if self.queued_bytes() <= limits::APPENDS_QUEUED_BYTES_MAX {
                 return;
             }
             drained.await;
@@ -360,7 +361,7 @@ mod backlog_tests {
     async fn readers_wait_while_the_backlog_is_over_the_limit() {
         let backlog = Arc::new(Backlog::default());
         backlog.room().await; // empty: room at once
-        backlog.add(limits::QUEUED_BYTES_MAX + 1);
+        backlog.add(limits::APPENDS_QUEUED_BYTES_MAX + 1);
         let waiting = tokio::spawn({
             let backlog = Arc::clone(&backlog);
             async move { backlog.room().await }
@@ -372,7 +373,7 @@ mod backlog_tests {
             .await
             .expect("back at the limit: the reader goes on")
             .unwrap();
-        backlog.done(limits::QUEUED_BYTES_MAX);
+        backlog.done(limits::APPENDS_QUEUED_BYTES_MAX);
         assert_eq!(backlog.queued_bytes(), 0);
     }
 }

@@ -5,6 +5,7 @@
 mod common;
 
 use common::Broker;
+use doze_testkit::frame::raw_header_v1;
 use kafka_protocol::messages::*;
 
 fn still_serves(broker: &Broker) {
@@ -55,32 +56,20 @@ fn garbage_frames_close_only_their_connection() {
 
     let mut c = broker.connect();
     // Api key 9999, version 0, correlation 7, client id null.
-    let mut frame = vec![];
-    frame.extend_from_slice(&9999i16.to_be_bytes());
-    frame.extend_from_slice(&0i16.to_be_bytes());
-    frame.extend_from_slice(&7i32.to_be_bytes());
-    frame.extend_from_slice(&(-1i16).to_be_bytes());
+    let frame = raw_header_v1(9999, 0, 7);
     c.send_frame(&frame).unwrap();
     assert!(c.is_closed(), "an unknown api key closes the connection");
 
     let mut c = broker.connect();
     // A Metadata v1 request cut after its header: the topic array is missing.
-    let mut frame = vec![];
-    frame.extend_from_slice(&3i16.to_be_bytes());
-    frame.extend_from_slice(&1i16.to_be_bytes());
-    frame.extend_from_slice(&8i32.to_be_bytes());
-    frame.extend_from_slice(&(-1i16).to_be_bytes());
+    let mut frame = raw_header_v1(3, 1, 8);
     frame.extend_from_slice(&[0x00, 0x00]); // half of the array length
     c.send_frame(&frame).unwrap();
     assert!(c.is_closed(), "a truncated request closes the connection");
 
     let mut c = broker.connect();
     // A Produce v1: below what we serve (Kafka closes for unsupported versions).
-    let mut frame = vec![];
-    frame.extend_from_slice(&0i16.to_be_bytes());
-    frame.extend_from_slice(&1i16.to_be_bytes());
-    frame.extend_from_slice(&9i32.to_be_bytes());
-    frame.extend_from_slice(&(-1i16).to_be_bytes());
+    let frame = raw_header_v1(0, 1, 9);
     c.send_frame(&frame).unwrap();
     assert!(
         c.is_closed(),
@@ -99,11 +88,7 @@ fn garbage_frames_close_only_their_connection() {
 fn unsupported_api_versions_version_gets_a_v0_answer() {
     let broker = Broker::start("apiversions");
     let mut c = broker.connect();
-    let mut frame = vec![];
-    frame.extend_from_slice(&18i16.to_be_bytes());
-    frame.extend_from_slice(&99i16.to_be_bytes());
-    frame.extend_from_slice(&42i32.to_be_bytes());
-    frame.extend_from_slice(&(-1i16).to_be_bytes());
+    let frame = raw_header_v1(18, 99, 42);
     c.send_frame(&frame).unwrap();
     let mut resp = c.read_frame().expect("answered, not closed");
     use kafka_protocol::protocol::Decodable;
@@ -131,11 +116,7 @@ fn many_random_frames_never_take_the_broker_down() {
         let key = (next() % 70) as i16;
         let version = (next() % 14) as i16;
         let len = (next() % 64) as usize;
-        let mut frame = vec![];
-        frame.extend_from_slice(&key.to_be_bytes());
-        frame.extend_from_slice(&version.to_be_bytes());
-        frame.extend_from_slice(&1i32.to_be_bytes());
-        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        let mut frame = raw_header_v1(key, version, 1);
         frame.extend((0..len).map(|_| next() as u8));
         let _ = c.send_frame(&frame);
         // Either an answer or a close; never a hang (the reads time out at 10 s).

@@ -6,8 +6,9 @@
 
 mod common;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use common::{create_topic, topic, Broker, Client};
+use doze_testkit::frame::request_frame;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::*;
 use kafka_protocol::records::RecordBatchDecoder;
@@ -186,7 +187,6 @@ fn a_response_whose_file_cannot_be_read_closes_only_its_connection() {
         .set_len(0)
         .unwrap();
     let mut victim = broker.connect();
-    use kafka_protocol::protocol::Encodable;
     let req = FetchRequest::default()
         .with_replica_id(BrokerId(-1))
         .with_max_bytes(1 << 20)
@@ -197,14 +197,7 @@ fn a_response_whose_file_cannot_be_read_closes_only_its_connection() {
                 .with_partition(0)
                 .with_fetch_offset(0)
                 .with_partition_max_bytes(4096)])]);
-    let mut frame = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(1)
-        .with_request_api_version(12)
-        .with_correlation_id(1)
-        .encode(&mut frame, 2)
-        .unwrap();
-    req.encode(&mut frame, 12).unwrap();
+    let frame = request_frame(12, 1, None, &req).unwrap();
     victim.send_frame(&frame).unwrap();
     assert!(
         victim.is_closed(),

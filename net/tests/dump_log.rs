@@ -490,3 +490,199 @@ fn bad_files_do_not_stop_the_others() {
     let run = dump_log(&[]);
     assert_eq!(run.code, 2);
 }
+
+/// Records in the batch of `every_mode_streams_a_batch_of_a_million_records`.
+const MANY_RECORDS: i32 = 1_000_000;
+/// The most dump-log may take (peak RSS) to print that batch, in any mode.
+/// When a batch's records were held whole, it took 342 MiB with
+/// `--deep-iteration` and 303 MiB with `--print-data-log`, human or JSON
+/// (debug build); read one at a time, 26 MiB in each.
+const MANY_RECORDS_RSS_KIB_MAX: u64 = 48 * 1024;
+
+/// What a run printed, seen as it came (100 MB of it) without keeping it.
+#[derive(Default)]
+struct Seen {
+    bytes: u64,
+    /// The first and the last few KiB.
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    /// How many times `pattern` occurs.
+    matches: usize,
+}
+
+const SEEN_ENDS_BYTES: usize = 4096;
+
+/// Runs `doze-kafka dump-log <args>`, counting `pattern` in what it prints
+/// and sampling its peak RSS (VmHWM) as it runs: (exit status, stderr,
+/// what it printed, the last peak sampled in KiB).
+fn dump_log_streamed(args: &[&str], pattern: &'static [u8]) -> (i32, String, Seen, u64) {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_doze-kafka"))
+        .arg("dump-log")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut seen = Seen::default();
+        let mut chunk = vec![0u8; 64 * 1024];
+        // The end of the previous chunk, where a match may have begun.
+        let mut window = Vec::new();
+        loop {
+            let n = stdout.read(&mut chunk).unwrap();
+            if n == 0 {
+                break;
+            }
+            let got = &chunk[..n];
+            seen.bytes += n as u64;
+            if seen.head.len() < SEEN_ENDS_BYTES {
+                let take = (SEEN_ENDS_BYTES - seen.head.len()).min(n);
+                seen.head.extend_from_slice(&got[..take]);
+            }
+            seen.tail.extend_from_slice(got);
+            let cut = seen.tail.len().saturating_sub(SEEN_ENDS_BYTES);
+            seen.tail.drain(..cut);
+            window.extend_from_slice(got);
+            seen.matches += window
+                .windows(pattern.len())
+                .filter(|w| *w == pattern)
+                .count();
+            let keep = window.len().min(pattern.len() - 1);
+            window.drain(..window.len() - keep);
+        }
+        seen
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut s = String::new();
+        stderr.read_to_string(&mut s).unwrap();
+        s
+    });
+    let limit = Duration::from_secs(120);
+    let start = std::time::Instant::now();
+    let mut peak_kib = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("dump-log {args:?} ran longer than {limit:?}");
+        }
+        // VmHWM only grows: the last sample is nearly the whole run's peak.
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let seen = reader.join().unwrap();
+    let stderr = errors.join().unwrap();
+    eprintln!(
+        "dump-log {args:?}: {} bytes printed, peak RSS sampled {peak_kib} KiB, {:?}",
+        seen.bytes,
+        start.elapsed()
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (status.code().expect("exited"), stderr, seen, peak_kib)
+}
+
+/// A way to run dump-log, and what its output must hold.
+struct Mode<'a> {
+    args: &'a [&'a str],
+    /// What it prints once per record.
+    per_record: &'static [u8],
+    /// How its output starts, its first record, how it ends.
+    starts: String,
+    first: String,
+    ends: String,
+}
+
+/// A batch of a million tiny records (10 MB plain, zstd'd into 0.8 MB):
+/// every mode prints every record, in order, and takes a bounded amount
+/// of memory (a record at a time), not one grown with the count.
+#[test]
+fn every_mode_streams_a_batch_of_a_million_records() {
+    let dir = Scratch::new("many");
+    let batch = common::tiny_records_batch(0, MANY_RECORDS, 4, T0);
+    let path = dir.write("00000000000000000000.log", &batch);
+    let last = MANY_RECORDS - 1;
+    let head = format!(
+        "Dumping {}\nLog starting offset: 0\nbaseOffset: 0 lastOffset: {last} count: {MANY_RECORDS} ",
+        path.display()
+    );
+    let record = |offset: i32| {
+        format!(
+            "| offset: {offset} CreateTime: {T0} keySize: -1 valueSize: 1 sequence: -1 headerKeys: []"
+        )
+    };
+    let json_record = |offset: i32| {
+        format!(
+            "{{\"offset\":{offset},\"timestamp\":{T0},\"keySize\":-1,\"valueSize\":1,\
+             \"sequence\":-1,\"headerKeys\":[],\"payload\":\"v\"}}"
+        )
+    };
+    let file = s(&path);
+    let modes = [
+        Mode {
+            args: &["--deep-iteration", "--files", file],
+            per_record: b"\n| offset: ",
+            starts: head.clone(),
+            first: format!("isvalid: true\n{}\n", record(0)),
+            ends: format!("\n{}\n", record(last)),
+        },
+        Mode {
+            args: &["--print-data-log", "--files", file],
+            per_record: b"\n| offset: ",
+            starts: head.clone(),
+            first: format!("isvalid: true\n{} payload: v\n", record(0)),
+            ends: format!("\n{} payload: v\n", record(last)),
+        },
+        Mode {
+            args: &["--print-data-log", "--output", "json", "--files", file],
+            per_record: b"{\"offset\":",
+            starts: format!("{{\"file\":{}", serde_json::to_string(file).unwrap()),
+            first: format!("\"isValid\":true,\"records\":[{},", json_record(0)),
+            ends: format!(",{}]}}]}}\n", json_record(last)),
+        },
+    ];
+    let mut peaks = Vec::new();
+    for mode in modes {
+        let args = mode.args;
+        let (code, stderr, seen, peak_kib) = dump_log_streamed(args, mode.per_record);
+        assert_eq!(code, 0, "{args:?}: {stderr}");
+        assert_eq!(seen.matches, MANY_RECORDS as usize, "{args:?}");
+        let head = String::from_utf8_lossy(&seen.head);
+        let tail = String::from_utf8_lossy(&seen.tail);
+        assert!(head.starts_with(&mode.starts), "{args:?}: {head}");
+        assert!(head.contains(&mode.first), "{args:?}: {head}");
+        assert!(tail.ends_with(&mode.ends), "{args:?}: {tail}");
+        peaks.push(peak_kib);
+    }
+    // And the exact peak of them all: the largest of the children this
+    // test process has waited for (the other tests' runs are small).
+    // SAFETY: getrusage fills the struct it is given.
+    let peak_kib = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage), 0);
+        u64::try_from(usage.ru_maxrss).unwrap()
+    };
+    eprintln!("peak RSS of the runs {peaks:?} KiB sampled, {peak_kib} KiB exact");
+    for peak in peaks.into_iter().chain([peak_kib]) {
+        assert!(
+            peak < MANY_RECORDS_RSS_KIB_MAX,
+            "dump-log took {peak} KiB at its peak (at most {MANY_RECORDS_RSS_KIB_MAX} expected)"
+        );
+    }
+}

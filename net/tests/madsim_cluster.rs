@@ -32,6 +32,7 @@ use doze_core::{BrokerConfig, PlantedBug};
 use doze_net::config::HostPort;
 use doze_net::server::{self, Setup};
 use doze_net::simstore::{Crash, Latency, SimStorage, SimStore};
+use doze_testkit::frame::{request_frame, size_prefixed};
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -149,6 +150,7 @@ async fn run_broker(store: Arc<SimStore>, clean_stop: Arc<CleanStop>) {
         storage: SimStorage(store),
         console: None,
         metrics: Default::default(),
+        limits: Default::default(),
     };
     // Runs until the node is killed, or stopped cleanly when asked.
     server::serve(setup, clean_stop.asked.notified())
@@ -208,18 +210,10 @@ impl Conn {
         let key = ApiKey::try_from(R::KEY).expect("a known api key");
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str(self.name)));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, key.request_header_version(version))
-            .expect("the header encodes");
-        req.encode(&mut body, version).expect("the request encodes");
-        stream.write_all(&(body.len() as i32).to_be_bytes()).await?;
-        stream.write_all(&body).await?;
+        let client_id = Some(StrBytes::from_static_str(self.name));
+        let frame =
+            request_frame(version, correlation_id, client_id, req).expect("the request encodes");
+        stream.write_all(&size_prefixed(&frame)).await?;
         stream.flush().await?;
         if thread_rng().gen_bool(self.drop_after_send) {
             return Err(io::Error::other("dropped by the client after sending"));

@@ -7,11 +7,13 @@
 //! that checks the history. Same seed, same history, byte for byte.
 //!
 //! Entry points: `run_one` (one scenario and seed), `sweep` (many seeds over
-//! the swarm), and the `doze-sim` binary over both.
+//! the swarm), `hashes` (the trace hashes of fixed runs, recorded and
+//! checked), and the `doze-sim` binary over them.
 
 pub mod client;
 pub mod disk;
 pub mod faults;
+pub mod hashes;
 pub mod history;
 pub mod metadb;
 pub mod oracle;

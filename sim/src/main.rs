@@ -3,14 +3,18 @@
 //!   doze-sim --scenario power-cut-mid-produce --seed 42 [--trace]
 //!   doze-sim --sweep --seeds 10000 [--start 0]
 //!   doze-sim --list
+//!   doze-sim --hashes --seeds 2000 --scenario-seeds 200 --start 1 > sim/trace-hashes.txt
+//!   doze-sim --hashes-check sim/trace-hashes.txt
 //!
 //! Exits non-zero when any run breaks a promise, after printing the command
 //! that replays it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::Parser;
+use doze_sim::hashes;
 use doze_sim::sweep::{panic_problem, sweep, SweepConfig};
 use doze_sim::{replay_command, run_with, PlantedBug, RunConfig, Scenario};
 
@@ -46,6 +50,19 @@ struct Args {
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
+    /// Print `scenario seed trace-hash` for `--seeds` seeds of the swarm
+    /// and `--scenario-seeds` of every other scenario, from `--start`
+    /// (`make trace-hashes`).
+    #[arg(long)]
+    hashes: bool,
+    /// Seeds of each scenario but the swarm in `--hashes`.
+    #[arg(long, default_value_t = 200)]
+    scenario_seeds: u64,
+    /// Run every line of this `--hashes` file again and fail at the first
+    /// trace hash that differs (every one with --keep-going), printing its
+    /// replay command (`make trace-hashes-check`).
+    #[arg(long, value_name = "FILE")]
+    hashes_check: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -65,6 +82,16 @@ fn main() -> ExitCode {
             println!("{name:32} {}", s.description);
         }
         return ExitCode::SUCCESS;
+    }
+    if args.hashes || args.hashes_check.is_some() {
+        if plant.is_some() {
+            eprintln!("--hashes records the runs as they are: no --plant-bug");
+            return ExitCode::from(2);
+        }
+        return match &args.hashes_check {
+            Some(file) => check_hashes(file, !args.keep_going),
+            None => record_hashes(&args),
+        };
     }
     if args.sweep {
         return run_sweep(&args, plant);
@@ -155,5 +182,104 @@ fn run_sweep(args: &Args, plant: Option<PlantedBug>) -> ExitCode {
     for f in &report.failures {
         println!("replay: {}", f.replay);
     }
+    ExitCode::FAILURE
+}
+
+/// `--hashes`: the lines on stdout, progress and the time taken on stderr.
+fn record_hashes(args: &Args) -> ExitCode {
+    let seeds = args.start..args.start + args.seeds;
+    let scenario_seeds = args.start..args.start + args.scenario_seeds;
+    let runs = hashes::plan(seeds, scenario_seeds);
+    println!(
+        "# doze-sim trace hashes: scenario seed hash (`panic`: the run panicked); {} seeds of the swarm and {} of every other scenario from seed {}",
+        args.seeds, args.scenario_seeds, args.start
+    );
+    println!("# recorded with `make trace-hashes`, checked with `make trace-hashes-check`");
+    let started = Instant::now();
+    let every = (runs.len() / 10).max(1);
+    let mut panics = 0;
+    for (i, (scenario, seed)) in runs.iter().enumerate() {
+        let line = hashes::record(scenario, *seed);
+        panics += usize::from(line.hash.is_none());
+        println!("{}", line.format());
+        if (i + 1) % every == 0 {
+            eprintln!(
+                "  ... {} of {} runs, {:.0} s",
+                i + 1,
+                runs.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "trace hashes: {} runs ({panics} panicked) in {secs:.1} s, {:.1} runs/s",
+        runs.len(),
+        runs.len() as f64 / secs.max(1e-9)
+    );
+    ExitCode::SUCCESS
+}
+
+/// `--hashes-check FILE`.
+fn check_hashes(file: &std::path::Path, stop_at_first: bool) -> ExitCode {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("{}: {e} (`make trace-hashes` records it)", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let expected = match hashes::parse(&text) {
+        Ok(lines) if !lines.is_empty() => lines,
+        Ok(_) => {
+            eprintln!("{}: no runs recorded", file.display());
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    for name in hashes::unrecorded_scenarios(&expected) {
+        println!(
+            "note: scenario {name} has no line in {} (new since it was recorded?)",
+            file.display()
+        );
+    }
+    let started = Instant::now();
+    let every = (expected.len() as u64 / 10).max(1);
+    let report = hashes::check(&expected, stop_at_first, |r| {
+        if r.runs % every == 0 {
+            eprintln!(
+                "  ... {} of {} runs, {} differ, {:.0} s",
+                r.runs,
+                expected.len(),
+                r.differences.len(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    });
+    let secs = started.elapsed().as_secs_f64();
+    for d in report.differences.iter().take(20) {
+        let got = match &d.problem {
+            Some(problem) => format!("no hash: {problem}"),
+            None => d.got.format(),
+        };
+        println!("DIFFERS: recorded {}, now {got}", d.expected.format());
+    }
+    println!(
+        "trace hashes: {} of {} runs checked in {secs:.1} s, {} differ",
+        report.runs,
+        expected.len(),
+        report.differences.len()
+    );
+    let Some(first) = report.differences.first() else {
+        println!("ok: every trace hash is the recorded one");
+        return ExitCode::SUCCESS;
+    };
+    println!(
+        "replay: {}",
+        replay_command(&first.expected.scenario, first.expected.seed, None)
+    );
     ExitCode::FAILURE
 }

@@ -42,6 +42,10 @@ mod records;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
+use kafka_protocol::messages::produce_request;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -81,8 +85,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     let mut response = ProduceResponse::default();
     let mut waits = Vec::new();
     let mut refused_a_topic = false;
-    for (ti, topic_data) in req.topic_data.iter().enumerate() {
-        let name: &str = &topic_data.name.0;
+    for (name, partitions) in entries_by_partition(&req) {
         let writable = b.authorized(&ctx, Op::Write, resource::TOPIC, name);
         refused_a_topic |= !writable;
         // Not the decoded name: it is a slice of the request frame, which a
@@ -92,8 +95,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
             || StrBytes::from_string(name.to_owned()),
             |t| t.name_bytes.clone(),
         );
+        let ti = response.responses.len();
         let mut topic_response = TopicProduceResponse::default().with_name(TopicName(owned_name));
-        for (pi, part) in topic_data.partition_data.iter().enumerate() {
+        for (pi, part) in partitions.into_iter().enumerate() {
             let mut pr = PartitionProduceResponse::default()
                 .with_index(part.index)
                 .with_base_offset(-1)
@@ -176,6 +180,45 @@ fn has_transactional_batch(req: &ProduceRequest) -> bool {
         .flat_map(|t| &t.partition_data)
         .filter_map(|p| p.records.as_ref())
         .any(|records| batch::parse_header(records).is_ok_and(|h| h.is_transactional()))
+}
+
+/// The request's partition entries grouped by topic name, each topic and
+/// partition once, in the order they first appear, with the entry that
+/// came last: Kafka keys a Produce's entries by partition
+/// (KafkaApis.handleProduceRequest's `authorizedRequestInfo`, a map), so a
+/// partition named twice is appended once, from its last entry, and
+/// answered once. A request repeating one partition thousands of times
+/// costs one batch's checks, not thousands.
+fn entries_by_partition(
+    req: &ProduceRequest,
+) -> Vec<(&str, Vec<&produce_request::PartitionProduceData>)> {
+    let mut topics: Vec<(&str, Vec<&produce_request::PartitionProduceData>)> = Vec::new();
+    let mut at: HashMap<(&str, i32), (usize, usize)> = HashMap::new();
+    for topic in &req.topic_data {
+        let name: &str = &topic.name.0;
+        for part in &topic.partition_data {
+            match at.entry((name, part.index)) {
+                Entry::Occupied(o) => {
+                    let (ti, pi) = *o.get();
+                    topics[ti].1[pi] = part;
+                }
+                Entry::Vacant(v) => {
+                    let ti = match topics.iter().position(|(n, _)| *n == name) {
+                        Some(ti) => ti,
+                        None => {
+                            topics.push((name, Vec::new()));
+                            topics.len() - 1
+                        }
+                    };
+                    v.insert((ti, topics[ti].1.len()));
+                    topics[ti].1.push(part);
+                }
+            }
+        }
+        // A topic named with no partitions is answered with none, as
+        // Kafka's map has nothing of it to answer.
+    }
+    topics
 }
 
 /// WRITE on the request's transactional id. With the authorizer on, none at
@@ -300,13 +343,16 @@ fn append_partition(
     // as Kafka stores a produced batch: CreateTime, with the records' own
     // max timestamp (`batch::with_create_time_max`). Producers send exactly
     // that, so this copies only a batch whose header was wrong.
-    if let Some(rebuilt) = stored_form(&header, &bytes, checked.offsets_in_order, compression)? {
+    let sizes = (segment_bytes, message_bytes_max);
+    if let Some(rebuilt) = stored_form(&header, &bytes, &checked, compression, sizes)? {
         // Kafka checks the size again after a rebuild (UnifiedLog.append,
         // messageSizeMaybeChanged).
         check_size(rebuilt.len(), segment_bytes, message_bytes_max)?;
         header = batch::parse_header(&rebuilt).expect("a rebuilt valid batch");
         bytes = rebuilt;
     }
+    // The decompressed records (up to 64 MiB) are not held through the append.
+    drop(checked.plain);
     let records_max_ms = checked.max_timestamp_ms;
     let wrong_max = records_max_ms != header.max_timestamp || header.has_log_append_time();
     if !log_append_time && wrong_max {
@@ -430,14 +476,14 @@ fn check_transaction(
     Ok(())
 }
 
+/// Every partition of the request answered `error`, each once (as
+/// `entries_by_partition`).
 fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse {
-    let responses = req
-        .topic_data
-        .iter()
-        .map(|t| {
-            let parts = t
-                .partition_data
-                .iter()
+    let responses = entries_by_partition(req)
+        .into_iter()
+        .map(|(name, partitions)| {
+            let parts = partitions
+                .into_iter()
                 .map(|p| {
                     PartitionProduceResponse::default()
                         .with_index(p.index)
@@ -448,7 +494,7 @@ fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse
                 })
                 .collect();
             TopicProduceResponse::default()
-                .with_name(t.name.clone())
+                .with_name(TopicName(StrBytes::from_string(name.to_owned())))
                 .with_partition_responses(parts)
         })
         .collect();

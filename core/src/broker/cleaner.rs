@@ -25,8 +25,11 @@
 //! log.cleaner.backoff.ms. Retention leaves a partition alone while a pass
 //! runs on it, so the segment being swapped stays put; a deleted topic ends
 //! the pass without another op, and so does a stopping broker (the next
-//! start finishes or discards what it left). Where the pass stands is in
-//! memory: after a restart the whole log counts as dirty once.
+//! start finishes or discards what it left). Where a pass stands is in
+//! memory (a restart begins it again); the first dirty offset that finished
+//! passes reached is stored with the partition's recovery checkpoint and
+//! read back at start-up (`cleaner_booted`), so a restart does not count the
+//! whole log dirty again.
 
 use std::collections::{BTreeMap, BTreeSet};
 

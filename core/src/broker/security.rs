@@ -163,6 +163,7 @@ impl Broker {
                 if let Some(deadline_ms) = c.auth_deadline_ms.take() {
                     self.sasl_deadlines.remove(&(deadline_ms, conn));
                 }
+                self.outputs.push_back(Output::Authenticated { conn });
             }
             Step::Failed(why) => {
                 tracing::warn!(conn, host = %c.client_host, "SASL authentication failed: {why}");

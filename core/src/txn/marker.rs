@@ -170,9 +170,9 @@ mod tests {
             b[0..8].copy_from_slice(&90i64.to_be_bytes());
             let h = batch::check_batch(&b).unwrap();
             let body = crate::log::clean::records::records_bytes(&b, &h).unwrap();
-            let records = crate::log::clean::records::parse_records(&body, 1).unwrap();
-            let moved = crate::log::clean::records::rebuild(&h, &records, Some(1_000 + 86_400_000))
-                .unwrap();
+            let records = crate::log::clean::records::records(&body, 1);
+            let moved =
+                crate::log::clean::records::rebuild(&h, records, Some(1_000 + 86_400_000)).unwrap();
             let h = batch::check_batch(&moved).expect("valid batch");
             assert_eq!(is_commit(&h, &moved), Some(commit));
         }

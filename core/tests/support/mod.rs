@@ -16,7 +16,7 @@ use doze_core::{
     BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input,
     IoError, IoId, MetaOp, Output, PartitionDir, SegmentFile, SyncScope,
 };
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -57,6 +57,8 @@ pub struct World {
     pub stopped: bool,
     responses: BTreeMap<ConnId, VecDeque<Bytes>>,
     pub closed: Vec<ConnId>,
+    /// What `Output::Authenticated` said, in order.
+    pub authenticated: Vec<ConnId>,
     next_correlation: i32,
     /// correlation id -> (api key, version), to decode the answer.
     asked: BTreeMap<(ConnId, i32), (ApiKey, i16)>,
@@ -88,6 +90,7 @@ impl World {
             stopped: false,
             responses: BTreeMap::new(),
             closed: Vec::new(),
+            authenticated: Vec::new(),
             next_correlation: 1,
             asked: BTreeMap::new(),
             topic_codecs: BTreeMap::new(),
@@ -248,6 +251,7 @@ impl World {
             Output::Close { conn } => self.closed.push(conn),
             Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
             Output::Stopped => self.stopped = true,
+            Output::Authenticated { conn } => self.authenticated.push(conn),
             Output::TopicCompression { topic, prep } => {
                 use doze_core::topic_config::StoredCompression::Producer;
                 match prep.compression {
@@ -520,7 +524,8 @@ fn list_file(
 
 /// A request frame as a client sends it, without its size prefix: the
 /// header, then the body `encode_body` writes (its error when the body has
-/// fields `version` cannot carry).
+/// fields `version` cannot carry). The framing is doze-testkit's, which
+/// net/tests and the simulator's clients use too.
 pub fn request_frame(
     key: ApiKey,
     version: i16,
@@ -528,15 +533,8 @@ pub fn request_frame(
     client_id: &'static str,
     encode_body: impl FnOnce(&mut BytesMut) -> anyhow::Result<()>,
 ) -> anyhow::Result<Bytes> {
-    let header = RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(correlation_id)
-        .with_client_id(Some(StrBytes::from_static_str(client_id)));
-    let mut buf = BytesMut::new();
-    header.encode(&mut buf, key.request_header_version(version))?;
-    encode_body(&mut buf)?;
-    Ok(buf.freeze())
+    let client_id = Some(StrBytes::from_static_str(client_id));
+    doze_testkit::frame::request_frame_with(key, version, correlation_id, client_id, encode_body)
 }
 
 /// One uncompressed batch of `values` (keys none), as a producer would send it.

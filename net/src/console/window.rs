@@ -181,54 +181,61 @@ fn shown_batch(
     let mut records = Vec::new();
     let mut records_before_from = 0;
     let mut records_left_out = 0;
-    let records_error;
+    let mut records_error = None;
     let mut control = None;
-    match batches::records_body(header, bytes, crc_ok) {
+    match batches::records(header, bytes, crc_ok) {
         Err(e) => records_error = Some(e),
-        Ok(body) => {
-            let (raw, error) = batches::parse_records(header, &body);
-            records_error = error;
-            if header.is_control() {
-                control = Some(match raw.first() {
-                    None => Control::Other(
-                        records_error
-                            .clone()
-                            .unwrap_or_else(|| "a control batch without a record".into()),
-                    ),
-                    Some(first) => match batches::control_record(first.key, first.value) {
-                        Err(e) => Control::Other(e),
-                        Ok(c) => match c.marker() {
-                            Some(marker) => Control::Marker {
-                                marker,
-                                coordinator_epoch: c.coordinator_epoch,
-                            },
-                            None => Control::Other(format!("{}({})", c.type_name(), c.type_id)),
-                        },
-                    },
-                });
-            } else {
-                for r in &raw {
-                    let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
-                    if offset < from {
-                        records_before_from += 1;
-                    } else if records.len() >= room {
-                        records_left_out += 1;
-                    } else {
-                        let timestamp = if header.has_log_append_time() {
-                            header.max_timestamp
-                        } else {
-                            header.base_timestamp.wrapping_add(r.timestamp_delta)
-                        };
-                        records.push(ShownRecord {
-                            offset,
-                            timestamp,
-                            key_html: html::record_bytes(r.key, value_chars),
-                            value_html: html::record_bytes(r.value, value_chars),
-                            headers: r.header_count,
-                        });
-                    }
+        Ok(mut stream) if header.is_control() => {
+            // A control batch means what its first record says.
+            control = Some(match stream.next() {
+                None => Control::Other("a control batch without a record".into()),
+                Some(Err(e)) => {
+                    records_error = Some(e.clone());
+                    Control::Other(e)
                 }
+                Some(Ok(first)) => match batches::control_record(first.key, first.value) {
+                    Err(e) => Control::Other(e),
+                    Ok(c) => match c.marker() {
+                        Some(marker) => Control::Marker {
+                            marker,
+                            coordinator_epoch: c.coordinator_epoch,
+                        },
+                        None => Control::Other(format!("{}({})", c.type_name(), c.type_id)),
+                    },
+                },
+            });
+        }
+        Ok(mut stream) => {
+            // One record at a time, and none read once the page is full:
+            // the rest of the batch is counted from its header.
+            while records.len() < room {
+                let r = match stream.next() {
+                    None => break,
+                    Some(Err(e)) => {
+                        records_error = Some(e);
+                        break;
+                    }
+                    Some(Ok(r)) => r,
+                };
+                let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
+                if offset < from {
+                    records_before_from += 1;
+                    continue;
+                }
+                let timestamp = if header.has_log_append_time() {
+                    header.max_timestamp
+                } else {
+                    header.base_timestamp.wrapping_add(r.timestamp_delta)
+                };
+                records.push(ShownRecord {
+                    offset,
+                    timestamp,
+                    key_html: html::record_bytes(r.key, value_chars),
+                    value_html: html::record_bytes(r.value, value_chars),
+                    headers: r.header_count,
+                });
             }
+            records_left_out = stream.left();
         }
     }
     if header.is_control() && control.is_none() {

@@ -10,7 +10,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use doze_testkit::frame::{request_frame, size_prefixed};
+use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -138,6 +139,11 @@ impl Broker {
         connect(&self.addr)
     }
 
+    /// The broker's process id (for its memory in /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The address of listener `name`, when the broker was started with
     /// `listeners` (its listening line names each: `NAME://host:port,...`).
     pub fn listener(&self, name: &str) -> String {
@@ -187,9 +193,9 @@ impl<S: Read + Write> Client<S> {
         }
     }
 
-    pub fn send_frame(&mut self, body: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(&(body.len() as i32).to_be_bytes())?;
-        self.stream.write_all(body)
+    /// Sends `frame` (header and body) with its size in front.
+    pub fn send_frame(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(&size_prefixed(frame))
     }
 
     /// Reads one response frame; None when the broker closed the connection.
@@ -231,17 +237,9 @@ impl<S: Read + Write> Client<S> {
         let key = ApiKey::try_from(R::KEY).unwrap();
         let correlation_id = self.next_correlation;
         self.next_correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("net-test")));
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .unwrap();
-        req.encode(&mut buf, version).unwrap();
-        self.send_frame(&buf).ok()?;
+        let client_id = Some(StrBytes::from_static_str("net-test"));
+        let frame = request_frame(version, correlation_id, client_id, req).unwrap();
+        self.send_frame(&frame).ok()?;
         let mut frame = self.read_frame()?;
         let h = ResponseHeader::decode(&mut frame, key.response_header_version(version)).unwrap();
         assert_eq!(h.correlation_id, correlation_id);
@@ -376,4 +374,84 @@ pub fn run_binary(args: &[&str], limit: Duration) -> Run {
     };
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     run
+}
+
+/// One RecordBatch v2 of `count` tiny records at `base_offset` (offset
+/// deltas 0, 1, ...; timestamps all `timestamp`; no key; a one-byte value
+/// `v`; no headers, no producer id), its records section compressed with
+/// `codec` (Kafka's attribute bits: 4 is zstd). What a hostile client can
+/// pack into a small batch: a million such records are 10 MB plain.
+pub fn tiny_records_batch(base_offset: i64, count: i32, codec: u8, timestamp: i64) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, value: i64) {
+        let mut raw = ((value << 1) ^ (value >> 63)) as u64;
+        while raw >= 0x80 {
+            out.push((raw as u8 & 0x7f) | 0x80);
+            raw >>= 7;
+        }
+        out.push(raw as u8);
+    }
+    let mut plain = Vec::with_capacity(count as usize * 12);
+    let mut record = Vec::new();
+    for delta in 0..i64::from(count) {
+        record.clear();
+        record.push(0); // attributes
+        varint(&mut record, 0); // timestamp delta
+        varint(&mut record, delta);
+        varint(&mut record, -1); // null key
+        varint(&mut record, 1);
+        record.push(b'v');
+        varint(&mut record, 0); // headers
+        varint(&mut plain, record.len() as i64);
+        plain.extend_from_slice(&record);
+    }
+    let section = doze_core::log::clean::codec::compress(
+        codec,
+        doze_core::log::clean::codec::default_level(codec),
+        &plain,
+    )
+    .expect("compressed");
+    let mut b = Vec::with_capacity(61 + section.len());
+    b.extend_from_slice(&base_offset.to_be_bytes());
+    let batch_length = (61 - 12 + section.len()) as i32;
+    b.extend_from_slice(&batch_length.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes()); // partition leader epoch
+    b.push(2); // magic
+    b.extend_from_slice(&[0; 4]); // CRC, written below
+    b.extend_from_slice(&i16::from(codec).to_be_bytes()); // attributes
+    b.extend_from_slice(&(count - 1).to_be_bytes()); // last offset delta
+    b.extend_from_slice(&timestamp.to_be_bytes()); // base timestamp
+    b.extend_from_slice(&timestamp.to_be_bytes()); // max timestamp
+    b.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    b.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    b.extend_from_slice(&count.to_be_bytes());
+    b.extend_from_slice(&section);
+    doze_core::batch::write_crc(&mut b);
+    b
+}
+
+/// Linux's peak resident set size of process `pid` (VmHWM), in KiB.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmHWM:")
+}
+
+/// Linux's resident set size of process `pid` (VmRSS), in KiB.
+pub fn rss_kib(pid: u32) -> u64 {
+    proc_status_kib(pid, "VmRSS:")
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in\n{status}"))
+}
+
+/// Resets process `pid`'s peak resident set size (VmHWM) to its current
+/// one (proc(5), clear_refs: "5").
+pub fn reset_peak_rss(pid: u32) {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("write clear_refs");
 }

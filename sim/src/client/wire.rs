@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use doze_core::ConnId;
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader, ResponseKind};
+use doze_testkit::frame::request_frame;
+use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,20 +58,11 @@ impl Wire {
         let key = ApiKey::try_from(R::KEY).expect("a request type has a known key");
         let correlation_id = self.next_correlation;
         self.next_correlation = self.next_correlation.wrapping_add(1);
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation_id)
-            .with_client_id(Some(self.client_id.clone()));
-        let mut buf = BytesMut::new();
-        header
-            .encode(&mut buf, key.request_header_version(version))
-            .expect("request header encodes");
-        req.encode(&mut buf, version)
+        let frame = request_frame(version, correlation_id, Some(self.client_id.clone()), req)
             .unwrap_or_else(|e| panic!("{key:?} v{version} does not encode: {e}"));
         self.asked
             .insert(correlation_id, (key, version, self.now_ms));
-        self.outbox.push((conn, buf.freeze()));
+        self.outbox.push((conn, frame));
         Some(correlation_id)
     }
 

@@ -4,7 +4,9 @@
 //! (clients/src/main/java/org/apache/kafka/common/record/
 //! DefaultRecordBatch.java, DefaultRecord.java) make it.
 //!
-//! A compressed batch is decompressed first, never past
+//! A batch of more than `limits::BATCH_RECORDS_MAX` records is
+//! MESSAGE_TOO_LARGE, its records unread. A compressed batch is
+//! decompressed first, never past
 //! `limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX` (MESSAGE_TOO_LARGE); a
 //! stream its codec cannot read is UNKNOWN_SERVER_ERROR, as from Kafka. Then:
 //! - the header's count must match its offset range (validateBatch);
@@ -24,8 +26,9 @@ use kafka_protocol::ResponseError;
 
 use super::{refused, Refusal};
 use crate::batch::{self, BatchHeader};
+use crate::limits;
 use crate::log::clean::codec::DecompressError;
-use crate::log::clean::records as decompress;
+use crate::log::clean::records::{self as decompress, Bound, RebuildError};
 use crate::record::{self, Framing, Malformed};
 use crate::topic_config::StoredCompression;
 
@@ -75,6 +78,10 @@ pub(super) struct Checked {
     /// Every record's offset (base offset + delta) is its index, as
     /// LogValidator expects of a compressed batch it keeps in place.
     pub offsets_in_order: bool,
+    /// A compressed batch's records, decompressed: a rebuild
+    /// (`stored_form`) reads them from here rather than decompressing them
+    /// again.
+    pub plain: Option<Bytes>,
 }
 
 /// Checks every record of the batch (see the module's doc).
@@ -97,12 +104,22 @@ pub(super) fn check_records(
             rules.partition
         )));
     }
+    // Before anything is decompressed: past it the records are not read
+    // (`limits::BATCH_RECORDS_MAX`; Kafka has no such bound).
+    if usize::try_from(header.records_count).unwrap_or(0) > limits::BATCH_RECORDS_MAX {
+        let m = format!(
+            "The batch holds {} records, more than the {} the broker takes",
+            header.records_count,
+            limits::BATCH_RECORDS_MAX
+        );
+        return Err(refused(ResponseError::MessageTooLarge, Some(m)));
+    }
     let end = header.total_bytes().min(bytes.len());
-    let decompressed;
+    let mut plain = None;
     let body: &[u8] = if header.compression_code() == 0 {
         &bytes[batch::BATCH_HEADER_BYTES.min(end)..end]
     } else {
-        decompressed = decompress::decompressed(bytes, header).map_err(|e| match e {
+        let decompressed = decompress::decompressed(bytes, header).map_err(|e| match e {
             DecompressError::TooLarge(_) => {
                 refused(ResponseError::MessageTooLarge, Some(e.to_string()))
             }
@@ -113,7 +130,7 @@ pub(super) fn check_records(
                 refused(ResponseError::UnknownServerError, Some(e.to_string())).by_log()
             }
         })?;
-        &decompressed
+        plain.insert(decompressed)
     };
     let mut record_errors = Vec::new();
     let mut timestamp_error = false;
@@ -166,6 +183,7 @@ pub(super) fn check_records(
         return Ok(Checked {
             max_timestamp_ms: max_timestamp,
             offsets_in_order,
+            plain,
         });
     }
     let (error, message) = if timestamp_error {
@@ -192,15 +210,41 @@ pub(super) fn check_records(
 }
 
 /// The batch as the topic's compression.type stores it (`None`: as sent),
-/// `crate::recompress`. A codec that fails is UNKNOWN_SERVER_ERROR.
+/// `crate::recompress`, no larger than `batch_bytes_max` (the smaller of
+/// the topic's max.message.bytes and segment.bytes). A rebuilt batch past
+/// a bound is refused as Kafka refuses one too large once rebuilt
+/// (UnifiedLog.append, messageSizeMaybeChanged): `check_size`'s error (a
+/// batch larger than a segment RECORD_LIST_TOO_LARGE, else
+/// MESSAGE_TOO_LARGE); one whose records would decompress to more than the
+/// broker reads (the offset deltas written anew are longer)
+/// MESSAGE_TOO_LARGE, as the same batch sent that way; one of more than
+/// `limits::BATCH_RECORDS_MAX` records MESSAGE_TOO_LARGE. A codec that
+/// fails is UNKNOWN_SERVER_ERROR.
 pub(super) fn stored_form(
     header: &BatchHeader,
     bytes: &[u8],
-    offsets_in_order: bool,
+    checked: &Checked,
     compression: StoredCompression,
+    sizes: (usize, usize),
 ) -> Result<Option<Bytes>, Refusal> {
-    crate::recompress::stored_batch(header, bytes, offsets_in_order, compression)
-        .map_err(|e| refused(ResponseError::UnknownServerError, Some(e)))
+    let (segment_bytes, message_bytes_max) = sizes;
+    let batch_bytes_max = segment_bytes.min(message_bytes_max);
+    let stored = crate::recompress::stored_batch(
+        header,
+        bytes,
+        checked.plain.as_deref(),
+        checked.offsets_in_order,
+        compression,
+        batch_bytes_max,
+    );
+    stored.map_err(|e| match e {
+        // Past the smaller of the two: check_size's error for it.
+        RebuildError::TooLarge(Bound::Stored) if segment_bytes <= message_bytes_max => {
+            refused(ResponseError::RecordListTooLarge, Some(e.to_string()))
+        }
+        RebuildError::TooLarge(_) => refused(ResponseError::MessageTooLarge, Some(e.to_string())),
+        RebuildError::Failed(_) => refused(ResponseError::UnknownServerError, Some(e.to_string())),
+    })
 }
 
 /// Reads the batch's records from its (decompressed) records section as

@@ -19,8 +19,7 @@
 
 use std::io::{Read, Write};
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Snappy};
+use bytes::Bytes;
 
 /// Why a records section could not be decompressed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,69 +81,191 @@ pub fn default_level(codec: u8) -> i32 {
     }
 }
 
-/// `plain`, a batch's records section, compressed with `codec` at `level`,
-/// framed as Kafka's own compressors frame it (clients/src/main/java/org/
-/// apache/kafka/common/compress/): a GZIP stream; snappy in the xerial
-/// framing (kafka-protocol's compressor, which has no level); an LZ4 frame
-/// of independent blocks; a zstd frame. Codec 0 is `plain` as it is.
+/// `plain`, a batch's records section, compressed with `codec` at `level`
+/// (`Packer`). Codec 0 is `plain` as it is.
 pub fn compress(codec: u8, level: i32, plain: &[u8]) -> Result<Bytes, String> {
-    let io = |e: std::io::Error| format!("compressing: {e}");
-    let out = match codec {
-        0 => return Ok(Bytes::copy_from_slice(plain)),
-        1 => {
-            // -1 and 1..=9, as topic_config checks compression.gzip.level.
-            let level = u32::try_from(level).map_or(flate2::Compression::default(), |l| {
-                flate2::Compression::new(l.min(9))
-            });
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
-            e.write_all(plain).map_err(io)?;
-            e.finish().map_err(io)?
+    if codec == 0 {
+        return Ok(Bytes::copy_from_slice(plain));
+    }
+    let mut packer = Packer::new(codec, level)?;
+    packer.write(plain)?;
+    packer.finish()
+}
+
+/// snappy-java's SnappyOutputStream block (its default), which the xerial
+/// framing prefixes with its compressed length.
+const SNAPPY_BLOCK_BYTES: usize = 32 * 1024;
+
+/// A records section compressed as it is written, framed as Kafka's own
+/// compressors frame it (clients/src/main/java/org/apache/kafka/common/
+/// compress/): a GZIP stream; snappy in the xerial framing (magic, version
+/// 1, compatible version 1, then blocks of 32 KiB each prefixed with its
+/// compressed length; no level); an LZ4 frame of independent blocks; a zstd
+/// frame. Codec 0 writes the bytes as they are.
+///
+/// Streaming, so that whoever writes a batch anew can stop as soon as what
+/// it has written passes a bound (`plain_bytes`, `packed_bytes`), instead of
+/// first holding every record in memory.
+pub struct Packer {
+    sink: Sink,
+    plain_bytes: usize,
+}
+
+enum Sink {
+    Plain(Vec<u8>),
+    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+    Snappy { out: Vec<u8>, block: Vec<u8> },
+    Lz4(lz4::Encoder<Vec<u8>>),
+    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+}
+
+impl Packer {
+    pub fn new(codec: u8, level: i32) -> Result<Self, String> {
+        let io = |e: std::io::Error| format!("compressing: {e}");
+        let sink = match codec {
+            0 => Sink::Plain(Vec::new()),
+            1 => {
+                // -1 and 1..=9, as topic_config checks compression.gzip.level.
+                let level = u32::try_from(level).map_or(flate2::Compression::default(), |l| {
+                    flate2::Compression::new(l.min(9))
+                });
+                Sink::Gzip(flate2::write::GzEncoder::new(Vec::new(), level))
+            }
+            2 => {
+                let mut out = Vec::new();
+                out.extend_from_slice(XERIAL_MAGIC);
+                out.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+                Sink::Snappy {
+                    out,
+                    block: Vec::with_capacity(SNAPPY_BLOCK_BYTES),
+                }
+            }
+            3 => {
+                // Kafka's Lz4BlockOutputStream: lz4-java's fast compressor at
+                // the default level (9), its high compressor at any other.
+                let level = match level {
+                    LZ4_DEFAULT_LEVEL => 0, // liblz4's fast compressor
+                    other => u32::try_from(other).unwrap_or(0),
+                };
+                let e = lz4::EncoderBuilder::new()
+                    .level(level)
+                    .block_mode(lz4::BlockMode::Independent)
+                    .build(Vec::new())
+                    .map_err(io)?;
+                Sink::Lz4(e)
+            }
+            4 => Sink::Zstd(zstd::stream::write::Encoder::new(Vec::new(), level).map_err(io)?),
+            other => return Err(format!("unknown compression codec {other}")),
+        };
+        Ok(Self {
+            sink,
+            plain_bytes: 0,
+        })
+    }
+
+    /// Appends `plain` to the records section.
+    pub fn write(&mut self, plain: &[u8]) -> Result<(), String> {
+        let io = |e: std::io::Error| format!("compressing: {e}");
+        self.plain_bytes += plain.len();
+        match &mut self.sink {
+            Sink::Plain(out) => out.extend_from_slice(plain),
+            Sink::Gzip(e) => e.write_all(plain).map_err(io)?,
+            Sink::Snappy { out, block } => {
+                let mut rest = plain;
+                while !rest.is_empty() {
+                    let take = rest.len().min(SNAPPY_BLOCK_BYTES - block.len());
+                    block.extend_from_slice(&rest[..take]);
+                    rest = &rest[take..];
+                    if block.len() == SNAPPY_BLOCK_BYTES {
+                        snappy_block(out, block)?;
+                    }
+                }
+            }
+            Sink::Lz4(e) => e.write_all(plain).map_err(io)?,
+            Sink::Zstd(e) => e.write_all(plain).map_err(io)?,
         }
-        2 => {
-            let mut out = BytesMut::new();
-            Snappy::compress(&mut out, |b: &mut BytesMut| {
-                b.extend_from_slice(plain);
-                Ok(())
-            })
-            .map_err(|e| format!("compressing: {e}"))?;
-            return Ok(out.freeze());
+        Ok(())
+    }
+
+    /// Bytes written so far, before compression.
+    pub fn plain_bytes(&self) -> usize {
+        self.plain_bytes
+    }
+
+    /// Compressed bytes out so far. A codec holds up to a block or a window
+    /// of input before it writes any, so this trails `plain_bytes`; what
+    /// `finish` returns is at least this long.
+    pub fn packed_bytes(&self) -> usize {
+        match &self.sink {
+            Sink::Plain(out) | Sink::Snappy { out, .. } => out.len(),
+            Sink::Gzip(e) => e.get_ref().len(),
+            Sink::Lz4(e) => e.writer().len(),
+            Sink::Zstd(e) => e.get_ref().len(),
         }
-        3 => {
-            // Kafka's Lz4BlockOutputStream: lz4-java's fast compressor at
-            // the default level (9), its high compressor at any other.
-            let level = match level {
-                LZ4_DEFAULT_LEVEL => 0, // liblz4's fast compressor
-                other => u32::try_from(other).unwrap_or(0),
-            };
-            let mut e = lz4::EncoderBuilder::new()
-                .level(level)
-                .block_mode(lz4::BlockMode::Independent)
-                .build(Vec::new())
-                .map_err(io)?;
-            e.write_all(plain).map_err(io)?;
-            let (out, done) = e.finish();
-            done.map_err(io)?;
-            out
-        }
-        4 => zstd::bulk::compress(plain, level).map_err(io)?,
-        other => return Err(format!("unknown compression codec {other}")),
-    };
-    Ok(Bytes::from(out))
+    }
+
+    /// The whole compressed records section.
+    pub fn finish(self) -> Result<Bytes, String> {
+        let io = |e: std::io::Error| format!("compressing: {e}");
+        let out = match self.sink {
+            Sink::Plain(out) => out,
+            Sink::Gzip(e) => e.finish().map_err(io)?,
+            Sink::Snappy { mut out, mut block } => {
+                if !block.is_empty() {
+                    snappy_block(&mut out, &mut block)?;
+                }
+                out
+            }
+            Sink::Lz4(e) => {
+                let (out, done) = e.finish();
+                done.map_err(io)?;
+                out
+            }
+            Sink::Zstd(e) => e.finish().map_err(io)?,
+        };
+        Ok(Bytes::from(out))
+    }
+}
+
+/// One xerial snappy block: its compressed length, then it; `block` emptied.
+fn snappy_block(out: &mut Vec<u8>, block: &mut Vec<u8>) -> Result<(), String> {
+    let packed = snap::raw::Encoder::new()
+        .compress_vec(block)
+        .map_err(|e| format!("compressing: {e}"))?;
+    let len = u32::try_from(packed.len()).map_err(|_| "a snappy block too large".to_owned())?;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&packed);
+    block.clear();
+    Ok(())
 }
 
 /// Everything `reader` gives, unless that is more than `limit` bytes.
-fn read_bounded(reader: impl Read, limit: usize) -> Result<Bytes, DecompressError> {
+/// The buffer grows by doubling but never past `limit`: `read_to_end`
+/// would double it past (64 MiB of records held 128 MiB).
+fn read_bounded(mut reader: impl Read, limit: usize) -> Result<Bytes, DecompressError> {
     let mut out = Vec::new();
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    reader
-        .take(cap)
-        .read_to_end(&mut out)
-        .map_err(|e| DecompressError::Corrupt(e.to_string()))?;
-    if out.len() > limit {
-        return Err(DecompressError::TooLarge(limit));
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    loop {
+        let n = match reader.read(&mut chunk) {
+            Ok(0) => return Ok(Bytes::from(out)),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(DecompressError::Corrupt(e.to_string())),
+        };
+        let len = out.len() + n;
+        if len > limit {
+            return Err(DecompressError::TooLarge(limit));
+        }
+        if len > out.capacity() {
+            let capacity = out.capacity().saturating_mul(2).clamp(len, limit);
+            out.reserve_exact(capacity - out.len());
+        }
+        out.extend_from_slice(&chunk[..n]);
     }
-    Ok(Bytes::from(out))
 }
+
+/// What `read_bounded` reads at a time.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Snappy blocks state their decompressed length up front: the bound is
 /// checked before a block's buffer is allocated.
@@ -267,6 +388,34 @@ mod tests {
             .unwrap()
             .starts_with(&[0x28, 0xb5, 0x2f, 0xfd]));
         assert!(compress(5, 3, &plain).is_err());
+    }
+
+    /// Written in pieces, the packer's output reads back whole; its snappy
+    /// is byte for byte kafka-protocol's (the xerial framing, 32 KiB
+    /// blocks); and what it has written out grows as it goes, which is
+    /// what a rebuild checks against its bound.
+    #[test]
+    fn the_packer_streams_what_compress_writes_at_once() {
+        let plain: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        for codec in 0..=4u8 {
+            let mut p = Packer::new(codec, default_level(codec)).unwrap();
+            let mut packed_along = 0;
+            for piece in plain.chunks(1000) {
+                p.write(piece).unwrap();
+                assert!(p.packed_bytes() >= packed_along, "codec {codec}");
+                packed_along = p.packed_bytes();
+            }
+            assert_eq!(p.plain_bytes(), plain.len());
+            assert!(packed_along > 0, "codec {codec}: nothing out while writing");
+            let packed = p.finish().unwrap();
+            assert!(packed.len() >= packed_along, "codec {codec}");
+            assert_eq!(
+                decompress(codec, &packed, plain.len()).unwrap(),
+                plain,
+                "codec {codec}"
+            );
+        }
+        assert_eq!(compress(2, -1, &plain).unwrap(), compressed(2, &plain));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use std::hash::{Hash, Hasher};
 
 use bytes::Bytes;
 
-use super::records::{self, RecordsError};
+use super::records::{self, RebuildError, RecordsError};
 use crate::batch::BatchHeader;
 use crate::log::AbortedTxn;
 
@@ -245,9 +245,9 @@ pub struct Filter<'a> {
 /// The control record's type: 0 abort, 1 commit (ControlRecordType).
 fn marker_is_commit(batch: &[u8], header: &BatchHeader) -> Result<bool, RecordsError> {
     let bytes = records::records_bytes(batch, header)?;
-    let records = records::parse_records(&bytes, header.records_count)?;
-    let key = records
-        .first()
+    let first = records::records(&bytes, header.records_count).next();
+    let key = first
+        .transpose()?
         .and_then(|r| r.key)
         .filter(|k| k.len() >= 4)
         .ok_or_else(|| RecordsError("a marker without its control key".into()))?;
@@ -299,42 +299,59 @@ impl Filter<'_> {
         if discard_records && !retain_empty {
             return Ok((Verdict::Drop, None));
         }
+        // Two passes over the records, one at a time, holding nothing per
+        // record: the first counts what stays, the second (only for a
+        // batch that changes) writes it.
         let body = records::records_bytes(bytes, header)?;
-        let all = records::parse_records(&body, header.records_count)?;
-        let mut kept = Vec::with_capacity(all.len());
-        let mut tombstones = false;
-        for r in &all {
-            let keep = if discard_records {
+        let keep = |r: &records::Record<'_>| {
+            if discard_records {
                 false
             } else if control {
                 true
             } else {
                 self.keep_record(header, r, horizon)
-            };
-            if keep {
+            }
+        };
+        let (mut all, mut kept) = (0usize, 0usize);
+        let mut tombstones = false;
+        for r in records::records(&body, header.records_count) {
+            let r = r?;
+            all += 1;
+            if keep(&r) {
+                kept += 1;
                 tombstones |= r.value.is_none() && !control;
-                kept.push(r.clone());
             }
         }
         let marker_of_empty_txn = control && can_discard;
         let needs_horizon = (tombstones || marker_of_empty_txn) && horizon.is_none();
-        let verdict = if kept.is_empty() {
+        let verdict = if kept == 0 {
             if !retain_empty {
                 Verdict::Drop
-            } else if !last_of_producer && (header.has_producer_id() || !all.is_empty()) {
+            } else if !last_of_producer && (header.has_producer_id() || all > 0) {
                 // Kept only for its offsets: nothing of its producer.
                 Verdict::Replace(records::placeholder(header)?)
-            } else if all.is_empty() {
+            } else if all == 0 {
                 Verdict::Keep
             } else {
-                Verdict::Replace(records::rebuild(header, &[], None)?)
+                Verdict::Replace(records::rebuild(header, std::iter::empty(), None)?)
             }
-        } else if kept.len() == all.len() && !needs_horizon {
+        } else if kept == all && !needs_horizon {
             Verdict::Keep
         } else {
             let new_horizon =
                 needs_horizon.then(|| self.now_ms.saturating_add(self.delete_retention_ms));
-            Verdict::Replace(records::rebuild(header, &kept, new_horizon)?)
+            let stays = records::records(&body, header.records_count)
+                .filter(|r| r.as_ref().map_or(true, &keep));
+            match records::rebuild(header, stays, new_horizon) {
+                Ok(rebuilt) => Verdict::Replace(rebuilt),
+                // The delete horizon lengthens every timestamp delta: a
+                // batch near the readers' bound could pass it. Kept as it
+                // was rather than written unreadable; its superseded
+                // records and tombstones wait (what stays is still right:
+                // each key's latest record is among them).
+                Err(RebuildError::TooLarge(_)) => Verdict::Keep,
+                Err(RebuildError::Failed(e)) => return Err(e),
+            }
         };
         let kept_abort = if matches!(verdict, Verdict::Drop) {
             None
@@ -380,13 +397,17 @@ pub fn map_batch(
             walk.on_marker(header, is_commit);
         }
     } else if !walk.on_batch(header) && header.last_offset() >= from {
+        // Two passes, one record at a time: count the keys, then book them.
         let body = records::records_bytes(bytes, header)?;
-        let records = records::parse_records(&body, header.records_count)?;
-        let new_keys = records.iter().filter(|r| r.key.is_some()).count();
+        let mut new_keys = 0;
+        for r in records::records(&body, header.records_count) {
+            new_keys += usize::from(r?.key.is_some());
+        }
         if map.len() + new_keys > map.entries_max && !map.is_empty() {
             return Ok(false);
         }
-        for r in records {
+        for r in records::records(&body, header.records_count) {
+            let r = r?;
             let offset = header.base_offset + i64::from(r.offset_delta);
             if let (Some(key), true) = (r.key, offset >= from) {
                 map.put(key, offset);

@@ -11,6 +11,7 @@
 //! gaps, and a read at an offset that is gone gets the next batch.
 
 pub mod codec;
+pub mod codec_stream;
 pub mod filter;
 pub mod records;
 
