@@ -18,7 +18,7 @@ use crate::broker::Broker;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
-use crate::txn::write::{self, Then};
+use crate::txn::write::{self, Reply, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
     let id = req.transactional_id.0.to_string();
@@ -54,9 +54,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
     if current.state == TxnState::Ongoing && current.groups.contains(&group) {
         return answer(b, &ctx, None);
     }
-    let mut record = current.ongoing(b.now_ms());
-    record.groups.insert(group);
-    write::store(b, &id, record, Vec::new(), Then::AddOffsets { ctx });
+    let next = current.prepare_add_group(group, b.now_ms());
+    let reply: Reply = Box::new(move |b, stored| {
+        let error = stored.is_none().then_some(ResponseError::NotCoordinator);
+        answer(b, &ctx, error)
+    });
+    write::store(b, &id, next, Vec::new(), Then::Answer(reply));
 }
 
 fn answer(b: &mut Broker, ctx: &RequestCtx, error: Option<ResponseError>) {

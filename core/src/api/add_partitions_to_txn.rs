@@ -100,15 +100,25 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     {
         return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
     }
-    let mut record = current.ongoing(b.now_ms());
-    record.partitions.extend(asked.iter().cloned());
-    write::store(
-        b,
-        &id,
-        record,
-        Vec::new(),
-        Then::AddPartitions { ctx, response: ok },
-    );
+    let next = current.prepare_add_partitions(asked.iter().cloned(), b.now_ms());
+    write::store(b, &id, next, Vec::new(), answer_stored(ctx, ok));
+}
+
+/// Once the record is stored: `ok`; not stored: NOT_COORDINATOR for every
+/// partition.
+fn answer_stored(ctx: RequestCtx, ok: AddPartitionsToTxnResponse) -> Then {
+    Then::Answer(Box::new(move |b, stored| {
+        let mut response = ok;
+        if stored.is_none() {
+            let not_coordinator = ResponseError::NotCoordinator.code();
+            for topic in response.results_by_topic_v3_and_below.iter_mut() {
+                for p in topic.results_by_partition.iter_mut() {
+                    p.partition_error_code = not_coordinator;
+                }
+            }
+        }
+        b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response));
+    }))
 }
 
 fn response(

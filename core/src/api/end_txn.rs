@@ -27,7 +27,7 @@ use super::RequestCtx;
 use crate::broker::Broker;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
-use crate::txn::record::{TxnRecord, TxnState};
+use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
@@ -58,15 +58,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     let ids = Some((record.producer_id, record.producer_epoch));
     match (record.state, req.committed) {
         (TxnState::Ongoing, commit) => {
-            let decided = TxnRecord {
-                state: if commit {
-                    TxnState::PrepareCommit
-                } else {
-                    TxnState::PrepareAbort
-                },
-                last_update_ms: b.now_ms(),
-                ..record
-            };
+            let decided = record.prepare_decision(commit, b.now_ms());
             write::store(b, &id, decided, Vec::new(), Then::Decided { ctx });
         }
         (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => {

@@ -38,7 +38,7 @@ use crate::broker::Broker;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::fenced_error;
 use crate::txn::record::{epoch_exhausted, TxnRecord, TxnState};
-use crate::txn::write::{self, Then};
+use crate::txn::write::{self, Reply, Then};
 
 pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
     let Some(id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
@@ -74,9 +74,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
         let Some(pid) = b.take_producer_id() else {
             return b.await_id_block(ctx, req);
         };
-        let mut record = TxnRecord::new(pid, req.transaction_timeout_ms, now_ms);
-        record.producer_epoch = 0;
-        return write::store(b, &id, record, Vec::new(), Then::Init { ctx });
+        let next = TxnRecord::create(pid, req.transaction_timeout_ms, now_ms);
+        return write::store(b, &id, next, Vec::new(), answer_stored(ctx));
     };
     if entry.busy() {
         return error(b, &ctx, ResponseError::ConcurrentTransactions);
@@ -95,38 +94,33 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
             error(b, &ctx, ResponseError::ConcurrentTransactions)
         }
         TxnState::Ongoing => {
-            let record = current.fenced_abort(now_ms);
-            write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: Some(ctx) });
+            let next = current.prepare_fence_and_abort(now_ms);
+            // Stored, the abort is under way: the client retries.
+            let reply: Reply = Box::new(move |b, stored| {
+                let e = match stored {
+                    Some(_) => ResponseError::ConcurrentTransactions,
+                    None => ResponseError::NotCoordinator,
+                };
+                error(b, &ctx, e)
+            });
+            let then = Then::Fenced { reply: Some(reply) };
+            write::store(b, &id, next, Vec::new(), then);
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
-            let base = TxnRecord {
-                timeout_ms: req.transaction_timeout_ms,
-                state: TxnState::Empty,
-                partitions: Default::default(),
-                groups: Default::default(),
-                staged_offsets: Default::default(),
-                start_ms: -1,
-                last_update_ms: now_ms,
-                ..current.clone()
-            };
-            let record = if epoch_exhausted(current.producer_epoch)
+            let timeout_ms = req.transaction_timeout_ms;
+            let next = if epoch_exhausted(current.producer_epoch)
                 && expected.is_none_or(|(_, e)| e == current.producer_epoch)
             {
                 // TransactionMetadata.prepareProducerIdRotation.
                 let Some(pid) = b.take_producer_id() else {
                     return b.await_id_block(ctx, req);
                 };
-                TxnRecord {
-                    producer_id: pid,
-                    previous_producer_id: current.producer_id,
-                    producer_epoch: 0,
-                    last_producer_epoch: if expected.is_some() {
-                        current.producer_epoch
-                    } else {
-                        -1
-                    },
-                    ..base
-                }
+                let last_epoch = if expected.is_some() {
+                    current.producer_epoch
+                } else {
+                    -1
+                };
+                current.prepare_rotation(pid, timeout_ms, last_epoch, now_ms)
             } else {
                 // TransactionMetadata.prepareIncrementProducerEpoch.
                 let (epoch, last) = match expected {
@@ -141,15 +135,25 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                         return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version))
                     }
                 };
-                TxnRecord {
-                    producer_epoch: epoch,
-                    last_producer_epoch: last,
-                    ..base
-                }
+                current.prepare_epoch_bump(timeout_ms, epoch, last, now_ms)
             };
-            write::store(b, &id, record, Vec::new(), Then::Init { ctx });
+            write::store(b, &id, next, Vec::new(), answer_stored(ctx));
         }
     }
+}
+
+/// Once the record is stored: its producer id and epoch; not stored:
+/// NOT_COORDINATOR.
+fn answer_stored(ctx: RequestCtx) -> Then {
+    Then::Answer(Box::new(move |b, stored| match stored {
+        Some(r) => {
+            let response = InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(r.producer_id))
+                .with_producer_epoch(r.producer_epoch);
+            b.respond(&ctx, ResponseKind::InitProducerId(response));
+        }
+        None => error(b, &ctx, ResponseError::NotCoordinator),
+    }))
 }
 
 fn error(b: &mut Broker, ctx: &RequestCtx, error: ResponseError) {

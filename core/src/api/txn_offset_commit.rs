@@ -94,10 +94,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
             .map(|_| record)
     });
     let mut response = TxnOffsetCommitResponse::default();
-    let (mut record, error) = match checked {
+    let (current, error) = match checked {
         Ok(record) => (Some(record), None),
         Err(e) => (None, Some(e)),
     };
+    let mut staged = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.to_string();
         let readable = !unreadable.contains(&name);
@@ -106,18 +107,17 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
             let mut code = error.map_or(0, |e| e.code());
             if !readable {
                 code = ResponseError::TopicAuthorizationFailed.code();
-            } else if let (Some(record), None) = (record.as_mut(), error) {
+            } else if current.is_some() && error.is_none() {
                 let known = b.topics().partition(&name, p.partition_index).is_some();
                 if known {
-                    let staged = StagedOffset {
+                    staged.push(StagedOffset {
                         topic: name.clone(),
                         topic_id: b.topic_id_text(&name),
                         partition: p.partition_index,
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,
                         metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                    };
-                    record.stage_offset(&group, staged);
+                    });
                 } else {
                     code = ResponseError::UnknownTopicOrPartition.code();
                 }
@@ -134,16 +134,33 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
                 .with_partitions(partitions),
         );
     }
-    match record {
-        Some(record) if error.is_none() => write::store(
+    match current {
+        Some(current) if error.is_none() => write::store(
             b,
             &id,
-            record,
+            current.prepare_stage_offsets(&group, staged),
             Vec::new(),
-            Then::TxnOffsetCommit { ctx, response },
+            answer_stored(ctx, response),
         ),
         _ => b.respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
     }
+}
+
+/// Once the record is stored: `response`; not stored: NOT_COORDINATOR for
+/// every partition.
+fn answer_stored(ctx: RequestCtx, response: TxnOffsetCommitResponse) -> Then {
+    Then::Answer(Box::new(move |b, stored| {
+        let mut response = response;
+        if stored.is_none() {
+            let not_coordinator = ResponseError::NotCoordinator.code();
+            for t in response.topics.iter_mut() {
+                for p in t.partitions.iter_mut() {
+                    p.error_code = not_coordinator;
+                }
+            }
+        }
+        b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+    }))
 }
 
 /// The answer failing every asked partition with `error`.

@@ -58,7 +58,7 @@ use kafka_protocol::messages::{EndTxnResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
 use super::marker;
-use super::record::{TxnRecord, TxnState};
+use super::record::TxnState;
 use super::write::{self, Then};
 use crate::broker::{Broker, MarkerRefused};
 use crate::group::{offset_key, OffsetRecord};
@@ -259,26 +259,19 @@ fn store_complete(b: &mut Broker, id: &str) {
     let count = !std::mem::replace(&mut completion.counted, true);
     let old = entry.record.clone();
     let now_ms = b.now_ms();
-    let mut record = TxnRecord {
-        state: if commit {
-            TxnState::CompleteCommit
-        } else {
-            TxnState::CompleteAbort
-        },
-        partitions: Default::default(),
-        groups: Default::default(),
-        staged_offsets: Default::default(),
-        last_update_ms: now_ms,
-        ..old.clone()
-    };
-    record.start_ms = old.start_ms;
+    let next = old.prepare_complete(now_ms);
+    assert_eq!(
+        next.record().state == TxnState::CompleteCommit,
+        commit,
+        "the decision carried out is the one stored"
+    );
     let (pid, epoch) = (old.producer_id, old.producer_epoch);
     if count {
         b.metrics_mut().txn_completed(commit);
     }
     if !commit || old.staged_offsets.is_empty() {
         // Nothing to store that the decision does not already say: owed.
-        b.txns_mut().set_record(id, record);
+        b.txns_mut().set_record(id, next.into_record());
         let completion = b.txns_mut().end_completion(id);
         b.txns_mut().owe_complete(id, now_ms + TXN_COMPLETE_OWED_MS);
         return answer(b, completion.responders, pid, epoch);
@@ -313,7 +306,7 @@ fn store_complete(b: &mut Broker, id: &str) {
     for (group, tp, _) in &applied {
         b.groups_mut().offsets.begin_write(group, tp);
     }
-    write::store(b, id, record, ops, Then::Completed { applied });
+    write::store(b, id, next, ops, Then::Completed { applied });
     let responders = std::mem::take(&mut completion_mut(b, id).responders);
     answer(b, responders, pid, epoch);
 }
@@ -350,6 +343,16 @@ fn answer_and_store_later(b: &mut Broker, id: &str) {
     }
     answer(b, responders, pid, epoch);
     retry_later(b, id);
+}
+
+/// EndTxn's decision could not be stored: NOT_COORDINATOR, which clients
+/// retry.
+pub(crate) fn not_decided(b: &mut Broker, ctx: &RequestCtx) {
+    let response = EndTxnResponse::default()
+        .with_error_code(ResponseError::NotCoordinator.code())
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    b.respond(ctx, ResponseKind::EndTxn(response));
 }
 
 /// Markers durable, decision (and a commit's offsets) stored: the outcome
@@ -481,8 +484,13 @@ pub(crate) fn write_owed_for_stop(b: &mut Broker) -> bool {
 
 fn write_owed_one(b: &mut Broker, id: &str) {
     b.txns_mut().owed_write_started(id);
-    let record = b.txns().get(id).expect("owed ids are known").record.clone();
-    write::store(b, id, record, Vec::new(), Then::Owed);
+    let next = b
+        .txns()
+        .get(id)
+        .expect("owed ids are known")
+        .record
+        .owed_complete();
+    write::store(b, id, next, Vec::new(), Then::Owed);
 }
 
 /// An owed Complete record could not be stored: it stays owed and is

@@ -2,7 +2,9 @@
 //! per-partition transaction state.
 //!
 //! - `record`: what is stored per transactional id (meta.db `txn/<id>`);
-//! - `coordinator`: the ids in memory and the rules for each transition;
+//! - `state`: the transitions of a record, each checked against the states
+//!   it may start from;
+//! - `coordinator`: the ids in memory and the checks each request makes first;
 //! - `complete`: carrying out a decision: markers, fsync, offsets, complete;
 //! - `partition`: open and aborted transactions per partition, and the LSO;
 //! - `marker`: the control batch bytes.
@@ -13,9 +15,11 @@ pub mod coordinator;
 pub mod marker;
 pub mod partition;
 pub mod record;
+pub mod state;
 pub mod timers;
 pub mod write;
 
 pub use coordinator::{TxnEntry, Txns};
 pub use partition::{AbortedTxn, PartitionTxns};
 pub use record::{TxnRecord, TxnState};
+pub use state::Next;

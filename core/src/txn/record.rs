@@ -88,7 +88,8 @@ pub struct TxnRecord {
 }
 
 impl TxnRecord {
-    pub fn new(producer_id: i64, timeout_ms: i32, now_ms: i64) -> Self {
+    /// A new id's record before its first transition (`state::create`).
+    pub(super) fn new(producer_id: i64, timeout_ms: i32, now_ms: i64) -> Self {
         Self {
             producer_id,
             previous_producer_id: -1,
@@ -105,44 +106,10 @@ impl TxnRecord {
     }
 }
 
-/// Kafka's TransactionMetadata.isEpochExhausted.
 impl TxnRecord {
-    /// The record once the transaction touches something new: Ongoing, a new
-    /// start time if none was open (TransactionMetadata.prepareAddPartitions).
-    pub fn ongoing(&self, now_ms: i64) -> TxnRecord {
-        let starts = matches!(
-            self.state,
-            TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-        );
-        TxnRecord {
-            state: TxnState::Ongoing,
-            start_ms: if starts { now_ms } else { self.start_ms },
-            last_update_ms: now_ms,
-            ..self.clone()
-        }
-    }
-
-    /// The record that fences the producer (epoch + 1) and decides to abort
-    /// its open transaction (TransactionMetadata.prepareFenceProducerEpoch,
-    /// then PrepareAbort): for InitProducerId on an open transaction and for
-    /// a timed-out one.
-    pub fn fenced_abort(&self, now_ms: i64) -> TxnRecord {
-        assert_eq!(
-            self.state,
-            TxnState::Ongoing,
-            "only an open transaction is fenced and aborted"
-        );
-        TxnRecord {
-            producer_epoch: self.producer_epoch.saturating_add(1),
-            last_producer_epoch: -1,
-            state: TxnState::PrepareAbort,
-            last_update_ms: now_ms,
-            ..self.clone()
-        }
-    }
-
-    /// Stages an offset, replacing an earlier one of the same partition.
-    pub fn stage_offset(&mut self, group: &str, staged: StagedOffset) {
+    /// Stages an offset, replacing an earlier one of the same partition
+    /// (for `state`'s TxnOffsetCommit transition).
+    pub(super) fn stage_offset(&mut self, group: &str, staged: StagedOffset) {
         let list = self.staged_offsets.entry(group.to_string()).or_default();
         match list
             .iter_mut()
@@ -154,6 +121,7 @@ impl TxnRecord {
     }
 }
 
+/// Kafka's TransactionMetadata.isEpochExhausted.
 pub fn epoch_exhausted(epoch: i16) -> bool {
     epoch >= i16::MAX - 1
 }

@@ -10,7 +10,8 @@
 //! - owed Complete records not superseded in time (txn/complete.rs).
 
 use super::coordinator::timed_out;
-use super::record::{TxnRecord, TxnState};
+use super::record::TxnRecord;
+use super::state::may_expire;
 use super::write::{self, Then};
 use crate::broker::Broker;
 
@@ -31,8 +32,8 @@ pub(crate) fn tick(b: &mut Broker) {
                 "transaction timed out: aborting and fencing its producer"
             );
             b.metrics_mut().txn_timed_out();
-            let record = current.fenced_abort(now_ms);
-            write::store(b, &id, record, Vec::new(), Then::Fenced { ctx: None });
+            let next = current.prepare_fence_and_abort(now_ms);
+            write::store(b, &id, next, Vec::new(), Then::Fenced { reply: None });
         }
     }
     if now_ms >= b.txns().next_expiry_check_ms {
@@ -46,10 +47,7 @@ pub(crate) fn tick(b: &mut Broker) {
             .iter()
             .filter(|(_, e)| {
                 !e.busy()
-                    && matches!(
-                        e.record.state,
-                        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-                    )
+                    && may_expire(e.record.state)
                     && now_ms - e.record.last_update_ms > expiration_ms
             })
             .map(|(id, _)| id.clone())
