@@ -22,7 +22,8 @@ records are built by hand (tests/hostile.py: `record`, `gzip_repeated`,
   (`limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`, 64 MiB) at delta 0, to a
   topic storing lz4, would decompress past it once rebuilt: refused
   MESSAGE_TOO_LARGE; a thousand fewer are stored, and then cleaned.
-- All together: G and H (tests/test_hostile.py) with B, C and E for 60 s.
+- All together: A (tests/test_hostile_produce.py), G and H (tests/test_hostile.py)
+  with B, C and E for 60 s.
 
 Each test measures, as tests/test_hostile.py does, the broker's VmHWM over
 its idle RSS (bound: +256 MiB) and a well-behaved client's Metadata and 1 KiB
@@ -43,6 +44,7 @@ from conftest import free_ports
 from hostile import (Hog, Prober, batch_of, gzip_repeated, gzip_sequential, record,
                      request_header)
 from rawkafka import RawConn
+from test_hostile_produce import repeating_produce
 from test_hostile import (ATTACK_S, HWM_ATTACK_MIB_MAX, check_latency, rss_mib, settle)
 from wireutil import create_topic, unique_topic
 
@@ -194,6 +196,32 @@ class Producing(Attack):
         self.count(f"error {err}")
         if err != MESSAGE_TOO_LARGE:
             self.errors.append(f"B: a hostile batch answered {err}")
+
+
+class Repeating(Attack):
+    """Row A: `threads` connections, each sending one Produce naming the same
+    partition thousands of times, each entry a small zstd batch
+    (tests/test_hostile_produce.py), answered once, from its last entry."""
+
+    name = "A"
+    threads = 2
+
+    def __init__(self, broker, topic):
+        super().__init__()
+        self.broker = broker
+        self.body, _ = repeating_produce(topic)
+
+    def step(self, i, state):
+        if "conn" not in state:
+            state["conn"] = RawConn(self.broker.host, self.broker.port, timeout_s=60)
+        r = state["conn"].request(0, 3, self.body)
+        # Produce v3's answer: topics [name, partitions [index, error_code,
+        # ...]]; the first partition's error.
+        at = 4 + 2 + struct.unpack_from(">h", r, 4)[0]
+        err = struct.unpack_from(">h", r, at + 4 + 4)[0]
+        self.count(f"error {err}")
+        if err != 0:
+            self.errors.append(f"A: the repeated partition answered {err}")
 
 
 class Viewing(Attack):
@@ -457,6 +485,10 @@ def start_row_h(b, sasl, _topics):
         every_s=8.0)
 
 
+def start_row_a(b, _sasl, topics):
+    return Repeating(b, topics["a"])
+
+
 def start_row_b(b, _sasl, topics):
     return Producing(b, topics["b"], [row_b_batch()])
 
@@ -470,9 +502,8 @@ def start_row_e(b, _sasl, topics):
 
 
 # Every attack of the all-together test, each `start(broker, sasl_port,
-# topics) -> Attack`. Row A (Produce requests of many small zstd batches,
-# decompressed off the core: /work/wt-e) joins as one more line here.
-ATTACK_STARTERS = [start_row_g, start_row_h, start_row_b, start_row_c, start_row_e]
+# topics) -> Attack`.
+ATTACK_STARTERS = [start_row_a, start_row_g, start_row_h, start_row_b, start_row_c, start_row_e]
 
 
 @pytest.mark.slow
@@ -482,6 +513,7 @@ def test_all_attacks_together_for_a_minute(start_broker):
     assert b.console_url, "the console's URL"
     probe = create_topic(b, unique_topic("hostile-all-probe"), 1)
     topics = {
+        "a": create_topic(b, unique_topic("hostile-all-a"), 1),
         "b": create_topic(b, unique_topic("hostile-all-b"), 1, {"compression.type": "lz4"}),
         "c": create_topic(b, unique_topic("hostile-all-c"), 1, STORED_TOPIC),
         "e": create_topic(b, unique_topic("hostile-all-e"), 1, COMPACT_TOPIC),
@@ -499,6 +531,7 @@ def test_all_attacks_together_for_a_minute(start_broker):
     # Each attack ran: G's connections held (muted, not closed), H's
     # renewed through the minute, B answered, C's pages were served, E's
     # batches stored, and a cleaner pass rebuilt one.
+    assert by_name["A"].seen["error 0"] >= 3, by_name["A"].seen
     assert by_name["G"].seen["open at the round's end"] == 400, by_name["G"].seen
     assert by_name["H"].seen["rounds"] >= 5, by_name["H"].seen
     assert by_name["B"].seen[f"error {MESSAGE_TOO_LARGE}"] >= 3, by_name["B"].seen

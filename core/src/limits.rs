@@ -282,12 +282,13 @@ pub const PRODUCE_DECOMPRESSED_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Past it a refused batch is answered with its error and no list, so a
 /// client cannot make the core decompress more than this per request.
 pub const PRODUCE_RECORD_ERRORS_READ_BYTES_MAX: usize = 1024 * 1024;
-/// The largest zstd window (log2 bytes) a decoder accepts: a frame may
-/// declare up to 2^31 (zstd's default limit is 2^27, 128 MiB), which the
-/// decoder allocates whatever bound is set on its output. 2^24 (16 MiB) is
-/// the window of zstd's levels 1–19 on inputs of any size (and of every
-/// level on inputs under 16 MiB); a producer streaming at levels 20–22
-/// (window 2^25–2^27) without a known size has its batches refused as a
-/// stream the codec cannot read (UNKNOWN_SERVER_ERROR). doze's own zstd
-/// writer (compression.zstd.level 20-22) uses this window too.
-pub const ZSTD_WINDOW_LOG_MAX: u32 = 24;
+/// The largest zstd window (log2 bytes) a decoder accepts: zstd's own
+/// default limit, 2^27 (128 MiB), which Kafka's decoder (zstd-jni) keeps, so
+/// that a producer at compression.zstd.level 20-22 (windows of 2^25-2^27
+/// when it streams without a known size) is read as Kafka reads it. A frame
+/// declaring more is refused as a stream the codec cannot read. The window
+/// is address space: the decoder writes into it only as far as its output
+/// goes, and that output is bounded (`BATCH_RECORDS_DECOMPRESSED_BYTES_MAX`),
+/// so a frame that declares a large window and holds little costs little.
+/// doze's own zstd writer stays within it too.
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 27;
