@@ -576,14 +576,8 @@ fn dump_log_streamed(args: &[&str], pattern: &'static [u8]) -> (i32, String, See
             panic!("dump-log {args:?} ran longer than {limit:?}");
         }
         // VmHWM only grows: the last sample is nearly the whole run's peak.
-        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            if let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                peak_kib = peak_kib.max(kib);
-            }
+        if let Some(kib) = common::try_peak_rss_kib(pid) {
+            peak_kib = peak_kib.max(kib);
         }
         std::thread::sleep(Duration::from_millis(5));
     };

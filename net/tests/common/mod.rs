@@ -435,19 +435,28 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
     proc_status_kib(pid, "VmHWM:")
 }
 
+/// The same, or `None` once the process is gone (for sampling a child
+/// that may exit between two looks).
+pub fn try_peak_rss_kib(pid: u32) -> Option<u64> {
+    try_proc_status_kib(pid, "VmHWM:")
+}
+
 /// Linux's resident set size of process `pid` (VmRSS), in KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     proc_status_kib(pid, "VmRSS:")
 }
 
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    try_proc_status_kib(pid, field).unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+fn try_proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().strip_suffix("kB"))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in\n{status}"))
 }
 
 /// Resets process `pid`'s peak resident set size (VmHWM) to its current
