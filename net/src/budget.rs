@@ -51,6 +51,8 @@ pub struct RequestBudget {
     large: Arc<Semaphore>,
     small: Arc<Semaphore>,
     unauthenticated: Arc<Semaphore>,
+    /// What `main` started with (the tests read what is held).
+    #[cfg(test)]
     main_bytes_max: usize,
 }
 
@@ -94,6 +96,7 @@ impl RequestBudget {
             large: Arc::new(Semaphore::new(large_bytes_max)),
             small: Arc::new(Semaphore::new(limits::SMALL_REQUESTS_QUEUED_BYTES_MAX)),
             unauthenticated: Arc::new(Semaphore::new(limits::UNAUTHENTICATED_QUEUED_BYTES_MAX)),
+            #[cfg(test)]
             main_bytes_max,
         }
     }
@@ -137,11 +140,6 @@ impl RequestBudget {
             Lane::Authenticated => permits.push(acquire(&self.main).await),
         }
         Charge { permits }
-    }
-
-    /// Bytes charged to the main share now (for `/metrics`).
-    pub fn queued_bytes(&self) -> usize {
-        self.main_bytes_max - self.main.available_permits()
     }
 
     /// Bytes charged to every share now, each counted once.
