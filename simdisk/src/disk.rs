@@ -1987,12 +1987,21 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         let mut disk = old_log_and_cleaned_copy(&mut rng);
         append(&mut disk, &mut rng, b"+tail");
-        append_to(&mut disk, &mut rng, SegmentFile::OffsetIndex, b"never synced");
+        append_to(
+            &mut disk,
+            &mut rng,
+            SegmentFile::OffsetIndex,
+            b"never synced",
+        );
         rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
         assert_eq!(disk.power_cut_losing_all(), (17, 1));
         assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
         assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
-        assert_eq!(staged(&disk, SegmentFile::Log, Swap), None, "the rename undone");
+        assert_eq!(
+            staged(&disk, SegmentFile::Log, Swap),
+            None,
+            "the rename undone"
+        );
         assert!(file_of(&disk, SegmentFile::OffsetIndex).is_none());
     }
 
