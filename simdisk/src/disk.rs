@@ -49,7 +49,9 @@
 //! there (still visible under its new name, or kept in `orphans`).
 //!
 //! The madsim store (net/src/simstore.rs) uses this model too, with its own
-//! latencies and madsim's seeded randomness.
+//! latencies and madsim's seeded randomness, and so do the core's tests
+//! (core/tests/support, and core/src/log/tests.rs, into which this file is
+//! compiled), cutting power with `power_cut_losing_all`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
