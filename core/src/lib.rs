@@ -29,6 +29,19 @@ mod topics;
 pub mod txn;
 pub mod versions;
 
+// The unit tests run the log on the simulator's disk, whose source
+// (simdisk/src/disk.rs, the doze-simdisk crate) is compiled into them: that
+// crate depends on doze-core, so as a dependency here it would bring a
+// second doze-core whose types are not the ones under test. The disk names
+// the core `doze_core`, which inside the tests is this crate. (Its own
+// tests run here too: a second run, under these types.)
+#[cfg(test)]
+extern crate self as doze_core;
+#[cfg(test)]
+#[path = "../../simdisk/src/disk.rs"]
+#[allow(dead_code)]
+mod simdisk;
+
 pub use broker::{Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
 pub use io::{

@@ -488,12 +488,12 @@ fn crash_at(cut: usize, power_cut: bool) {
     if std::env::var("DEBUG_CLEAN").is_ok() {
         eprintln!(
             "files {:?}",
-            w.files
+            w.files()
                 .iter()
                 .map(|(k, f)| (k.1, k.2, f.data.len(), f.synced_len))
                 .collect::<Vec<_>>()
         );
-        eprintln!("staged {:?}", w.staged.keys().collect::<Vec<_>>());
+        eprintln!("staged {:?}", w.staged());
     }
     w.restart(power_cut);
     let seen = read_all(&mut w, false);

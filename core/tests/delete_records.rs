@@ -63,6 +63,21 @@ fn delete_answer(w: &mut World, conn: u64) -> Option<Vec<(i16, i64)>> {
     }
 }
 
+/// DeleteRecords of one partition with only meta.db writes completed: the
+/// syncs in flight (of the segments' removals) are left so, for a power cut
+/// to undo the removals.
+fn delete_records_unsynced(w: &mut World, topic: &str, offset: i64) -> (i16, i64) {
+    assert!(!w.auto_io);
+    w.send(5, 2, &delete_req(&[(topic, 0, offset)]));
+    loop {
+        if let Some(answer) = delete_answer(w, 5) {
+            assert_eq!(answer.len(), 1);
+            return answer[0];
+        }
+        w.complete_first_meta();
+    }
+}
+
 /// DeleteRecords of one partition at `version`: (error, low watermark).
 fn delete_records(w: &mut World, topic: &str, partition: i32, offset: i64) -> (i16, i64) {
     w.send(5, 2, &delete_req(&[(topic, partition, offset)]));
@@ -106,7 +121,7 @@ fn log_start_key_present(w: &World) -> bool {
 
 fn segment_bases(w: &World, topic: &str) -> Vec<i64> {
     let dir = PartitionDir::new(topic, 0);
-    w.files
+    w.files()
         .keys()
         .filter(|(d, _, kind)| *d == dir && *kind == SegmentFile::Log)
         .map(|(_, base, _)| *base)
@@ -357,13 +372,16 @@ fn segments_a_crash_brought_back_go_on_the_next_retention_check() {
     let mut w = World::new(small_segments());
     create_topic(&mut w, "t", 1);
     produce_batches(&mut w, "t", 30, 1);
-    let files_before = w.files.clone();
     let bases = segment_bases(&w, "t");
     let start = bases[2] + 1;
-    assert_eq!(delete_records(&mut w, "t", 0, start), (0, start));
-    // A crash undid the deletions (they were never synced).
-    w.files = files_before;
+    w.auto_io = false;
+    assert_eq!(delete_records_unsynced(&mut w, "t", start), (0, start));
+    assert_eq!(segment_bases(&w, "t"), bases[2..].to_vec());
+    assert!(!w.pending_syncs.is_empty(), "the deletions' sync in flight");
+    // A power cut undoes the deletions (never synced).
+    w.auto_io = true;
     w.restart(true);
+    assert_eq!(segment_bases(&w, "t"), bases, "the power cut undid them");
     let log = w.broker.partition("t", 0).unwrap();
     assert_eq!(log.log_start_offset(), start, "the stored start wins");
     assert_eq!(log.segments().next().unwrap().base_offset, 0);
@@ -640,22 +658,23 @@ fn a_start_retention_moved_is_stored_before_delete_records_answers_it() {
     });
     create_topic(&mut w, "t", 1);
     produce_batches(&mut w, "t", 40, 1);
-    let files_before = w.files.clone();
+    let bases = segment_bases(&w, "t");
+    w.auto_io = false;
     w.advance(w.config.retention_check_interval_ms + 1);
     let first = segment_bases(&w, "t")[0];
     assert!(first > 1, "retention moved the start");
     assert!(!log_start_key_present(&w), "retention stores no start");
-    assert_eq!(delete_records(&mut w, "t", 0, 1), (0, first));
+    assert_eq!(delete_records_unsynced(&mut w, "t", 1), (0, first));
     assert!(log_start_key_present(&w), "the start answered is stored");
     // Asked again, it is stored already: no write.
-    w.auto_io = false;
     w.send(5, 1, &delete_req(&[("t", 0, 1)]));
     assert_eq!(delete_answer(&mut w, 5), Some(vec![(0, first)]));
     assert!(w.pending_meta.is_empty());
+    assert!(!w.pending_syncs.is_empty(), "the deletions' sync in flight");
+    // A power cut undoes the deletions (never synced).
     w.auto_io = true;
-    // A power cut undid the deletions (never synced).
-    w.files = files_before;
     w.restart(true);
+    assert_eq!(segment_bases(&w, "t"), bases, "the power cut undid them");
     assert_eq!(earliest(&mut w, "t", 0), first, "the stored start wins");
 }
 

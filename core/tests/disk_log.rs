@@ -127,19 +127,21 @@ fn lost_index_files_are_rebuilt_from_the_batch_headers() {
     create_topic(&mut w, "t", 1);
     produce_n(&mut w, 150);
     w.stop_and_restart();
-    let before = w.files.clone();
+    let before: Vec<_> = w
+        .files()
+        .into_iter()
+        .map(|(key, f)| (key, f.data.clone()))
+        .collect();
     let expect = read_all(&mut w, 0, 1 << 20);
     w.input(doze_core::Input::Shutdown);
-    w.files.retain(|(_, _, kind), _| *kind == SegmentFile::Log);
+    w.remove_files(|(_, _, kind)| *kind != SegmentFile::Log);
     w.reads_log.clear();
     w.restart(false);
     assert!(!log_reads(&w).is_empty(), "without indexes the log is read");
-    for (key, f) in &before {
-        let now = w
-            .files
-            .get(key)
-            .unwrap_or_else(|| panic!("{key:?} rebuilt"));
-        assert_eq!(now.data, f.data, "{key:?} is rebuilt byte for byte");
+    for (key, data) in &before {
+        let files = w.files();
+        let now = files.get(key).unwrap_or_else(|| panic!("{key:?} rebuilt"));
+        assert_eq!(&now.data, data, "{key:?} is rebuilt byte for byte");
     }
     assert_eq!(read_all(&mut w, 0, 500), expect);
 }
@@ -177,7 +179,7 @@ fn run_txns(
 
 /// The `.txnindex` entries on t-0's files (what a reader sees).
 fn aborted_entries(w: &World) -> usize {
-    w.files
+    w.files()
         .iter()
         .filter(|((_, _, kind), _)| *kind == SegmentFile::TxnIndex)
         .map(|(_, f)| f.data.len() / 34)
@@ -242,8 +244,7 @@ fn read_committed_across_segments_survives_restarts_and_a_lost_txnindex() {
     w.stop_and_restart();
     assert_eq!(read_committed(&mut w), committed);
     w.input(doze_core::Input::Shutdown);
-    w.files
-        .retain(|(_, _, kind), _| *kind != SegmentFile::TxnIndex);
+    w.remove_files(|(_, _, kind)| *kind == SegmentFile::TxnIndex);
     w.restart(false);
     assert_eq!(aborted_entries(&w), 10, "the .txnindex files are rebuilt");
     assert_eq!(read_committed(&mut w), committed);
@@ -253,7 +254,7 @@ fn read_committed_across_segments_survives_restarts_and_a_lost_txnindex() {
 
 /// Index bytes of t-0's live files that a power cut would take.
 fn unsynced_index_bytes(w: &World) -> usize {
-    w.files
+    w.files()
         .iter()
         .filter(|((_, _, kind), _)| *kind != SegmentFile::Log)
         .map(|(_, f)| f.data.len() - f.synced_len)
@@ -261,7 +262,7 @@ fn unsynced_index_bytes(w: &World) -> usize {
 }
 
 fn unsynced_log_bytes(w: &World) -> usize {
-    w.files
+    w.files()
         .iter()
         .filter(|((_, _, kind), _)| *kind == SegmentFile::Log)
         .map(|(_, f)| f.data.len() - f.synced_len)
@@ -433,7 +434,7 @@ fn a_response_whose_file_is_gone_closes_the_connection() {
     create_topic(&mut w, "t", 1);
     produce_n(&mut w, 100);
     let dir = PartitionDir::new("t", 0);
-    w.files.remove(&(dir, 0, SegmentFile::Log));
+    w.remove_files(|key| *key == (dir.clone(), 0, SegmentFile::Log));
     w.send(2, 12, &fetch_req("t", 0, 0, 0, 1));
     assert!(
         w.closed.contains(&2),

@@ -460,7 +460,7 @@ fn failed_sync_fails_the_produce_and_cuts_the_log() {
     assert_eq!(log.log_end_offset(), 1, "the unsynced batch is cut away");
     let dir = PartitionDir::new("t", 0);
     let on_disk: usize = w
-        .files
+        .files()
         .iter()
         .filter(|((d, _, _), _)| *d == dir)
         .map(|(_, f)| f.data.len())
@@ -507,18 +507,15 @@ fn torn_tail_is_truncated_at_boot_and_never_served() {
         produce_answer(&mut w, 1).unwrap();
     }
     let dir = PartitionDir::new("t", 0);
-    let file = w
-        .files
-        .get_mut(&(dir.clone(), 0, SegmentFile::Log))
-        .unwrap();
-    let full = file.data.len();
+    let full = w.files()[&(dir.clone(), 0, SegmentFile::Log)].data.len();
     // A torn last write: half a batch of garbage-free but incomplete bytes.
     let half = batch(&[&[9u8; 100]], T0_MS);
-    file.data.extend_from_slice(&half[..half.len() / 2]);
-    file.synced_len = file.data.len();
+    w.tamper((dir.clone(), 0, SegmentFile::Log), |data| {
+        data.extend_from_slice(&half[..half.len() / 2])
+    });
     w.restart(false);
     assert_eq!(
-        w.files[&(dir.clone(), 0, SegmentFile::Log)].data.len(),
+        w.files()[&(dir.clone(), 0, SegmentFile::Log)].data.len(),
         full,
         "the torn tail is cut off the file"
     );
@@ -529,12 +526,10 @@ fn torn_tail_is_truncated_at_boot_and_never_served() {
     w.send(1, 9, &produce_req("t", 0, batch(&[b"next"], T0_MS), -1));
     assert_eq!(produce_answer(&mut w, 1), Some((0, 3)));
     // A flipped byte inside the last batch: CRC catches it.
-    let file = w
-        .files
-        .get_mut(&(dir.clone(), 0, SegmentFile::Log))
-        .unwrap();
-    let n = file.data.len();
-    file.data[n - 2] ^= 0x55;
+    w.tamper((dir.clone(), 0, SegmentFile::Log), |data| {
+        let n = data.len();
+        data[n - 2] ^= 0x55;
+    });
     w.restart(false);
     assert_eq!(w.broker.partition("t", 0).unwrap().log_end_offset(), 3);
     w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
@@ -599,16 +594,16 @@ fn retention_deletes_old_segments_by_size_and_time() {
         "below the log start is out of range"
     );
     let files = w
-        .files
+        .files()
         .keys()
         .filter(|(d, _, kind)| &*d.topic == "r" && *kind == SegmentFile::Log)
         .count();
     assert!(files <= 4, "deleted segments left the disk ({files} files)");
-    let orphans = w
-        .files
+    let live = w.files();
+    let orphans = live
         .keys()
         .filter(|(d, base, _)| {
-            &*d.topic == "r" && !w.files.contains_key(&(d.clone(), *base, SegmentFile::Log))
+            &*d.topic == "r" && !live.contains_key(&(d.clone(), *base, SegmentFile::Log))
         })
         .count();
     assert_eq!(orphans, 0, "a segment's index files go with its .log");

@@ -6,7 +6,7 @@
 //! holds it in an `Arc` and hands a `SimStorage` over it to each incarnation
 //! of the node, so the "disk" survives a kill and a restart.
 //!
-//! The files are the in-process simulator's model, `doze_sim::disk::SimDisk`
+//! The files are the in-process simulator's model, `doze_simdisk::disk::SimDisk`
 //! (one model of files, syncs, reads, removals and power cuts for both
 //! simulators; see its docs). What is madsim's here:
 //! - Latency, from madsim's clock. A `DiskOp::Sync` waits a simulated
@@ -47,7 +47,7 @@ use bytes::Bytes;
 use doze_core::{
     BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, SegmentFile, SyncScope,
 };
-use doze_sim::disk::SimDisk;
+use doze_simdisk::disk::SimDisk;
 use madsim::rand::Rng;
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;

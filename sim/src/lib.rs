@@ -11,7 +11,6 @@
 //! checked), and the `doze-sim` binary over them.
 
 pub mod client;
-pub mod disk;
 pub mod faults;
 pub mod hashes;
 pub mod history;
@@ -25,6 +24,9 @@ pub mod sweep;
 pub mod trace;
 pub mod world;
 
+/// The simulated disk lives in its own crate (doze-simdisk), shared with the
+/// core's tests; `doze_sim::disk` still names it.
+pub use doze_simdisk::disk;
 pub use faults::PlantedBug;
 pub use scenario::Scenario;
 pub use world::{RunConfig, RunResult};

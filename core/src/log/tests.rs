@@ -1,15 +1,19 @@
-//! Unit tests of the disk log. An in-test `Disk` applies the `DiskOp`s the
-//! log emits and serves the reads its searches and its recovery ask for, so
-//! that what is checked is what a driver would see: the bytes on disk, the
-//! ranges read, and the answers given from them.
+//! Unit tests of the disk log. An in-test `Disk` (the simulator's, strict
+//! about what a power cut keeps) applies the `DiskOp`s the log emits and
+//! serves the reads its searches and its recovery ask for, so that what is
+//! checked is what a driver would see: the bytes on disk, the ranges read,
+//! and the answers given from them.
 
 use super::index::{self, OffsetEntry, TimeEntry};
 use super::recovery::{LogCheckpoint, LogRecovery, ScannedBatch};
 use super::*;
 use crate::batch::testing::{batch, TestBatch};
-use crate::io::{FileRange, RecoveredSegment, SyncScope};
+use crate::io::{FileRange, FileStage, IoId, RecoveredSegment, SyncScope};
+use crate::simdisk::{live_key, SimDisk};
 use crate::txn::marker;
 use bytes::BytesMut;
+use rand::rngs::ChaCha8Rng;
+use rand::SeedableRng;
 
 fn dir() -> PartitionDir {
     PartitionDir::new("t", 0)
@@ -19,20 +23,29 @@ fn dir() -> PartitionDir {
 
 type FileKey = (PartitionDir, i64, SegmentFile);
 
-#[derive(Clone, Debug, Default)]
-struct File {
-    bytes: Vec<u8>,
-    /// Bytes that survive a power cut (made so by a `DiskOp::Sync`).
-    durable: usize,
-}
-
-/// Segment files as a driver would keep them, changed only by `DiskOp`s (and
-/// by tests that damage them on purpose).
-#[derive(Clone, Debug, Default)]
+/// The simulator's disk (`crate::simdisk`, simdisk/src/disk.rs) as a
+/// driver drives it: ops applied in order, each `Sync` completed at once
+/// (it covers what came before it), and the segments adopted recorded.
+/// Tests damage files on purpose through `tamper` and `remove`.
 struct Disk {
-    files: BTreeMap<FileKey, File>,
+    sim: SimDisk,
+    /// Draws for the disk (only a full disk's short writes draw).
+    rng: ChaCha8Rng,
+    /// Names the syncs issued.
+    syncs: IoId,
     /// Segments adopted by recoveries, in order.
     adopted: Vec<i64>,
+}
+
+impl Default for Disk {
+    fn default() -> Self {
+        Self {
+            sim: SimDisk::default(),
+            rng: ChaCha8Rng::seed_from_u64(0),
+            syncs: 0,
+            adopted: Vec::new(),
+        }
+    }
 }
 
 impl Disk {
@@ -44,112 +57,98 @@ impl Disk {
 
     fn apply_one(&mut self, op: &DiskOp) {
         match op {
-            DiskOp::Append {
-                dir,
-                segment_base,
-                file,
-                bytes,
-            } => self
-                .files
-                .entry((dir.clone(), *segment_base, *file))
-                .or_default()
-                .bytes
-                .extend_from_slice(bytes),
-            DiskOp::AppendBatch {
-                dir,
-                segment_base,
-                base_offset,
-                batch,
-            } => self
-                .files
-                .entry((dir.clone(), *segment_base, SegmentFile::Log))
-                .or_default()
-                .bytes
-                .extend_from_slice(&batch::with_base_offset(batch, *base_offset)),
-            DiskOp::Truncate {
-                dir,
-                segment_base,
-                file,
-                len,
-            } => {
-                let f = self
-                    .files
-                    .entry((dir.clone(), *segment_base, *file))
-                    .or_default();
-                f.bytes.resize(*len as usize, 0);
-                f.durable = f.durable.min(*len as usize);
-            }
-            DiskOp::DeleteSegment { dir, segment_base } => {
-                for kind in SegmentFile::ALL {
-                    self.files.remove(&(dir.clone(), *segment_base, kind));
-                }
-            }
-            DiskOp::DeletePartition { dir } => self.files.retain(|(d, _, _), _| d != dir),
-            DiskOp::Sync { .. } => self.sync(),
-            DiskOp::Adopt { segment_base, .. } => self.adopted.push(*segment_base),
             DiskOp::Read { .. } => panic!("reads are served by the test, not applied"),
             DiskOp::AppendCleaned { .. } | DiskOp::Rename { .. } | DiskOp::DiscardStaged { .. } => {
                 panic!("the log alone never cleans (the broker's cleaner does)")
             }
+            DiskOp::Sync { scope, .. } => {
+                // The log's own ops name no sync; the test numbers its own.
+                self.syncs += 1;
+                let io = self.syncs;
+                let sync = DiskOp::Sync { io, scope: *scope };
+                self.sim.apply(sync, &mut self.rng);
+                self.sim
+                    .complete_sync(io, false, false)
+                    .expect("nothing failed since the last sync");
+            }
+            DiskOp::Adopt { segment_base, .. } => {
+                self.adopted.push(*segment_base);
+                self.sim.apply(op.clone(), &mut self.rng);
+            }
+            _ => {
+                self.sim.apply(op.clone(), &mut self.rng);
+            }
         }
     }
 
-    fn sync(&mut self) {
-        for f in self.files.values_mut() {
-            f.durable = f.bytes.len();
-        }
-    }
-
-    /// A power cut: every file loses what was never synced.
+    /// A power cut that write-back reached nothing of: every file loses
+    /// what was never synced, and a file never synced is gone.
     fn crash(&mut self) {
-        for f in self.files.values_mut() {
-            f.bytes.truncate(f.durable);
-        }
+        self.sim.power_cut_losing_all();
+    }
+
+    /// The live files, by name.
+    fn files(&self) -> BTreeMap<FileKey, &[u8]> {
+        self.sim
+            .files()
+            .iter()
+            .filter(|((_, _, (_, stage)), _)| *stage == FileStage::Live)
+            .map(|((dir, base, (kind, _)), f)| ((dir.clone(), *base, *kind), &f.data[..]))
+            .collect()
     }
 
     /// Exactly the bytes of `range`, or an error as a driver would report.
     fn read(&self, range: &FileRange) -> Result<Bytes, String> {
         let key = (range.dir.clone(), range.segment_base, range.file);
-        let f = self
-            .files
-            .get(&key)
-            .ok_or_else(|| format!("no file {key:?}"))?;
+        let files = self.files();
+        let f = files.get(&key).ok_or_else(|| format!("no file {key:?}"))?;
         let start = range.position as usize;
         let end = start + range.len as usize;
-        f.bytes
-            .get(start..end)
+        f.get(start..end)
             .map(Bytes::copy_from_slice)
-            .ok_or_else(|| format!("{range:?} past the end ({} bytes)", f.bytes.len()))
+            .ok_or_else(|| format!("{range:?} past the end ({} bytes)", f.len()))
     }
 
     fn has(&self, base: i64, kind: SegmentFile) -> bool {
-        self.files.contains_key(&(dir(), base, kind))
+        self.sim.files().contains_key(&live_key(dir(), base, kind))
     }
 
     fn file(&self, base: i64, kind: SegmentFile) -> &[u8] {
         &self
-            .files
-            .get(&(dir(), base, kind))
+            .sim
+            .files()
+            .get(&live_key(dir(), base, kind))
             .unwrap_or_else(|| panic!("no {kind:?} file for segment {base}"))
-            .bytes
+            .data
     }
 
-    fn file_mut(&mut self, base: i64, kind: SegmentFile) -> &mut Vec<u8> {
-        &mut self
-            .files
-            .get_mut(&(dir(), base, kind))
-            .unwrap_or_else(|| panic!("no {kind:?} file for segment {base}"))
-            .bytes
+    /// Changes a file's bytes behind the log's back (durably); returns
+    /// what `change` returns.
+    fn tamper<T>(
+        &mut self,
+        base: i64,
+        kind: SegmentFile,
+        change: impl FnOnce(&mut Vec<u8>) -> T,
+    ) -> T {
+        let mut out = None;
+        let found = self.sim.tamper(&live_key(dir(), base, kind), |data| {
+            out = Some(change(data));
+        });
+        assert!(found, "no {kind:?} file for segment {base}");
+        out.expect("changed")
     }
 
     fn remove(&mut self, base: i64, kind: SegmentFile) {
-        self.files.remove(&(dir(), base, kind)).expect("present");
+        assert!(
+            self.sim.remove_file(&live_key(dir(), base, kind)),
+            "present"
+        );
     }
 
     /// Bases of the segments with any file on disk.
     fn bases(&self) -> Vec<i64> {
         let mut bases: Vec<i64> = self
-            .files
+            .files()
             .keys()
             .filter(|(d, _, _)| *d == dir())
             .map(|(_, base, _)| *base)
@@ -161,10 +160,11 @@ impl Disk {
     /// What the driver lists at start-up: the `.log` lengths and the index
     /// files whole (in reverse order: the core sorts them).
     fn listed(&self) -> Vec<RecoveredSegment> {
+        let files = self.files();
         let contents = |base, kind| {
-            self.files
+            files
                 .get(&(dir(), base, kind))
-                .map(|f| Bytes::from(f.bytes.clone()))
+                .map(|f| Bytes::copy_from_slice(f))
         };
         self.bases()
             .into_iter()
@@ -181,10 +181,10 @@ impl Disk {
 
     /// The index files (not the `.log`s), by segment and kind.
     fn index_files(&self) -> BTreeMap<(i64, SegmentFile), Vec<u8>> {
-        self.files
-            .iter()
+        self.files()
+            .into_iter()
             .filter(|((_, _, kind), _)| *kind != SegmentFile::Log)
-            .map(|((_, base, kind), f)| ((*base, *kind), f.bytes.clone()))
+            .map(|((_, base, kind), f)| ((base, kind), f.to_vec()))
             .collect()
     }
 }
@@ -1383,7 +1383,7 @@ fn delete_all_removes_the_partition() {
     disk.apply_one(&op);
     assert!(disk.bases().is_empty());
     assert_eq!(
-        disk.files.len(),
+        disk.files().len(),
         1,
         "only the other partition's file is left"
     );
@@ -1399,8 +1399,8 @@ fn recovery_without_checkpoint_reads_everything_and_rebuilds_the_indexes() {
     let written = disk.index_files();
     // Lose the index files' contents: they are rebuilt from the batches.
     for base in [0, 10, 20] {
-        disk.file_mut(base, SegmentFile::OffsetIndex).clear();
-        disk.file_mut(base, SegmentFile::TimeIndex).truncate(5);
+        disk.tamper(base, SegmentFile::OffsetIndex, |f| f.clear());
+        disk.tamper(base, SegmentFile::TimeIndex, |f| f.truncate(5));
     }
     let r = recover(&mut disk, 10 * kib_bytes(), None);
     assert!(!r.from_checkpoint);
@@ -1535,8 +1535,9 @@ fn recovery_from_a_checkpoint_cuts_a_torn_tail_above_it() {
     }
     // Half of batch 27 reached the disk.
     let size = kib_bytes();
-    disk.file_mut(20, SegmentFile::Log)
-        .truncate((7 * size + size / 2) as usize);
+    disk.tamper(20, SegmentFile::Log, |f| {
+        f.truncate((7 * size + size / 2) as usize)
+    });
     let r = recover(&mut disk, 10 * size, Some(&checkpoint));
     assert!(r.from_checkpoint);
     assert_eq!(
@@ -1555,8 +1556,9 @@ fn recovery_from_a_checkpoint_cuts_a_torn_tail_above_it() {
 #[test]
 fn recovery_cuts_a_batch_torn_in_half() {
     let (_, mut disk, one) = three_segments();
-    disk.file_mut(8, SegmentFile::Log)
-        .truncate((one + one / 2) as usize);
+    disk.tamper(8, SegmentFile::Log, |f| {
+        f.truncate((one + one / 2) as usize)
+    });
     let r = recover(&mut disk, 2 * one, None);
     assert_eq!(
         repairs(&r.scan_ops),
@@ -1584,7 +1586,7 @@ fn recovery_cuts_a_batch_torn_in_half() {
 fn recovery_cuts_at_a_flipped_crc_byte_and_deletes_later_segments() {
     let (_, mut disk, one) = three_segments();
     // A byte of the CRC field of segment 4's second batch.
-    disk.file_mut(4, SegmentFile::Log)[one as usize + 18] ^= 0xff;
+    disk.tamper(4, SegmentFile::Log, |f| f[one as usize + 18] ^= 0xff);
     let r = recover(&mut disk, 2 * one, None);
     assert_eq!(
         repairs(&r.scan_ops),
@@ -1621,8 +1623,7 @@ fn recovery_cuts_garbage_after_valid_batches() {
     for junk in [0xab, 0x00] {
         // Garbage, or zeros (a file extended but not written).
         let (_, mut disk, one) = three_segments();
-        disk.file_mut(8, SegmentFile::Log)
-            .extend_from_slice(&[junk; 100]);
+        disk.tamper(8, SegmentFile::Log, |f| f.extend_from_slice(&[junk; 100]));
         let r = recover(&mut disk, 2 * one, None);
         assert_eq!(
             repairs(&r.ops),
@@ -1643,7 +1644,7 @@ fn recovery_cuts_a_later_segment_torn_at_its_start() {
     let (_, mut disk, one) = three_segments();
     // Base offset 4 becomes 0, below the end of segment 0 (the CRC does not
     // cover it, so only the offset check can tell).
-    disk.file_mut(4, SegmentFile::Log)[7] ^= 0x04;
+    disk.tamper(4, SegmentFile::Log, |f| f[7] ^= 0x04);
     let r = recover(&mut disk, 2 * one, None);
     assert_eq!(
         repairs(&r.scan_ops),
@@ -1689,8 +1690,8 @@ fn recovery_never_appends_to_a_segment_below_the_recovery_point() {
         max_timestamp_ms: batch::NO_TIMESTAMP,
         offset_of_max_timestamp: -1,
     };
-    disk.file_mut(10, SegmentFile::Log)[18] ^= 0xff;
-    let segment_0 = disk.file_mut(0, SegmentFile::Log).clone();
+    disk.tamper(10, SegmentFile::Log, |f| f[18] ^= 0xff);
+    let segment_0 = disk.file(0, SegmentFile::Log).to_vec();
     let mut r = recover(&mut disk, 10 * size, Some(&checkpoint));
     assert!(r.from_checkpoint);
     assert_eq!(
@@ -1720,7 +1721,7 @@ fn recovery_never_appends_to_a_segment_below_the_recovery_point() {
         !targets.is_empty() && targets.iter().all(|base| *base == 10),
         "appends go to segment 10, not below the recovery point: {targets:?}"
     );
-    assert_eq!(disk.file_mut(0, SegmentFile::Log).clone(), segment_0);
+    assert_eq!(disk.file(0, SegmentFile::Log).to_vec(), segment_0);
 }
 
 #[test]
@@ -1728,8 +1729,9 @@ fn recovery_treats_offsets_going_back_as_corruption() {
     let mut disk = Disk::default();
     disk.apply(&creates(0));
     for base in [0, 5, 3] {
-        disk.file_mut(0, SegmentFile::Log)
-            .extend_from_slice(&batch::with_base_offset(&batch(1), base));
+        disk.tamper(0, SegmentFile::Log, |f| {
+            f.extend_from_slice(&batch::with_base_offset(&batch(1), base))
+        });
     }
     let one = batch(1).len() as u64;
     let r = recover(&mut disk, 1 << 20, None);
@@ -1797,8 +1799,9 @@ fn recovery_of_nothing_and_of_an_empty_segment() {
     // carries the log start offset.
     let mut disk = Disk::default();
     disk.apply(&creates(40));
-    disk.file_mut(40, SegmentFile::Log)
-        .extend_from_slice(&batch(1)[..30]);
+    disk.tamper(40, SegmentFile::Log, |f| {
+        f.extend_from_slice(&batch(1)[..30])
+    });
     let r = recover(&mut disk, 1 << 20, None);
     assert_eq!(
         repairs(&r.ops),
@@ -1820,10 +1823,10 @@ fn recovery_reads_everything_when_an_index_below_the_checkpoint_is_bad() {
             d.remove(0, SegmentFile::OffsetIndex)
         }),
         ("time index torn", |d| {
-            d.file_mut(10, SegmentFile::TimeIndex).truncate(5)
+            d.tamper(10, SegmentFile::TimeIndex, |f| f.truncate(5))
         }),
         ("txn index garbled", |d| {
-            d.file_mut(0, SegmentFile::TxnIndex).push(1)
+            d.tamper(0, SegmentFile::TxnIndex, |f| f.push(1))
         }),
         ("offset entry past the log", |d| {
             let entry = OffsetEntry {
@@ -1832,11 +1835,10 @@ fn recovery_reads_everything_when_an_index_below_the_checkpoint_is_bad() {
             };
             let mut buf = BytesMut::new();
             entry.encode(&mut buf);
-            d.file_mut(10, SegmentFile::OffsetIndex)
-                .extend_from_slice(&buf);
+            d.tamper(10, SegmentFile::OffsetIndex, |f| f.extend_from_slice(&buf));
         }),
         ("checkpoint segment's index garbled", |d| {
-            d.file_mut(20, SegmentFile::OffsetIndex).push(0)
+            d.tamper(20, SegmentFile::OffsetIndex, |f| f.push(0))
         }),
     ];
     for (what, damage) in damages {
@@ -1861,8 +1863,7 @@ fn recovery_reads_everything_when_an_index_below_the_checkpoint_is_bad() {
     let (mut log, mut disk, _) = kib_log(25);
     sync(&mut log, &mut disk);
     let checkpoint = log.checkpoint();
-    disk.file_mut(20, SegmentFile::Log)
-        .truncate(kib_bytes() as usize);
+    disk.tamper(20, SegmentFile::Log, |f| f.truncate(kib_bytes() as usize));
     let r = recover(&mut disk, 10 * kib_bytes(), Some(&checkpoint));
     assert!(!r.from_checkpoint);
     assert_eq!(r.log.log_end_offset(), 21);
@@ -2412,14 +2413,19 @@ fn recovery_ends_the_log_before_a_gap_left_by_a_lost_tail() {
     assert_eq!(later_disk.file(5, SegmentFile::TimeIndex).len(), 0);
     for kind in SegmentFile::ALL {
         let bytes = later_disk.file(5, kind).to_vec();
-        disk.files
-            .insert((dir(), 5, kind), File { bytes, durable: 0 });
+        // Written, never synced.
+        disk.apply_one(&DiskOp::Append {
+            dir: dir(),
+            segment_base: 5,
+            file: kind,
+            bytes: Bytes::from(bytes),
+        });
     }
     let r = recover(&mut disk, 1 << 20, None);
     assert_eq!(r.log.log_end_offset(), 1);
     assert_eq!(r.log.segments().count(), 1);
     assert!(
-        disk.files.keys().all(|(_, base, _)| *base == 0),
+        disk.files().keys().all(|(_, base, _)| *base == 0),
         "segment 5 is deleted"
     );
 }

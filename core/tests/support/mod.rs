@@ -1,6 +1,8 @@
-//! A hand-driven world for core tests: a clock the test moves, an in-memory
-//! disk that knows what is synced, meta.db as a map, and a client that speaks
-//! the Kafka protocol through kafka-protocol's real codecs.
+//! A hand-driven world for core tests: a clock the test moves, the
+//! simulator's disk (doze-simdisk's `SimDisk`: durable prefixes, directory
+//! entries, renames and removals a power cut undoes), meta.db as a map, and
+//! a client that speaks the Kafka protocol through kafka-protocol's real
+//! codecs.
 #![allow(dead_code)]
 
 pub mod authz;
@@ -11,31 +13,31 @@ pub mod txn;
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
-use doze_core::io::{RecoveredPartition, RecoveredSegment};
 use doze_core::{
-    BootState, Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input,
-    IoError, IoId, MetaOp, Output, PartitionDir, SegmentFile, SyncScope,
+    Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId,
+    MetaOp, Output, PartitionDir, SegmentFile, SyncScope,
 };
+use doze_simdisk::disk::{live_key, SimDisk, SimFile};
 use kafka_protocol::messages::{ApiKey, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
+use rand::rngs::ChaCha8Rng;
+use rand::SeedableRng;
 
-/// A file with a durable prefix: `synced_len` bytes survive a power cut.
-#[derive(Clone, Default, Debug)]
-pub struct File {
-    pub data: Vec<u8>,
-    pub synced_len: usize,
-}
+/// A live segment file's name: partition, segment base, kind.
+pub type LiveKey = (PartitionDir, i64, SegmentFile);
 
 pub struct World {
     pub broker: Broker,
     pub config: BrokerConfig,
     pub now_ms: i64,
-    pub files: BTreeMap<(PartitionDir, i64, SegmentFile), File>,
-    /// The log cleaner's `.cleaned` and `.swap` files.
-    pub staged: BTreeMap<(PartitionDir, i64, SegmentFile, FileStage), File>,
+    /// Every segment file, live and the cleaner's staged copies.
+    pub disk: SimDisk,
+    /// Draws for the disk (only a full disk's short writes draw; the core
+    /// tests fill no disk): seeded, so a test replays the same.
+    rng: ChaCha8Rng,
     pub meta: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Syncs and meta writes issued but not completed yet.
     pub pending_syncs: VecDeque<(IoId, SyncScope)>,
@@ -75,8 +77,8 @@ impl World {
             broker: Broker::new(config.clone()),
             config,
             now_ms: T0_MS,
-            files: BTreeMap::new(),
-            staged: BTreeMap::new(),
+            disk: SimDisk::default(),
+            rng: ChaCha8Rng::seed_from_u64(0),
             meta: BTreeMap::new(),
             pending_syncs: VecDeque::new(),
             pending_meta: VecDeque::new(),
@@ -99,13 +101,15 @@ impl World {
         w
     }
 
-    /// Restarts the broker on what is on disk. With `power_cut`, unsynced
-    /// bytes (and unfinished meta writes) are lost first.
+    /// Restarts the broker on what is on disk (I/O in flight never
+    /// completes). With `power_cut`, what no sync made durable is lost first
+    /// (`SimDisk::power_cut_losing_all`: every unsynced byte, every file and
+    /// removal, rename or cut no sync covered), and unfinished meta writes.
     pub fn restart(&mut self, power_cut: bool) {
         if power_cut {
-            for f in self.files.values_mut().chain(self.staged.values_mut()) {
-                f.data.truncate(f.synced_len);
-            }
+            self.disk.power_cut_losing_all();
+        } else {
+            self.disk.crash();
         }
         self.pending_syncs.clear();
         self.pending_meta.clear();
@@ -119,50 +123,15 @@ impl World {
     }
 
     fn boot(&mut self) {
-        let mut parts: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
-        for ((dir, base, kind), f) in &self.files {
-            list_file(parts.entry(dir.clone()).or_default(), *base, *kind, f);
-        }
-        let mut swaps: BTreeMap<PartitionDir, BTreeMap<i64, RecoveredSegment>> = BTreeMap::new();
-        let mut abandoned: BTreeMap<PartitionDir, std::collections::BTreeSet<i64>> =
-            BTreeMap::new();
-        for ((dir, base, kind, stage), f) in &self.staged {
-            parts.entry(dir.clone()).or_default();
-            let committed =
-                self.staged
-                    .contains_key(&(dir.clone(), *base, SegmentFile::Log, FileStage::Swap));
-            if !committed {
-                abandoned.entry(dir.clone()).or_default().insert(*base);
-                continue;
-            }
-            if *stage != FileStage::Swap {
-                continue;
-            }
-            list_file(swaps.entry(dir.clone()).or_default(), *base, *kind, f);
-        }
-        let state = BootState {
-            entropy: [3; 32],
-            meta: self
-                .meta
+        // As a driver starts: it fsyncs the data dir, then lists it.
+        self.disk.open_data_dir();
+        let mut state = self.disk.boot_state(
+            self.meta
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-            partitions: parts
-                .into_iter()
-                .map(|(dir, segments)| RecoveredPartition {
-                    swaps: swaps
-                        .remove(&dir)
-                        .map(|s| s.into_values().collect())
-                        .unwrap_or_default(),
-                    abandoned: abandoned
-                        .remove(&dir)
-                        .map(|s| s.into_iter().collect())
-                        .unwrap_or_default(),
-                    dir,
-                    segments: segments.into_values().collect(),
-                })
-                .collect(),
-        };
+        );
+        state.entropy = [3; 32];
         self.input(Input::Boot(state));
     }
 
@@ -206,17 +175,44 @@ impl World {
     }
 
     /// The bytes of a range as a reader sees them now.
-    pub fn read_range(&self, range: &FileRange) -> Result<Bytes, IoError> {
-        let f = self
-            .files
-            .get(&(range.dir.clone(), range.segment_base, range.file))
-            .ok_or_else(|| IoError("no such file".into()))?;
-        let start = range.position as usize;
-        let end = start + range.len as usize;
-        f.data
-            .get(start..end)
-            .map(Bytes::copy_from_slice)
-            .ok_or_else(|| IoError("short read".into()))
+    pub fn read_range(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
+        self.disk.read(range)
+    }
+
+    /// The live segment files as a reader sees them, by name.
+    pub fn files(&self) -> BTreeMap<LiveKey, &SimFile> {
+        self.disk
+            .files()
+            .iter()
+            .filter(|((_, _, (_, stage)), _)| *stage == FileStage::Live)
+            .map(|((dir, base, (kind, _)), f)| ((dir.clone(), *base, *kind), f))
+            .collect()
+    }
+
+    /// The cleaner's staged files (`.cleaned`, `.swap`), by name.
+    pub fn staged(&self) -> Vec<(PartitionDir, i64, SegmentFile, FileStage)> {
+        self.disk
+            .files()
+            .keys()
+            .filter(|(_, _, (_, stage))| *stage != FileStage::Live)
+            .map(|(dir, base, (kind, stage))| (dir.clone(), *base, *kind, *stage))
+            .collect()
+    }
+
+    /// Removes the live files `gone` picks behind the broker's back (an
+    /// operator's `rm`): durably, no power cut brings them back.
+    pub fn remove_files(&mut self, gone: impl Fn(&LiveKey) -> bool) {
+        let keys: Vec<LiveKey> = self.files().into_keys().filter(|k| gone(k)).collect();
+        for (dir, base, kind) in keys {
+            self.disk.remove_file(&live_key(dir, base, kind));
+        }
+    }
+
+    /// Changes a live file's bytes behind the broker's back (a torn write
+    /// written back, a flipped bit): what `change` leaves is durable.
+    pub fn tamper(&mut self, (dir, base, kind): LiveKey, change: impl FnOnce(&mut Vec<u8>)) {
+        let key = live_key(dir, base, kind);
+        assert!(self.disk.tamper(&key, change), "no file {key:?}");
     }
 
     fn apply(&mut self, out: Output) {
@@ -259,92 +255,16 @@ impl World {
                     codec => self.topic_codecs.insert(topic, codec),
                 };
             }
-            Output::Disk(op) => match op {
-                DiskOp::Append {
-                    dir,
-                    segment_base,
-                    file,
-                    bytes,
-                } => self
-                    .files
-                    .entry((dir, segment_base, file))
-                    .or_default()
-                    .data
-                    .extend_from_slice(&bytes),
-                DiskOp::AppendBatch {
-                    dir,
-                    segment_base,
-                    base_offset,
-                    batch,
-                } => self
-                    .files
-                    .entry((dir, segment_base, SegmentFile::Log))
-                    .or_default()
-                    .data
-                    .extend_from_slice(&doze_core::batch::with_base_offset(&batch, base_offset)),
-                DiskOp::Sync { io, scope } => self.pending_syncs.push_back((io, scope)),
-                DiskOp::Truncate {
-                    dir,
-                    segment_base,
-                    file,
-                    len,
-                } => {
-                    let f = self.files.entry((dir, segment_base, file)).or_default();
-                    f.data.resize(len as usize, 0);
-                    f.synced_len = f.synced_len.min(len as usize);
+            Output::Disk(DiskOp::Read { io, range }) => {
+                self.reads_log.push(range.clone());
+                self.pending_reads.push_back((io, range));
+            }
+            Output::Disk(op) => {
+                if let DiskOp::Sync { io, scope } = op {
+                    self.pending_syncs.push_back((io, scope));
                 }
-                DiskOp::DeleteSegment { dir, segment_base } => {
-                    self.files
-                        .retain(|(d, b, _), _| !(*d == dir && *b == segment_base));
-                    self.staged
-                        .retain(|(d, b, _, _), _| !(*d == dir && *b == segment_base));
-                }
-                DiskOp::DeletePartition { dir } => {
-                    self.files.retain(|(d, _, _), _| *d != dir);
-                    self.staged.retain(|(d, _, _, _), _| *d != dir);
-                }
-                DiskOp::AppendCleaned {
-                    dir,
-                    segment_base,
-                    file,
-                    bytes,
-                } => self
-                    .staged
-                    .entry((dir, segment_base, file, FileStage::Cleaned))
-                    .or_default()
-                    .data
-                    .extend_from_slice(&bytes),
-                DiskOp::Rename {
-                    dir,
-                    segment_base,
-                    file,
-                    from,
-                    to,
-                } => {
-                    // Renames are durable at once here (a sync makes all
-                    // durable anyway); SimDisk models them being undone.
-                    let moved = if from == FileStage::Live {
-                        self.files.remove(&(dir.clone(), segment_base, file))
-                    } else {
-                        self.staged.remove(&(dir.clone(), segment_base, file, from))
-                    };
-                    let moved = moved.expect("a rename's source exists");
-                    if to == FileStage::Live {
-                        self.files.insert((dir, segment_base, file), moved);
-                    } else {
-                        self.staged.insert((dir, segment_base, file, to), moved);
-                    }
-                }
-                DiskOp::DiscardStaged { dir, segment_base } => self
-                    .staged
-                    .retain(|(d, b, _, _), _| !(*d == dir && *b == segment_base)),
-                DiskOp::Read { io, range } => {
-                    self.reads_log.push(range.clone());
-                    self.pending_reads.push_back((io, range));
-                }
-                // Syncs here make every file durable, so adopting is implied.
-                DiskOp::Adopt { .. } => {}
-            },
+                self.disk.apply(op, &mut self.rng);
+            }
         }
     }
 
@@ -420,21 +340,11 @@ impl World {
         }
     }
 
-    fn finish_sync(&mut self, io: IoId, scope: SyncScope) {
-        let result = if std::mem::take(&mut self.fail_next_sync) {
-            Err(doze_core::IoError("injected".into()))
-        } else {
-            // A `Logs` sync leaves the live index files unsynced.
-            for ((_, _, kind), f) in self.files.iter_mut() {
-                if scope == SyncScope::All || *kind == SegmentFile::Log {
-                    f.synced_len = f.data.len();
-                }
-            }
-            for f in self.staged.values_mut() {
-                f.synced_len = f.data.len();
-            }
-            Ok(())
-        };
+    fn finish_sync(&mut self, io: IoId, _scope: SyncScope) {
+        // The disk covers what was written before the sync was issued (and
+        // a `Logs` sync leaves the live index files' appends unsynced).
+        let fail = std::mem::take(&mut self.fail_next_sync);
+        let result = self.disk.complete_sync(io, fail, false);
         self.broker
             .handle(self.now_ms, Input::SyncDone { io, result });
         while let Some(out) = self.broker.poll_output() {
@@ -506,31 +416,11 @@ impl World {
 
     /// Durable bytes of a partition's `.log` files.
     pub fn durable_len(&self, dir: &PartitionDir) -> usize {
-        self.files
+        self.files()
             .iter()
             .filter(|((d, _, kind), _)| d == dir && *kind == SegmentFile::Log)
             .map(|(_, f)| f.synced_len)
             .sum()
-    }
-}
-
-/// Books one file in a partition's listing, as a driver lists it at start-up.
-fn list_file(
-    segments: &mut BTreeMap<i64, RecoveredSegment>,
-    base: i64,
-    kind: SegmentFile,
-    f: &File,
-) {
-    let seg = segments.entry(base).or_insert_with(|| RecoveredSegment {
-        base_offset: base,
-        ..Default::default()
-    });
-    let data = Bytes::from(f.data.clone());
-    match kind {
-        SegmentFile::Log => seg.log_bytes = Some(f.data.len() as u64),
-        SegmentFile::OffsetIndex => seg.offset_index = Some(data),
-        SegmentFile::TimeIndex => seg.time_index = Some(data),
-        SegmentFile::TxnIndex => seg.txn_index = Some(data),
     }
 }
 

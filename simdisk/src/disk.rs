@@ -49,7 +49,9 @@
 //! there (still visible under its new name, or kept in `orphans`).
 //!
 //! The madsim store (net/src/simstore.rs) uses this model too, with its own
-//! latencies and madsim's seeded randomness.
+//! latencies and madsim's seeded randomness, and so do the core's tests
+//! (core/tests/support, and core/src/log/tests.rs, into which this file is
+//! compiled), cutting power with `power_cut_losing_all`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -710,6 +712,19 @@ impl SimDisk {
     /// renamed file, still written to, keeps what write-back reached).
     /// Returns (bytes lost, files lost).
     pub fn power_cut(&mut self, rng: &mut impl rand::Rng) -> (u64, u64) {
+        self.power_cut_with(&mut RandomWriteBack(rng))
+    }
+
+    /// A power cut that write-back reached nothing of: every unsynced byte
+    /// is lost, and every file no sync made durable under its name (a
+    /// rename no sync covered is undone, as by `power_cut`). The harshest
+    /// of `power_cut`'s outcomes, with no randomness: what the core's tests
+    /// cut power with, so that their assertions are exact.
+    pub fn power_cut_losing_all(&mut self) -> (u64, u64) {
+        self.power_cut_with(&mut NoWriteBack)
+    }
+
+    fn power_cut_with(&mut self, write_back: &mut impl WriteBack) -> (u64, u64) {
         self.crash();
         let shadowed: BTreeSet<u64> = self.shadows.values().map(|s| s.incarnation).collect();
         let mut lost_bytes = 0u64;
@@ -720,15 +735,15 @@ impl SimDisk {
                 lost_bytes += file.data.len().saturating_sub(file.synced_len) as u64;
                 file.synced_len = bytes.len();
                 file.data = bytes;
-            } else if !durable && rng.random_bool(0.5) {
+            } else if !durable && write_back.entry_lost() {
                 // Its directory entry never reached the disk.
                 lost_bytes += (file.data.len() - file.synced_len) as u64;
                 lost_files.push(key.clone());
                 continue;
             } else {
                 let unsynced = file.data.len() - file.synced_len;
-                let kept = if unsynced > 0 && rng.random_bool(0.5) {
-                    rng.random_range(0..=unsynced)
+                let kept = if unsynced > 0 {
+                    write_back.tail_kept(unsynced)
                 } else {
                     0
                 };
@@ -857,6 +872,31 @@ impl SimDisk {
         lost.iter().map(name).collect()
     }
 
+    /// Removes a file behind the broker's back, durably (an operator's
+    /// `rm`, or a test's): no power cut brings it back. False when absent.
+    pub fn remove_file(&mut self, key: &FileKey) -> bool {
+        let Some(f) = self.files.remove(key) else {
+            return false;
+        };
+        self.shadows.retain(|_, s| s.incarnation != f.incarnation);
+        self.dirty.remove(key);
+        self.index_appends.remove(key);
+        true
+    }
+
+    /// Changes a file's bytes behind the broker's back (a test's torn
+    /// write or flipped bit), as written back and synced: what `change`
+    /// leaves is durable. False when absent.
+    pub fn tamper(&mut self, key: &FileKey, change: impl FnOnce(&mut Vec<u8>)) -> bool {
+        let Some(f) = self.files.get_mut(key) else {
+            return false;
+        };
+        change(&mut f.data);
+        f.synced_len = f.data.len();
+        f.cut = None;
+        true
+    }
+
     /// What a starting broker finds, as a listing and a read now show it
     /// (no segment data, no fsync): every segment with a live file, the
     /// `.log`'s length and the index files' contents; every segment whose
@@ -928,6 +968,45 @@ impl SimDisk {
             partitions,
             entropy: [7; 32],
         }
+    }
+}
+
+/// What write-back had reached when the power went (`SimDisk::power_cut`).
+trait WriteBack {
+    /// Whether a file whose directory entry is not durable is lost.
+    fn entry_lost(&mut self) -> bool;
+    /// How many of a file's `unsynced` (> 0) bytes past its durable prefix
+    /// reached the disk.
+    fn tail_kept(&mut self, unsynced: usize) -> usize;
+}
+
+/// The simulator's power cut: each file on its own, by a draw.
+struct RandomWriteBack<'a, R>(&'a mut R);
+
+impl<R: rand::Rng> WriteBack for RandomWriteBack<'_, R> {
+    fn entry_lost(&mut self) -> bool {
+        self.0.random_bool(0.5)
+    }
+
+    fn tail_kept(&mut self, unsynced: usize) -> usize {
+        if self.0.random_bool(0.5) {
+            self.0.random_range(0..=unsynced)
+        } else {
+            0
+        }
+    }
+}
+
+/// Write-back reached nothing.
+struct NoWriteBack;
+
+impl WriteBack for NoWriteBack {
+    fn entry_lost(&mut self) -> bool {
+        true
+    }
+
+    fn tail_kept(&mut self, _unsynced: usize) -> usize {
+        0
     }
 }
 
@@ -1903,5 +1982,41 @@ mod tests {
             }
             assert!(disk.shadows.is_empty() && disk.orphans.is_empty());
         }
+    }
+
+    #[test]
+    fn a_power_cut_losing_all_keeps_exactly_what_syncs_made_durable() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        append(&mut disk, &mut rng, b"+tail");
+        append_to(
+            &mut disk,
+            &mut rng,
+            SegmentFile::OffsetIndex,
+            b"never synced",
+        );
+        rename(&mut disk, &mut rng, SegmentFile::Log, Cleaned, Swap);
+        assert_eq!(disk.power_cut_losing_all(), (17, 1));
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), Some(&b"new"[..]));
+        assert_eq!(
+            staged(&disk, SegmentFile::Log, Swap),
+            None,
+            "the rename undone"
+        );
+        assert!(file_of(&disk, SegmentFile::OffsetIndex).is_none());
+    }
+
+    #[test]
+    fn a_file_removed_or_tampered_with_by_hand_stays_so_after_a_power_cut() {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let mut disk = old_log_and_cleaned_copy(&mut rng);
+        let log = live_key(dir(), 0, SegmentFile::Log);
+        assert!(disk.tamper(&log, |data| data[0] = b'O'));
+        assert!(disk.remove_file(&(dir(), 0, (SegmentFile::Log, Cleaned))));
+        assert!(!disk.remove_file(&(dir(), 0, (SegmentFile::Log, Cleaned))));
+        disk.power_cut_losing_all();
+        assert_eq!(staged(&disk, SegmentFile::Log, Live), Some(&b"Old"[..]));
+        assert_eq!(staged(&disk, SegmentFile::Log, Cleaned), None);
     }
 }
