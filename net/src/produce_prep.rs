@@ -177,6 +177,8 @@ fn all_uncompressed(frame: &Bytes) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
+    use kafka_protocol::protocol::Encodable;
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::TopicName;
     use kafka_protocol::protocol::StrBytes;
