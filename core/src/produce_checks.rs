@@ -147,7 +147,7 @@ pub fn check_frame(frame: &Bytes) -> Option<ProduceChecks> {
 }
 
 /// A Produce request frame, decoded.
-pub(crate) struct Decoded {
+pub struct Decoded {
     pub header: RequestHeader,
     pub version: i16,
     pub request: ProduceRequest,
@@ -155,7 +155,7 @@ pub(crate) struct Decoded {
 
 /// `frame` decoded, if it is a Produce request of a version the core
 /// serves that decodes.
-pub(crate) fn decode(frame: &Bytes) -> Option<Decoded> {
+pub fn decode(frame: &Bytes) -> Option<Decoded> {
     let key = i16::from_be_bytes(frame.get(..2)?.try_into().ok()?);
     let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
     if key != ApiKey::Produce as i16 || !crate::versions::is_supported(ApiKey::Produce, version) {

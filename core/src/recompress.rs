@@ -128,7 +128,10 @@ const UNTOLD_TOPIC_BATCH_BYTES_MAX: usize = i32::MAX as usize;
 /// Not rebuilt, left for the core to refuse with Kafka's error: a batch
 /// the checks refused, and one larger than the topic takes as sent. A
 /// rebuild that fails is noted in the checks (`Rebuild::Failed`), so that
-/// the core answers it without doing it again.
+/// the core answers it without doing it again. A rebuild reads again what
+/// the checks read (at most `limits::PRODUCE_DECOMPRESSED_BYTES_MAX` a
+/// request), and what it wrote is read once more to check it: a request
+/// costs at most about three times that bound, all of it beside the core.
 pub fn prepare_frame(
     frame: &Bytes,
     prep_of: impl Fn(&str) -> Option<ProducePrep>,

@@ -21,11 +21,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use doze_core::produce_checks::ProduceChecks;
+use doze_core::produce_checks::{self, ProduceChecks};
 use doze_core::topic_config::{ProducePrep, StoredCompression};
 use doze_core::{batch, limits, recompress};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::messages::ApiKey;
 
 /// The topics whose compression.type is not `producer`, as the core last
 /// said (`Output::TopicCompression`), and the permits of the blocking
@@ -98,10 +97,7 @@ pub struct Prepared {
 /// its bytes: it is prepared here and waits for no permit. The connection
 /// awaits it: its next request is read only after this one is handed in.
 pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Prepared {
-    let cheap = frame.len() <= limits::SMALL_REQUEST_BYTES_MAX
-        && !codecs.wants(&frame)
-        && all_uncompressed(&frame);
-    if cheap {
+    if frame.len() <= limits::SMALL_REQUEST_BYTES_MAX && cheap(&frame, &codecs) {
         return prepare(frame, &codecs);
     }
     let Ok(_permit) = Arc::clone(&codecs.tasks).acquire_owned().await else {
@@ -144,44 +140,35 @@ pub fn prepare(frame: Bytes, codecs: &TopicCodecs) -> Prepared {
     }
 }
 
-/// Whether no batch of the request `frame` holds is compressed (by its
-/// header; false if it does not decode): reading its records then costs
-/// about their bytes, and none is rebuilt but for a topic that stores a
-/// codec.
-fn all_uncompressed(frame: &Bytes) -> bool {
-    let Some(version) = frame.get(2..4).map(|v| i16::from_be_bytes([v[0], v[1]])) else {
+/// Whether the request `frame` holds (false if it does not decode) has no
+/// compressed batch (by its header) and none for a topic that stores a
+/// codec: reading its records then costs about their bytes, and none is
+/// rebuilt.
+fn cheap(frame: &Bytes, codecs: &TopicCodecs) -> bool {
+    let Some(decoded) = produce_checks::decode(frame) else {
         return false;
     };
-    if !doze_core::versions::is_supported(ApiKey::Produce, version) {
-        return false;
-    }
-    let header_version = ApiKey::Produce.request_header_version(version);
-    // kafka-protocol's decoders can panic on hostile input; the core
-    // guards the same call the same way.
-    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut buf = frame.clone();
-        RequestHeader::decode(&mut buf, header_version).ok()?;
-        ProduceRequest::decode(&mut buf, version).ok()
-    }));
-    let Ok(Some(request)) = decoded else {
-        return false;
-    };
-    request
-        .topic_data
-        .iter()
-        .flat_map(|t| &t.partition_data)
-        .filter_map(|p| p.records.as_deref())
-        .all(|records| batch::parse_header(records).is_ok_and(|h| h.compression_code() == 0))
+    let uncompressed =
+        |records: &[u8]| batch::parse_header(records).is_ok_and(|h| h.compression_code() == 0);
+    let wanted = codecs.wants(frame);
+    decoded.request.topic_data.iter().all(|t| {
+        !(wanted && codecs.get(&t.name.0).is_some())
+            && t.partition_data
+                .iter()
+                .filter_map(|p| p.records.as_deref())
+                .all(uncompressed)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use bytes::BytesMut;
-    use kafka_protocol::protocol::Encodable;
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::{ProduceRequest, RequestHeader};
     use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::protocol::{Decodable, Encodable};
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
