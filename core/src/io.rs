@@ -436,7 +436,7 @@ pub enum Output {
     /// the topic is gone or set back). Only an offer of work: a driver may
     /// recompress the batches of a Produce request for such a topic on its
     /// connection task
-    /// (`recompress::prepared_batch`) before handing the frame in, so the
+    /// (`recompress::prepare_frame`) before handing the frame in, so the
     /// compressing runs beside the core; the core stores correctly whatever
     /// it is handed (a driver may ignore this output).
     TopicCompression {

@@ -282,6 +282,17 @@ pub const PRODUCE_DECOMPRESSED_BYTES_MAX: usize = 256 * 1024 * 1024;
 /// Past it a refused batch is answered with its error and no list, so a
 /// client cannot make the core decompress more than this per request.
 pub const PRODUCE_RECORD_ERRORS_READ_BYTES_MAX: usize = 1024 * 1024;
+/// Most decompressed bytes of batches the core rebuilds in one Produce
+/// request for their topic's compression.type (Kafka's LogValidator
+/// rebuilds a batch of another codec, or a compressed one whose inner
+/// offsets are wrong). The driver rebuilds them beside the core
+/// (`doze_core::recompress::prepare_frame`); the core meets one only when
+/// the compression.type changed while the request was on its way, or a
+/// frame came unprepared. Past it a batch is answered NOT_ENOUGH_REPLICAS,
+/// which clients retry, and the retry comes prepared (`api::produce`'s
+/// `stored_form` says why). 1 MiB is tens of milliseconds of gzip at its
+/// default level; Kafka sets no such bound.
+pub const PRODUCE_CORE_REBUILD_BYTES_MAX: usize = 1024 * 1024;
 /// The largest zstd window (log2 bytes) a decoder accepts: zstd's own
 /// default limit, 2^27 (128 MiB), which Kafka's decoder (zstd-jni) keeps, so
 /// that a producer at compression.zstd.level 20-22 (windows of 2^25-2^27

@@ -9,13 +9,16 @@
 //!
 //! A pure function of the request (`check_frame`, `check_request`): a
 //! driver runs it on a connection task before handing the frame in
-//! (`Input::CheckedFrame`), the simulator's driver too, and the core runs
-//! it itself on a frame handed in without it (`Input::Frame`), so both ways
-//! answer alike. The core trusts what it is handed, as it trusts the
-//! driver's disk results: it decompresses a batch again only to list the
-//! records a topic's rule refuses (Kafka's record_errors), at most
+//! (`Input::CheckedFrame`), with the batches their topic stores in another
+//! form rebuilt (`recompress::prepare_frame`), net's driver and the
+//! simulator's alike, and the core runs it itself on a frame handed in
+//! without it (`Input::Frame`), so both ways answer alike. The core trusts
+//! what it is handed, as it trusts the driver's disk results: it
+//! decompresses a batch again only to list the records a topic's rule
+//! refuses (Kafka's record_errors), at most
 //! `limits::PRODUCE_RECORD_ERRORS_READ_BYTES_MAX` per request, or to
-//! rebuild one whose topic stores another codec (`crate::recompress`).
+//! rebuild one the driver did not, at most
+//! `limits::PRODUCE_CORE_REBUILD_BYTES_MAX` per request.
 //!
 //! Records are read one at a time from the decompressing stream
 //! (`codec_stream`, `record::Reader`): only the record being read is held.
@@ -37,18 +40,38 @@ use crate::batch::{self, BatchHeader};
 use crate::limits;
 use crate::log::clean::codec::DecompressError;
 use crate::log::clean::codec_stream;
-use crate::record::{Framing, Malformed, Reader, Unread};
+use crate::log::clean::records::RebuildError;
+use crate::record::{Framing, Malformed, Reader, Record, Unread};
 
 /// What was found in each partition entry of a Produce request the core
 /// will read (the last entry of each partition, as Produce appends it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProduceChecks {
     entries: HashMap<(String, i32), Verdict>,
+    /// The entries whose batch the driver rebuilt, or tried to
+    /// (`recompress::prepare_frame`).
+    rebuilds: HashMap<(String, i32), Rebuild>,
 }
 
 impl ProduceChecks {
     pub(crate) fn get(&self, topic: &str, partition: i32) -> Option<&Verdict> {
         self.entries.get(&(topic.to_owned(), partition))
+    }
+
+    pub(crate) fn rebuild(&self, topic: &str, partition: i32) -> Option<&Rebuild> {
+        self.rebuilds.get(&(topic.to_owned(), partition))
+    }
+
+    /// The entry's batch is now `verdict`'s, as `rebuild` says.
+    pub(crate) fn set(&mut self, topic: &str, partition: i32, verdict: Verdict, rebuild: Rebuild) {
+        let key = (topic.to_owned(), partition);
+        self.entries.insert(key.clone(), verdict);
+        self.rebuilds.insert(key, rebuild);
+    }
+
+    /// The driver's rebuild of the entry's batch failed, as `rebuild` says.
+    pub(crate) fn set_rebuild(&mut self, topic: &str, partition: i32, rebuild: Rebuild) {
+        self.rebuilds.insert((topic.to_owned(), partition), rebuild);
     }
 
     /// How many partition entries were read.
@@ -79,6 +102,26 @@ pub(crate) enum Verdict {
     },
 }
 
+/// What a driver did to an entry's batch before handing the frame in
+/// (`recompress::prepare_frame`), for Produce to answer as Kafka would
+/// have answered the batch the client sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Rebuild {
+    /// The batch in the frame is the driver's rebuild of one the client
+    /// sent `sent_bytes` long: Kafka checks that one's size against the
+    /// topic's before it rebuilds (LogValidator, then UnifiedLog.append
+    /// again after).
+    Done { sent_bytes: usize },
+    /// Rebuilding it for `target` (codec, level) within `batch_bytes_max`
+    /// failed so: the core answers that rather than trying again when its
+    /// own rebuild would fail the same way (`recompress::stored_batch`).
+    Failed {
+        target: (u8, i32),
+        batch_bytes_max: usize,
+        error: RebuildError,
+    },
+}
+
 /// What the topic's rules are checked against.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Summary {
@@ -100,6 +143,19 @@ pub(crate) struct Summary {
 /// request of a version the core serves that decodes; else `None` (the
 /// core answers it as it came).
 pub fn check_frame(frame: &Bytes) -> Option<ProduceChecks> {
+    Some(check_request(&decode(frame)?.request))
+}
+
+/// A Produce request frame, decoded.
+pub struct Decoded {
+    pub header: RequestHeader,
+    pub version: i16,
+    pub request: ProduceRequest,
+}
+
+/// `frame` decoded, if it is a Produce request of a version the core
+/// serves that decodes.
+pub fn decode(frame: &Bytes) -> Option<Decoded> {
     let key = i16::from_be_bytes(frame.get(..2)?.try_into().ok()?);
     let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
     if key != ApiKey::Produce as i16 || !crate::versions::is_supported(ApiKey::Produce, version) {
@@ -110,10 +166,15 @@ pub fn check_frame(frame: &Bytes) -> Option<ProduceChecks> {
     // guards the same call the same way.
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut buf = frame.clone();
-        RequestHeader::decode(&mut buf, header_version).ok()?;
-        ProduceRequest::decode(&mut buf, version).ok()
+        let header = RequestHeader::decode(&mut buf, header_version).ok()?;
+        let request = ProduceRequest::decode(&mut buf, version).ok()?;
+        Some(Decoded {
+            header,
+            version,
+            request,
+        })
     }));
-    Some(check_request(&decoded.ok()??))
+    decoded.ok()?
 }
 
 /// Every partition entry of `req` that Produce appends read and checked.
@@ -126,8 +187,15 @@ pub fn check_request(req: &ProduceRequest) -> ProduceChecks {
                 Some((header, bytes)) => {
                     let limit = plain_left.min(limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX);
                     let decompressed = Cell::new(0);
-                    let verdict = read(&header, &bytes, (topic, part.index), limit, &decompressed)
-                        .unwrap_or_else(|refused| refused);
+                    let bound = (limit, &decompressed);
+                    let verdict = read(
+                        &header,
+                        &bytes,
+                        (topic, part.index),
+                        bound,
+                        &mut |_, _, _| {},
+                    )
+                    .unwrap_or_else(|refused| refused);
                     // Refused batches too: what they cost counts.
                     plain_left -= decompressed.get().min(plain_left);
                     verdict
@@ -137,11 +205,14 @@ pub fn check_request(req: &ProduceRequest) -> ProduceChecks {
             entries.insert((topic.to_owned(), part.index), verdict);
         }
     }
-    ProduceChecks { entries }
+    ProduceChecks {
+        entries,
+        rebuilds: HashMap::new(),
+    }
 }
 
 /// The entry's one batch, if the core would go on to read its records.
-fn one_batch(records: &Bytes) -> Option<(BatchHeader, Bytes)> {
+pub(crate) fn one_batch(records: &Bytes) -> Option<(BatchHeader, Bytes)> {
     if records.len() > limits::RECORD_LIST_BYTES_MAX {
         return None;
     }
@@ -178,13 +249,35 @@ pub(crate) fn read_batch(
     partition: i32,
     plain_bytes_max: usize,
 ) -> Verdict {
+    read_batch_with(
+        header,
+        bytes,
+        topic,
+        partition,
+        plain_bytes_max,
+        |_, _, _| {},
+    )
+}
+
+/// `read_batch`, handing each record as it is read to `each`, with its
+/// index and its timestamp as Kafka's iterator gives it (the batch's max
+/// timestamp when the client marked it LogAppendTime). A record that does
+/// not read refuses the batch at once, whatever `each` was handed before.
+pub(crate) fn read_batch_with(
+    header: &BatchHeader,
+    bytes: &[u8],
+    topic: &str,
+    partition: i32,
+    plain_bytes_max: usize,
+    mut each: impl FnMut(usize, &Record<'_>, i64),
+) -> Verdict {
     let decompressed = Cell::new(0);
     read(
         header,
         bytes,
         (topic, partition),
-        plain_bytes_max,
-        &decompressed,
+        (plain_bytes_max, &decompressed),
+        &mut each,
     )
     .unwrap_or_else(|refused| refused)
 }
@@ -242,14 +335,14 @@ pub(crate) fn malformed(m: Malformed) -> String {
     }
 }
 
-/// See `read_batch`; `decompressed` counts the bytes the codec gave, also
-/// of a batch refused.
+/// See `read_batch_with`; `decompressed` counts the bytes the codec gave,
+/// also of a batch refused.
 fn read(
     header: &BatchHeader,
     bytes: &[u8],
     (topic, partition): (&str, i32),
-    plain_bytes_max: usize,
-    decompressed: &Cell<usize>,
+    (plain_bytes_max, decompressed): (usize, &Cell<usize>),
+    each: &mut dyn FnMut(usize, &Record<'_>, i64),
 ) -> Result<Verdict, Verdict> {
     if i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1 {
         return Err(invalid(format!(
@@ -307,6 +400,7 @@ fn read(
         s.keyless_records += u32::from(r.key.is_none());
         let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
         s.offsets_in_order &= offset == index as i64;
+        each(index, &r, timestamp);
     }
     let mut rest = reader.into_inner();
     let more = loop {

@@ -17,7 +17,12 @@ use doze_core::batch::{self, BatchHeader};
 use doze_core::limits;
 use doze_core::log::clean::filter::{self, Filter, OffsetMap, TxnWalk, Verdict};
 use doze_core::log::clean::records;
-use doze_core::BrokerConfig;
+use doze_core::recompress;
+use doze_core::topic_config::{ProducePrep, StoredCompression};
+use doze_core::{BrokerConfig, Input};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader, ResponseKind};
+use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;
 use support::requests::*;
 use support::*;
@@ -173,6 +178,176 @@ fn produce(w: &mut World, topic: &str, batch: Bytes) -> (i16, Option<String>) {
     (p.error_code, p.error_message.map(|m| m.to_string()))
 }
 
+/// `req` handed in as a driver hands it in (`recompress::prepare_frame`,
+/// told `prep` of every topic): every partition's answer, and the frame it
+/// handed in with how many batches it rebuilt.
+fn produce_prepared(
+    w: &mut World,
+    req: &ProduceRequest,
+    prep: Option<ProducePrep>,
+) -> (Vec<PartitionProduceResponse>, Bytes, usize) {
+    let mut handed = None;
+    w.send_as(1, 9, req, |frame| {
+        let p = recompress::prepare_frame(&frame, |_| prep).expect("a Produce request");
+        handed = Some((p.frame.clone(), p.rebuilt));
+        Input::CheckedFrame {
+            conn: 1,
+            frame: p.frame,
+            checks: p.checks,
+        }
+    });
+    let (frame, rebuilt) = handed.unwrap();
+    (answers(w), frame, rebuilt)
+}
+
+/// Every partition's answer to the Produce request just sent.
+fn answers(w: &mut World) -> Vec<PartitionProduceResponse> {
+    match w.recv(1).expect("an answer") {
+        (_, ResponseKind::Produce(r)) => r.responses[0].partition_responses.clone(),
+        other => panic!("expected a produce answer, got {other:?}"),
+    }
+}
+
+/// The batch of `partition` in a Produce v9 request frame.
+fn batch_in(frame: &Bytes, partition: i32) -> Bytes {
+    let mut buf = frame.clone();
+    RequestHeader::decode(&mut buf, ApiKey::Produce.request_header_version(9)).unwrap();
+    let req = ProduceRequest::decode(&mut buf, 9).unwrap();
+    let part = req.topic_data[0]
+        .partition_data
+        .iter()
+        .find(|p| p.index == partition)
+        .unwrap();
+    part.records.clone().unwrap()
+}
+
+/// Whether `stored` is `batch` but for what the log gives a batch as it
+/// appends it: its base offset and its partition leader epoch (neither
+/// covered by the CRC).
+fn stored_as(stored: &[u8], batch: &[u8]) -> bool {
+    stored.len() == batch.len() && stored[8..12] == batch[8..12] && stored[16..] == batch[16..]
+}
+
+/// The batches stored in `topic`'s `partition`, as a fetch from 0 gives them.
+fn stored(w: &mut World, topic: &str, partition: i32) -> Bytes {
+    w.send(1, 12, &fetch_req(topic, partition, 0, 0, 1));
+    let p = fetch_answer(w, 1).unwrap();
+    whole_batches(&p.records.unwrap_or_default())
+}
+
+/// A request of one zstd batch for each of `partitions` of `topic`, each
+/// `count` keyed records of `value_bytes` all at offset delta 0: inner
+/// offsets Kafka's LogValidator rebuilds a compressed batch for.
+fn misnumbered_req(
+    topic: &str,
+    partitions: &[i32],
+    count: usize,
+    value_bytes: usize,
+) -> ProduceRequest {
+    let section = repeated(4, &record(Some(b"k"), value_bytes), count, 4096);
+    let batch = hostile_batch(4, &section, count as i32);
+    let mut req = produce_req(topic, partitions[0], batch.clone(), -1);
+    let parts = &mut req.topic_data[0].partition_data;
+    for &p in &partitions[1..] {
+        parts.push(parts[0].clone().with_index(p));
+    }
+    req
+}
+
+/// Item 4's case (a): a compressed batch whose inner offsets are not 0, 1,
+/// 2, … on a topic that stores what the producer sent. The driver rebuilds
+/// it beside the core (the same codec, offsets set right), and the core
+/// keeps what it is handed in place: the stored bytes are the prepared
+/// ones (but for the base offset and leader epoch the log gives every
+/// batch). The batch decompresses to more than the core rebuilds per request
+/// (`limits::PRODUCE_CORE_REBUILD_BYTES_MAX`), so had the core tried to
+/// rebuild it again it would have been refused. Handed in unprepared, the
+/// same batch is answered NOT_ENOUGH_REPLICAS, which clients retry, and
+/// nothing is stored.
+#[test]
+fn a_misnumbered_batch_is_rebuilt_by_the_driver_and_kept_in_place() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    let count = 2 * limits::PRODUCE_CORE_REBUILD_BYTES_MAX / 1024;
+    let req = misnumbered_req("t", &[0], count, 1014);
+
+    w.send(1, 9, &req);
+    let p = &answers(&mut w)[0];
+    assert_eq!(
+        p.error_code,
+        ResponseError::NotEnoughReplicas.code(),
+        "{:?}",
+        p.error_message
+    );
+    assert!(stored(&mut w, "t", 0).is_empty(), "nothing stored");
+
+    let (answers, frame, rebuilt) = produce_prepared(&mut w, &req, None);
+    assert_eq!(rebuilt, 1);
+    assert_eq!(answers[0].error_code, 0, "{:?}", answers[0].error_message);
+    let prepared = batch_in(&frame, 0);
+    let h = header_of(&prepared);
+    assert_eq!((h.compression_code(), h.records_count), (4, count as i32));
+    let body = records::records_bytes(&prepared, &h).unwrap();
+    let deltas: Vec<i32> = records::records(&body, h.records_count)
+        .map(|r| r.unwrap().offset_delta)
+        .collect();
+    assert_eq!(deltas, (0..count as i32).collect::<Vec<_>>());
+    assert!(stored_as(&stored(&mut w, "t", 0), &prepared));
+}
+
+/// The core's own rebuilding is bounded per request
+/// (`limits::PRODUCE_CORE_REBUILD_BYTES_MAX`): of two batches of 600 KiB
+/// handed in unprepared, the first is rebuilt on the core (as the driver
+/// would have: the same bytes) and the second answered
+/// NOT_ENOUGH_REPLICAS; sent again alone, it is rebuilt too. A rebuild the
+/// driver found failing is answered as it failed, not tried again on the
+/// core, whatever its size.
+#[test]
+fn the_cores_rebuilding_is_bounded_per_request() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 2);
+    let count = 600;
+    let two = misnumbered_req("t", &[0, 1], count, 1014);
+    w.send(1, 9, &two);
+    let got: Vec<i16> = answers(&mut w).iter().map(|p| p.error_code).collect();
+    assert_eq!(got, [0, ResponseError::NotEnoughReplicas.code()]);
+    let sent = two.topic_data[0].partition_data[0].records.clone().unwrap();
+    let by_driver = recompress::rebuilt(&header_of(&sent), &sent, (4, 3), usize::MAX).unwrap();
+    assert!(stored_as(&stored(&mut w, "t", 0), &by_driver));
+    assert!(stored(&mut w, "t", 1).is_empty());
+    w.send(1, 9, &misnumbered_req("t", &[1], count, 1014));
+    assert_eq!(answers(&mut w)[0].error_code, 0);
+    assert!(stored_as(&stored(&mut w, "t", 1), &by_driver));
+
+    // Rebuilt for a topic storing gzip, 8 KiB at most a batch, these do
+    // not fit: the driver's refusal is the answer, with the core's error
+    // for it.
+    let gzip = [("compression.type", "gzip"), ("max.message.bytes", "8192")];
+    assert_eq!(create_with(&mut w, "g", &gzip).0, 0);
+    let prep = ProducePrep {
+        compression: StoredCompression::Codec { code: 1, level: -1 },
+        batch_bytes_max: 8192,
+    };
+    let small = misnumbered_req("g", &[0], 60, 1014);
+    let sent = small.topic_data[0].partition_data[0]
+        .records
+        .clone()
+        .unwrap();
+    assert!(sent.len() < 8192);
+    let big = misnumbered_req("g", &[0], 4 * count, 1014);
+    let (answers, _, rebuilt) = produce_prepared(&mut w, &big, Some(prep));
+    assert_eq!(rebuilt, 0);
+    assert_eq!(answers[0].error_code, ResponseError::MessageTooLarge.code());
+    let message = answers[0].error_message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("rebuilt batch would be too large"),
+        "{message}"
+    );
+    let (answers, frame, rebuilt) = produce_prepared(&mut w, &small, Some(prep));
+    assert_eq!((rebuilt, answers[0].error_code), (1, 0));
+    assert!(stored_as(&stored(&mut w, "g", 0), &batch_in(&frame, 0)));
+}
+
 /// Row B: 6.7 M identical 7-byte records at offset delta 0, gzip'd into a
 /// few KiB. Before, the rebuild held every record (88 B each, in a doubling
 /// Vec: about 1 GiB) and only then found the batch too large. Now the
@@ -211,18 +386,27 @@ fn a_rebuild_past_max_message_bytes_stops_there() {
         create_with(&mut w, "t", &[("compression.type", "uncompressed")]).0,
         0
     );
-    let ((code, message), peak) = peak_of(|| produce(&mut w, "t", hostile));
+    let prep = ProducePrep {
+        compression: StoredCompression::Codec { code: 0, level: -1 },
+        batch_bytes_max: limits::MESSAGE_BYTES_MAX,
+    };
+    let req = produce_req("t", 0, hostile, -1);
+    let ((answers, _, rebuilt), peak) = peak_of(|| produce_prepared(&mut w, &req, Some(prep)));
+    let (code, message) = (answers[0].error_code, &answers[0].error_message);
     assert_eq!(code, ResponseError::MessageTooLarge.code(), "{message:?}");
-    // Past the stored bound, not the count's.
+    assert_eq!(rebuilt, 0);
+    // Past the stored bound, not the count's: found by the driver, and
+    // answered by the core without rebuilding it again.
     assert!(message
+        .as_deref()
         .unwrap()
         .contains("rebuilt batch would be too large"));
-    // The decompressed records (in a buffer grown by doubling, so up to
-    // twice their size) and what was written; a Record per record was
-    // 88 MB.
+    // Read and written as a stream, by the driver and the core: a
+    // codec's buffers and what was written, never the decompressed
+    // records whole (7 MB) nor a Record per record (88 MB before).
     eprintln!("rebuild past max.message.bytes: {peak} bytes at once, {plain_bytes} of records");
     assert!(
-        peak < 2 * plain_bytes + 4 * MIB,
+        peak < 4 * MIB,
         "{peak} bytes at once for {plain_bytes} bytes of records"
     );
 }
@@ -250,22 +434,30 @@ fn a_rebuild_the_readers_would_refuse_is_not_stored() {
         ("max.message.bytes", "67108864"),
     ];
     assert_eq!(create_with(&mut w, "t", &configs).0, 0);
-    let ((code, message), peak) = peak_of(|| produce(&mut w, "t", hostile));
+    let prep = ProducePrep {
+        compression: StoredCompression::Codec { code: 3, level: 9 },
+        batch_bytes_max: 67_108_864,
+    };
+    let req = produce_req("t", 0, hostile, -1);
+    let ((answers, _, rebuilt), peak) = peak_of(|| produce_prepared(&mut w, &req, Some(prep)));
+    let (code, message) = (answers[0].error_code, &answers[0].error_message);
     assert_eq!(code, ResponseError::MessageTooLarge.code(), "{message:?}");
-    assert!(message.unwrap().contains("decompress"));
-    // The decompressed records, and what was written of the rebuilt ones
-    // (lz4, a few MiB): not the 64 MiB again, nor a structure per record.
-    let bound = limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX;
+    assert_eq!(rebuilt, 0);
+    assert!(message.as_deref().unwrap().contains("decompress"));
+    // What was written of the rebuilt records (lz4, a few MiB) and a
+    // codec's buffers: not the 64 MiB, nor a structure per record.
     eprintln!("rebuild past the readers' bound: {peak} bytes at once");
-    assert!(peak < bound + 16 * MIB, "{peak} bytes at once");
+    assert!(peak < 16 * MIB, "{peak} bytes at once");
     w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
     let stored = fetch_answer(&mut w, 1).unwrap();
     assert_eq!(stored.high_watermark, 0, "nothing stored");
     // A thousand records fewer fit once rebuilt, and are stored.
     let fewer = count - 1000;
     let section = repeated(4, &one, fewer, 4096);
-    let (code, message) = produce(&mut w, "t", hostile_batch(4, &section, fewer as i32));
-    assert_eq!(code, 0, "{message:?}");
+    let req = produce_req("t", 0, hostile_batch(4, &section, fewer as i32), -1);
+    let (answers, _, rebuilt) = produce_prepared(&mut w, &req, Some(prep));
+    assert_eq!(rebuilt, 1);
+    assert_eq!(answers[0].error_code, 0, "{:?}", answers[0].error_message);
 }
 
 fn header_of(batch: &Bytes) -> BatchHeader {

@@ -7,8 +7,9 @@
 mod support;
 
 use bytes::Bytes;
-use doze_core::batch;
 use doze_core::produce_checks::{check_frame, ProduceChecks};
+use doze_core::topic_config::{ProducePrep, StoredCompression};
+use doze_core::{batch, limits, recompress};
 use doze_core::{BrokerConfig, Input};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{ApiKey, ProduceRequest};
@@ -183,4 +184,50 @@ fn a_large_batch_that_breaks_a_rule_is_refused_without_reading_it_again() {
     assert!(p.record_errors.is_empty());
     let message = p.error_message.unwrap().to_string();
     assert!(message.contains("20 record errors"), "{message}");
+}
+
+/// A compression.type the driver was not told of yet (it changed while the
+/// request was on its way): the driver hands the batch in as sent, and the
+/// core rebuilds it (within its bound per request) into what the driver,
+/// once told, makes of it and the core then keeps in place.
+#[test]
+fn a_batch_the_driver_did_not_prepare_is_rebuilt_on_the_core_alike() {
+    let mut w = World::new(BrokerConfig::default());
+    let zstd = [("compression.type", "zstd")];
+    assert_eq!(create_with(&mut w, "z", &zstd).0, 0);
+    let values: [&[u8]; 3] = [b"a", b"bb", b"ccc"];
+    let req = produce_req("z", 0, batch_with(&values, T0_MS, Compression::None), -1);
+    let prep = ProducePrep {
+        compression: StoredCompression::Codec { code: 4, level: 3 },
+        batch_bytes_max: limits::MESSAGE_BYTES_MAX,
+    };
+    let mut handed = Vec::new();
+    for told in [None, Some(prep)] {
+        w.send_as(1, PRODUCE_VERSION, &req, |frame| {
+            let p = recompress::prepare_frame(&frame, |_| told).unwrap();
+            assert_eq!(p.rebuilt, usize::from(told.is_some()));
+            assert_eq!(p.frame == frame, told.is_none());
+            handed.push(p.frame.clone());
+            Input::CheckedFrame {
+                conn: 1,
+                frame: p.frame,
+                checks: p.checks,
+            }
+        });
+        let p = produce_partition_answer(&mut w, 1).expect("an answer");
+        assert_eq!(p.error_code, 0, "{:?}", p.error_message);
+    }
+    w.send(1, 12, &fetch_req("z", 0, 0, 0, 1));
+    let records = fetch_answer(&mut w, 1).unwrap().records.unwrap();
+    let stored = whole_batches(&records);
+    let first = batch::check_batch(&stored).unwrap();
+    let (by_core, kept) = stored.split_at(first.total_bytes());
+    assert_eq!(first.compression_code(), 4, "rebuilt on the core");
+    // The same batch but for its base offset (0, then 3).
+    assert!(by_core[8..] == kept[8..], "rebuilt alike");
+    assert_eq!(kept.len(), by_core.len());
+    // And the second is what the driver handed in (but for the base
+    // offset and leader epoch, which the log gives every batch).
+    let sent = handed[1].windows(kept.len() - 16).any(|w| w == &kept[16..]);
+    assert!(sent, "the driver's rebuild, kept in place");
 }

@@ -1,8 +1,10 @@
-//! Produce requests prepared on the connection task: the batches of a
-//! topic whose compression.type names a codec are recompressed here,
-//! beside the core, and then every batch's records are read and checked
-//! (`doze_core::produce_checks`), before the frame is handed in with what
-//! was found (`Input::CheckedFrame`). Decompressing and reading records is
+//! Produce requests prepared on the connection task
+//! (`doze_core::recompress::prepare_frame`): every batch's records are read
+//! and checked (`doze_core::produce_checks`), and the batches their topic
+//! stores in another form (a codec its compression.type names, or a
+//! compressed batch's inner offsets set right) are rebuilt here, beside
+//! the core, before the frame is handed in with what was found
+//! (`Input::CheckedFrame`). Decompressing and reading records is
 //! the core's costliest work after compressing (issue 38, row A: a 529 KiB
 //! request of small zstd batches held every other client 6.8 s).
 //!
@@ -18,12 +20,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use doze_core::produce_checks::{self, ProduceChecks};
 use doze_core::topic_config::{ProducePrep, StoredCompression};
 use doze_core::{batch, limits, recompress};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::messages::ApiKey;
 
 /// The topics whose compression.type is not `producer`, as the core last
 /// said (`Output::TopicCompression`), and the permits of the blocking
@@ -84,31 +85,20 @@ pub struct Prepared {
     /// Its records as read (`None`: not a request the core reads records
     /// of; the core answers it as it came).
     pub checks: Option<ProduceChecks>,
-    /// Batches recompressed.
+    /// Batches rebuilt.
     pub recompressed: usize,
 }
 
-/// `prepare`, then `produce_checks::check_frame` of what it gives, on the
-/// blocking pool once a task permit is free (inline under the simulator,
-/// which has no blocking pool). A small request whose batches are all
-/// uncompressed is checked here, costing about its bytes, and waits for no
-/// permit. The connection awaits it: its next request is read only after
-/// this one is handed in.
+/// `recompress::prepare_frame`: the request's records read and checked,
+/// and its batches rebuilt where their topic stores them in another form,
+/// on the blocking pool once a task permit is free (inline under the
+/// simulator, which has no blocking pool). A small request whose batches
+/// are all uncompressed, none for a topic that stores a codec, costs about
+/// its bytes: it is prepared here and waits for no permit. The connection
+/// awaits it: its next request is read only after this one is handed in.
 pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Prepared {
-    let plan = if codecs.wants(&frame) {
-        plan(&frame, &codecs)
-    } else {
-        None
-    };
-    if plan.is_none() && frame.len() <= limits::SMALL_REQUEST_BYTES_MAX {
-        if let Some(request) = decode(&frame).filter(all_uncompressed) {
-            let checks = Some(produce_checks::check_request(&request));
-            return Prepared {
-                frame,
-                checks,
-                recompressed: 0,
-            };
-        }
+    if frame.len() <= limits::SMALL_REQUEST_BYTES_MAX && cheap(&frame, &codecs) {
+        return prepare(frame, &codecs);
     }
     let Ok(_permit) = Arc::clone(&codecs.tasks).acquire_owned().await else {
         return Prepared {
@@ -120,15 +110,7 @@ pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Prepare
     // Handed in as it came if the task panicked: the core reads it.
     #[cfg(not(madsim))]
     let as_came = frame.clone();
-    let work = move || {
-        let (frame, recompressed) = plan.and_then(Plan::run).unwrap_or((frame, 0));
-        let checks = produce_checks::check_frame(&frame);
-        Prepared {
-            frame,
-            checks,
-            recompressed,
-        }
-    };
+    let work = move || prepare(frame, &codecs);
     #[cfg(not(madsim))]
     return tokio::task::spawn_blocking(work)
         .await
@@ -141,128 +123,52 @@ pub async fn prepare_off_core(frame: Bytes, codecs: Arc<TopicCodecs>) -> Prepare
     return work();
 }
 
-/// The Produce request `frame` holds, decoded, if the core serves its version.
-fn decode(frame: &Bytes) -> Option<ProduceRequest> {
-    let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
-    if !doze_core::versions::is_supported(ApiKey::Produce, version) {
-        return None;
+/// `frame` prepared as the core's `prepare_frame` does, with what `codecs`
+/// says of its topics.
+pub fn prepare(frame: Bytes, codecs: &TopicCodecs) -> Prepared {
+    match recompress::prepare_frame(&frame, |topic| codecs.get(topic)) {
+        Some(p) => Prepared {
+            frame: p.frame,
+            checks: Some(p.checks),
+            recompressed: p.rebuilt,
+        },
+        None => Prepared {
+            frame,
+            checks: None,
+            recompressed: 0,
+        },
     }
-    let header_version = ApiKey::Produce.request_header_version(version);
-    // kafka-protocol's decoders can panic on hostile input; the core
-    // guards the same call the same way.
-    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut buf = frame.clone();
-        RequestHeader::decode(&mut buf, header_version).ok()?;
-        ProduceRequest::decode(&mut buf, version).ok()
-    }));
-    decoded.ok()?
 }
 
-/// Whether no batch of the request is compressed (by its header): reading
-/// its records then costs about their bytes.
-fn all_uncompressed(request: &ProduceRequest) -> bool {
-    request
-        .topic_data
-        .iter()
-        .flat_map(|t| &t.partition_data)
-        .filter_map(|p| p.records.as_deref())
-        .all(|records| batch::parse_header(records).is_ok_and(|h| h.compression_code() == 0))
-}
-
-/// `frame` (a request without its size prefix) with the batches of its
-/// topics that store another codec recompressed, and how many were; `None`
-/// to hand it in as it came: not a Produce request the core serves,
-/// nothing to recompress, or not decodable (the core answers that).
-pub fn prepare(frame: &Bytes, codecs: &TopicCodecs) -> Option<(Bytes, usize)> {
-    plan(frame, codecs)?.run()
-}
-
-/// A Produce request decoded, with the batches that look to need
-/// recompressing (by their header's codec; `run` checks them whole).
-struct Plan {
-    header: RequestHeader,
-    header_version: i16,
-    version: i16,
-    request: ProduceRequest,
-    /// (topic index, partition index, what the topic stores)
-    batches: Vec<(usize, usize, ProducePrep)>,
-    frame_bytes: usize,
-}
-
-fn plan(frame: &Bytes, codecs: &TopicCodecs) -> Option<Plan> {
-    let version = i16::from_be_bytes(frame.get(2..4)?.try_into().ok()?);
-    if !doze_core::versions::is_supported(ApiKey::Produce, version) {
-        return None;
-    }
-    let header_version = ApiKey::Produce.request_header_version(version);
-    // kafka-protocol's decoders can panic on hostile input; the core
-    // guards the same call the same way.
-    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let mut buf = frame.clone();
-        let header = RequestHeader::decode(&mut buf, header_version).ok()?;
-        let request = ProduceRequest::decode(&mut buf, version).ok()?;
-        Some((header, request))
-    }));
-    let (header, request) = decoded.ok()??;
-    let mut batches = Vec::new();
-    for (ti, topic) in request.topic_data.iter().enumerate() {
-        let Some(prep) = codecs.get(&topic.name.0) else {
-            continue;
-        };
-        let StoredCompression::Codec { code, .. } = prep.compression else {
-            continue;
-        };
-        for (pi, part) in topic.partition_data.iter().enumerate() {
-            let header = part.records.as_deref().map(batch::parse_header);
-            if matches!(header, Some(Ok(h)) if h.compression_code() != code) {
-                batches.push((ti, pi, prep));
-            }
-        }
-    }
-    if batches.is_empty() {
-        return None;
-    }
-    Some(Plan {
-        header,
-        header_version,
-        version,
-        request,
-        batches,
-        frame_bytes: frame.len(),
+/// Whether the request `frame` holds (false if it does not decode) has no
+/// compressed batch (by its header) and none for a topic that stores a
+/// codec: reading its records then costs about their bytes, and none is
+/// rebuilt.
+fn cheap(frame: &Bytes, codecs: &TopicCodecs) -> bool {
+    let Some(decoded) = produce_checks::decode(frame) else {
+        return false;
+    };
+    let uncompressed =
+        |records: &[u8]| batch::parse_header(records).is_ok_and(|h| h.compression_code() == 0);
+    let wanted = codecs.wants(frame);
+    decoded.request.topic_data.iter().all(|t| {
+        !(wanted && codecs.get(&t.name.0).is_some())
+            && t.partition_data
+                .iter()
+                .filter_map(|p| p.records.as_deref())
+                .all(uncompressed)
     })
-}
-
-impl Plan {
-    /// The request re-encoded with its batches recompressed, and how many
-    /// were; `None` if none was.
-    fn run(mut self) -> Option<(Bytes, usize)> {
-        let mut recompressed = 0;
-        for (ti, pi, prep) in self.batches {
-            let part = &mut self.request.topic_data[ti].partition_data[pi];
-            let Some(records) = &part.records else {
-                continue;
-            };
-            if let Some(prepared) = recompress::prepared_batch(records, prep) {
-                part.records = Some(prepared);
-                recompressed += 1;
-            }
-        }
-        if recompressed == 0 {
-            return None;
-        }
-        let mut out = BytesMut::with_capacity(self.frame_bytes);
-        self.header.encode(&mut out, self.header_version).ok()?;
-        self.request.encode(&mut out, self.version).ok()?;
-        Some((out.freeze(), recompressed))
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BytesMut;
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::TopicName;
+    use kafka_protocol::messages::{ProduceRequest, RequestHeader};
     use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::protocol::{Decodable, Encodable};
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
@@ -365,22 +271,29 @@ mod tests {
         assert!(codecs.wants(&f));
         for version in [3, 7, 9] {
             let f = frame(version, &["plain", "zipped"]);
-            let (prepared, n) = prepare(&f, &codecs).expect("one batch to recompress");
-            assert_eq!(n, 1);
+            let p = prepare(f, &codecs);
+            assert_eq!(p.recompressed, 1);
+            assert_eq!(p.checks.as_ref().map(|c| c.len()), Some(2));
             assert_eq!(
-                codecs_of(&prepared, version),
+                codecs_of(&p.frame, version),
                 [("plain".to_string(), 0), ("zipped".to_string(), 1)]
             );
             // Prepared once, nothing is left to do.
-            assert_eq!(prepare(&prepared, &codecs), None);
+            let again = prepare(p.frame.clone(), &codecs);
+            assert_eq!((again.recompressed, &again.frame), (0, &p.frame));
         }
-        assert_eq!(prepare(&frame(9, &["plain"]), &codecs), None);
-        // Unserved versions, garbage and other keys are handed in as they came.
+        let plain = frame(9, &["plain"]);
+        let p = prepare(plain.clone(), &codecs);
+        assert_eq!((p.recompressed, p.frame), (0, plain));
+        // Unserved versions and garbage are handed in as they came, unread.
         let mut v2 = frame(9, &["zipped"]).to_vec();
         v2[2..4].copy_from_slice(&2i16.to_be_bytes());
-        assert_eq!(prepare(&Bytes::from(v2), &codecs), None);
+        let p = prepare(Bytes::from(v2.clone()), &codecs);
+        assert_eq!((p.recompressed, &p.frame[..], p.checks), (0, &v2[..], None));
         let f = frame(9, &["zipped"]);
-        assert_eq!(prepare(&f.slice(..f.len() - 5), &codecs), None);
+        let cut = f.slice(..f.len() - 5);
+        let p = prepare(cut.clone(), &codecs);
+        assert_eq!((p.recompressed, p.frame, p.checks), (0, cut, None));
         assert!(!codecs.wants(&[0, 1, 0, 12]));
         codecs.set("zipped".into(), prep(StoredCompression::Producer));
         assert!(!codecs.wants(&f));

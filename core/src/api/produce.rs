@@ -5,8 +5,10 @@
 //! size) and appended as the client sent them, with the base offset
 //! rewritten by the broker; recompressed first where the topic's
 //! compression.type names another codec or a compressed batch's inner
-//! offsets are wrong (`crate::recompress`, as Kafka's LogValidator; net
-//! mostly does that work before the request reaches the core). acks=1 and
+//! offsets are wrong (`crate::recompress`, as Kafka's LogValidator; the
+//! driver does that work before the request reaches the core, and the core
+//! only what the driver did not, within a bound per request: see
+//! `records::stored_form`). acks=1 and
 //! acks=-1 are both answered only once the data is fsynced: with one node
 //! and no replicas, "on disk" is the promise. acks=0 gets no response at
 //! all, as in Kafka.
@@ -55,12 +57,12 @@ use super::RequestCtx;
 use crate::batch::{self, BatchError};
 use crate::broker::Broker;
 use crate::limits;
-use crate::produce_checks::{self, Verdict};
+use crate::produce_checks::{self, Rebuild, Verdict};
 use crate::producer::{AppendCheck, ProducerError};
 use crate::security::acl::{resource, Op};
 use crate::topic_config::AppendConfig;
 use crate::topics::{PartitionKey, Topics};
-use records::{check_records, stored_form, RecordRules, TimestampBounds};
+use records::{check_records, stored_form, RecordRules, StoredForm, TimestampBounds};
 
 /// A produce request waiting for its data to be durable.
 pub struct PendingProduce {
@@ -90,7 +92,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     let checks = b
         .take_produce_checks()
         .unwrap_or_else(|| produce_checks::check_request(&req));
-    let mut reread_left = limits::PRODUCE_RECORD_ERRORS_READ_BYTES_MAX;
+    let mut left = CoreWork {
+        reread_bytes: limits::PRODUCE_RECORD_ERRORS_READ_BYTES_MAX,
+        rebuild_bytes: limits::PRODUCE_CORE_REBUILD_BYTES_MAX,
+    };
     let mut response = ProduceResponse::default();
     let mut waits = Vec::new();
     let mut refused_a_topic = false;
@@ -118,8 +123,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                     partition: part.index,
                     records: part.records.as_ref(),
                     verdict: checks.get(name, part.index),
+                    rebuild: checks.rebuild(name, part.index),
                 };
-                append_partition(b, entry, &mut reread_left)
+                append_partition(b, entry, &mut left)
             } else {
                 Err(refused(ResponseError::TopicAuthorizationFailed, None))
             };
@@ -293,18 +299,30 @@ struct PartitionEntry<'a> {
     partition: i32,
     records: Option<&'a bytes::Bytes>,
     verdict: Option<&'a Verdict>,
+    /// What the driver did to its batch (`recompress::prepare_frame`).
+    rebuild: Option<&'a Rebuild>,
+}
+
+/// What is left of the decompressed bytes the core reads again for one
+/// request: to list the records a rule refuses
+/// (`limits::PRODUCE_RECORD_ERRORS_READ_BYTES_MAX`), and to rebuild a
+/// batch the driver did not (`limits::PRODUCE_CORE_REBUILD_BYTES_MAX`).
+struct CoreWork {
+    reread_bytes: usize,
+    rebuild_bytes: usize,
 }
 
 fn append_partition(
     b: &mut Broker,
     entry: PartitionEntry<'_>,
-    reread_left: &mut usize,
+    left: &mut CoreWork,
 ) -> AppendResult {
     let PartitionEntry {
         topic_name,
         partition,
         records,
         verdict,
+        rebuild,
     } = entry;
     let Some(topic) = b.topics().get(topic_name) else {
         return Err(refused(ResponseError::UnknownTopicOrPartition, None));
@@ -366,6 +384,11 @@ fn append_partition(
             Some("clients may not write control batches".into()),
         ));
     }
+    // The batch the client sent, as Kafka checks it before any rebuild
+    // (the driver's is checked as Kafka checks its own, below).
+    if let Some(Rebuild::Done { sent_bytes }) = rebuild {
+        check_size(*sent_bytes, segment_bytes, message_bytes_max)?;
+    }
     check_size(bytes.len(), segment_bytes, message_bytes_max)?;
     // Every entry the core reads was read beside it; one missing is read here.
     let read_here;
@@ -377,21 +400,24 @@ fn append_partition(
             &read_here
         }
     };
-    let checked = check_records(&header, &bytes, &rules, verdict, reread_left)?;
+    let checked = check_records(&header, &bytes, &rules, verdict, &mut left.reread_bytes)?;
     // Stored with the topic's compression.type (`stored_form`), and then
     // as Kafka stores a produced batch: CreateTime, with the records' own
     // max timestamp (`batch::with_create_time_max`). Producers send exactly
     // that, so this copies only a batch whose header was wrong.
-    let sizes = (segment_bytes, message_bytes_max);
-    if let Some(rebuilt) = stored_form(&header, &bytes, &checked, compression, sizes)? {
+    let stored = StoredForm {
+        compression,
+        sizes: (segment_bytes, message_bytes_max),
+        driver: rebuild,
+    };
+    if let Some(rebuilt) = stored_form(&header, &bytes, &checked, stored, &mut left.rebuild_bytes)?
+    {
         // Kafka checks the size again after a rebuild (UnifiedLog.append,
         // messageSizeMaybeChanged).
         check_size(rebuilt.len(), segment_bytes, message_bytes_max)?;
         header = batch::parse_header(&rebuilt).expect("a rebuilt valid batch");
         bytes = rebuilt;
     }
-    // The decompressed records (up to 64 MiB) are not held through the append.
-    drop(checked.plain);
     let records_max_ms = checked.max_timestamp_ms;
     let wrong_max = records_max_ms != header.max_timestamp || header.has_log_append_time();
     if !log_append_time && wrong_max {

@@ -227,9 +227,14 @@ impl World {
                 );
                 self.process.stopped = true;
             }
-            // An offer of work the simulated driver declines: the core
-            // recompresses what it is handed itself.
-            Output::TopicCompression { .. } => {}
+            // As net's driver keeps it, for `frame_to_broker`.
+            Output::TopicCompression { topic, prep } => {
+                let codecs = &mut self.process.topic_codecs;
+                match prep.compression {
+                    doze_core::topic_config::StoredCompression::Producer => codecs.remove(&topic),
+                    _ => codecs.insert(topic, prep),
+                };
+            }
             // The simulated driver reads every frame the same way.
             Output::Authenticated { .. } => {}
         }

@@ -190,6 +190,10 @@ struct Process {
     boot_log_bytes: u64,
     /// An operator restart is on its way for this incarnation.
     operator_restart: bool,
+    /// What the core told this process of the topics that store a codec
+    /// (`Output::TopicCompression`), for the driver's preparing of Produce
+    /// requests (`frame_to_broker`), as net's `TopicCodecs`.
+    topic_codecs: BTreeMap<String, doze_core::topic_config::ProducePrep>,
 }
 
 pub struct World {

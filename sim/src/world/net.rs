@@ -4,7 +4,7 @@
 //! then learn it (the broker through `Input::Disconnected` when it is alive).
 
 use bytes::Bytes;
-use doze_core::{ConnId, Input};
+use doze_core::{recompress, ConnId, Input};
 use kafka_protocol::messages::{ApiKey, ResponseKind};
 use rand::RngExt;
 
@@ -43,13 +43,17 @@ impl World {
             self.note(format!("#{conn}: frame not read, the broker is stopping"));
             return;
         }
-        // As net's connection task does (`produce_checks`): a Produce
-        // request's records are read before the frame is handed in.
-        let input = match doze_core::produce_checks::check_frame(&frame) {
-            Some(checks) => Input::CheckedFrame {
+        // As net's connection task does (`recompress::prepare_frame`): a
+        // Produce request's records are read, and its batches rebuilt where
+        // their topic stores them in another form, before the frame is
+        // handed in. Deterministic: a function of the frame and of what the
+        // core said of its topics.
+        let codecs = &self.process.topic_codecs;
+        let input = match recompress::prepare_frame(&frame, |t| codecs.get(t).copied()) {
+            Some(prepared) => Input::CheckedFrame {
                 conn,
-                frame,
-                checks,
+                frame: prepared.frame,
+                checks: prepared.checks,
             },
             None => Input::Frame { conn, frame },
         };

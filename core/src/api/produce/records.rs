@@ -33,10 +33,8 @@ use kafka_protocol::ResponseError;
 use super::{refused, Refusal};
 use crate::batch::{self, BatchHeader};
 use crate::limits;
-use crate::log::clean::codec::DecompressError;
-use crate::log::clean::records::{self as decompress, Bound, RebuildError};
-use crate::produce_checks::{malformed, Summary, Verdict};
-use crate::record::{self, Framing};
+use crate::log::clean::records::{Bound, RebuildError};
+use crate::produce_checks::{self, Rebuild, Summary, Verdict};
 use crate::topic_config::StoredCompression;
 
 /// The bounds a CreateTime topic puts on record timestamps.
@@ -66,17 +64,6 @@ pub(super) struct RecordRules<'a> {
     pub partition: i32,
 }
 
-/// What the checks need of one record.
-#[derive(Debug)]
-struct RecordInfo {
-    offset_delta: i32,
-    /// The batch's max timestamp when the client marked it LogAppendTime,
-    /// as Kafka's iterator gives it.
-    timestamp: i64,
-    key_bytes: Option<usize>,
-    value_bytes: usize,
-}
-
 /// What the checks found in an accepted batch.
 pub(super) struct Checked {
     /// The records' max timestamp as Kafka computes it (-1 if none is above
@@ -85,10 +72,9 @@ pub(super) struct Checked {
     /// Every record's offset (base offset + delta) is its index, as
     /// LogValidator expects of a compressed batch it keeps in place.
     pub offsets_in_order: bool,
-    /// A compressed batch's records, decompressed: a rebuild
-    /// (`stored_form`) reads them from here rather than decompressing them
-    /// again.
-    pub plain: Option<Bytes>,
+    /// The records section's bytes, decompressed: what a rebuild
+    /// (`stored_form`) reads.
+    pub plain_bytes: usize,
 }
 
 /// Checks the topic's rules against what was read of the batch beside the
@@ -104,19 +90,10 @@ pub(super) fn check_records(
     verdict: &Verdict,
     reread_left: &mut usize,
 ) -> Result<Checked, Refusal> {
-    let summary = match verdict {
-        Verdict::Read(summary) => summary,
-        Verdict::Refused {
-            error,
-            message,
-            by_log,
-        } => {
-            let refusal = refused(*error, Some(message.clone()));
-            return Err(if *by_log { refusal.by_log() } else { refusal });
-        }
+    let Some(summary) = summary_of(verdict)? else {
         // The core refuses such an entry before its records: a driver that
         // says otherwise is checked the long way.
-        Verdict::NotRead => return read_and_check(header, bytes, rules),
+        return read_and_check(header, bytes, rules);
     };
     let keys_fail = rules.compacted && summary.keyless_records > 0;
     let timestamps_fail = timestamps_may_fail(header, rules, summary);
@@ -124,7 +101,7 @@ pub(super) fn check_records(
         return Ok(Checked {
             max_timestamp_ms: summary.max_timestamp_ms,
             offsets_in_order: summary.offsets_in_order,
-            plain: None,
+            plain_bytes: summary.plain_bytes,
         });
     }
     if summary.plain_bytes <= *reread_left {
@@ -178,106 +155,69 @@ fn timestamps_may_fail(header: &BatchHeader, rules: &RecordRules<'_>, s: &Summar
 }
 
 /// Reads and checks every record of the batch here, listing each one a
-/// rule refuses (see the module's doc).
+/// rule refuses (see the module's doc): streamed as the driver reads it
+/// (`produce_checks::read_batch_with`), one record held at a time.
 fn read_and_check(
     header: &BatchHeader,
     bytes: &[u8],
     rules: &RecordRules<'_>,
 ) -> Result<Checked, Refusal> {
-    // Found inside Kafka's log, which then reports its start offset
-    // (ReplicaManager.appendToLocalLog), as for every refusal here but
-    // MESSAGE_TOO_LARGE (RecordTooLargeException).
-    let invalid = |why: String| refused(ResponseError::InvalidRecord, Some(why)).by_log();
-    if i64::from(header.records_count) != i64::from(header.last_offset_delta) + 1 {
-        return Err(invalid(format!(
-            "Inconsistent batch offset range [{}, {}] and count of records {} in topic partition {}-{}",
-            header.base_offset,
-            header.last_offset(),
-            header.records_count,
-            rules.topic_name,
-            rules.partition
-        )));
-    }
-    // Before anything is decompressed: past it the records are not read
-    // (`limits::BATCH_RECORDS_MAX`; Kafka has no such bound).
-    if usize::try_from(header.records_count).unwrap_or(0) > limits::BATCH_RECORDS_MAX {
-        let m = format!(
-            "The batch holds {} records, more than the {} the broker takes",
-            header.records_count,
-            limits::BATCH_RECORDS_MAX
-        );
-        return Err(refused(ResponseError::MessageTooLarge, Some(m)));
-    }
-    let end = header.total_bytes().min(bytes.len());
-    let mut plain = None;
-    let body: &[u8] = if header.compression_code() == 0 {
-        &bytes[batch::BATCH_HEADER_BYTES.min(end)..end]
-    } else {
-        let decompressed = decompress::decompressed(bytes, header).map_err(|e| match e {
-            DecompressError::TooLarge(_) => {
-                refused(ResponseError::MessageTooLarge, Some(e.to_string()))
-            }
-            // Kafka's record stream wraps the codec's IOException in a
-            // KafkaException ("Failed to decompress record stream"), which
-            // reaches the client as UNKNOWN_SERVER_ERROR.
-            DecompressError::Corrupt(_) => {
-                refused(ResponseError::UnknownServerError, Some(e.to_string())).by_log()
-            }
-        })?;
-        plain.insert(decompressed)
-    };
     let mut record_errors = Vec::new();
     let mut timestamp_error = false;
-    let mut max_timestamp = batch::NO_TIMESTAMP;
-    let mut offsets_in_order = true;
-    // One pass, nothing kept per record: a batch of a thousand records is
-    // the common case. A record that does not read refuses the batch at
-    // once, whatever errors came before it, as Kafka's iterator throws.
-    read_records(header, body, |index, r| {
-        max_timestamp = max_timestamp.max(r.timestamp);
-        let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
-        offsets_in_order &= offset == index as i64;
-        let timestamp = r.timestamp;
-        if rules.compacted && r.key_bytes.is_none() {
-            let message = format!(
-                "Compacted topic cannot accept message without key in topic partition {}-{}",
-                rules.topic_name, rules.partition
-            );
-            record_errors.push((index as i32, message));
-            return;
-        }
-        let message = match &rules.bounds {
-            Some(bounds) if timestamp != batch::NO_TIMESTAMP => {
-                bounds.refuse(timestamp).then(|| {
-                    format!(
-                        "Timestamp {timestamp} of message with offset {offset} is out of range. \
-                         The timestamp should be within [{}, {}]",
-                        bounds.now_ms.wrapping_sub(bounds.before_max_ms),
-                        bounds.now_ms.wrapping_add(bounds.after_max_ms),
-                    )
-                })
+    // One pass, nothing kept per record but the errors: a batch of a
+    // thousand records is the common case.
+    let verdict = produce_checks::read_batch_with(
+        header,
+        bytes,
+        rules.topic_name,
+        rules.partition,
+        limits::BATCH_RECORDS_DECOMPRESSED_BYTES_MAX,
+        |index, r, timestamp| {
+            let offset = header.base_offset.wrapping_add(i64::from(r.offset_delta));
+            if rules.compacted && r.key.is_none() {
+                let message = format!(
+                    "Compacted topic cannot accept message without key in topic partition {}-{}",
+                    rules.topic_name, rules.partition
+                );
+                record_errors.push((index as i32, message));
+                return;
             }
-            _ => header.has_log_append_time().then(|| {
-                format!(
-                    "Invalid timestamp type in message DefaultRecord(offset={offset}, \
-                     timestamp={timestamp}, key={} bytes, value={} bytes). Producer should not \
-                     set timestamp type to LogAppendTime.",
-                    r.key_bytes.unwrap_or(0),
-                    r.value_bytes,
-                )
-            }),
-        };
-        if let Some(message) = message {
-            timestamp_error = true;
-            record_errors.push((index as i32, message));
-        }
-    })
-    .map_err(invalid)?;
+            let message = match &rules.bounds {
+                Some(bounds) if timestamp != batch::NO_TIMESTAMP => {
+                    bounds.refuse(timestamp).then(|| {
+                        format!(
+                            "Timestamp {timestamp} of message with offset {offset} is out of \
+                             range. The timestamp should be within [{}, {}]",
+                            bounds.now_ms.wrapping_sub(bounds.before_max_ms),
+                            bounds.now_ms.wrapping_add(bounds.after_max_ms),
+                        )
+                    })
+                }
+                _ => header.has_log_append_time().then(|| {
+                    format!(
+                        "Invalid timestamp type in message DefaultRecord(offset={offset}, \
+                         timestamp={timestamp}, key={} bytes, value={} bytes). Producer should \
+                         not set timestamp type to LogAppendTime.",
+                        r.key.map_or(0, <[u8]>::len),
+                        r.value.map_or(0, <[u8]>::len),
+                    )
+                }),
+            };
+            if let Some(message) = message {
+                timestamp_error = true;
+                record_errors.push((index as i32, message));
+            }
+        },
+    );
+    let Some(summary) = summary_of(&verdict)? else {
+        // Never: a reading reads whatever it is handed.
+        return Err(refused(ResponseError::InvalidRecord, None).by_log());
+    };
     if record_errors.is_empty() {
         return Ok(Checked {
-            max_timestamp_ms: max_timestamp,
-            offsets_in_order,
-            plain,
+            max_timestamp_ms: summary.max_timestamp_ms,
+            offsets_in_order: summary.offsets_in_order,
+            plain_bytes: summary.plain_bytes,
         });
     }
     let (error, message) = if timestamp_error {
@@ -303,6 +243,23 @@ fn read_and_check(
     })
 }
 
+/// What was read of a batch: what it found (`None`: the batch was not
+/// read), or the refusal the reading found, as Produce answers it.
+fn summary_of(verdict: &Verdict) -> Result<Option<&Summary>, Refusal> {
+    match verdict {
+        Verdict::Read(summary) => Ok(Some(summary)),
+        Verdict::NotRead => Ok(None),
+        Verdict::Refused {
+            error,
+            message,
+            by_log,
+        } => {
+            let refusal = refused(*error, Some(message.clone()));
+            Err(if *by_log { refusal.by_log() } else { refusal })
+        }
+    }
+}
+
 /// The batch as the topic's compression.type stores it (`None`: as sent),
 /// `crate::recompress`, no larger than `batch_bytes_max` (the smaller of
 /// the topic's max.message.bytes and segment.bytes). A rebuilt batch past
@@ -314,24 +271,73 @@ fn read_and_check(
 /// MESSAGE_TOO_LARGE, as the same batch sent that way; one of more than
 /// `limits::BATCH_RECORDS_MAX` records MESSAGE_TOO_LARGE. A codec that
 /// fails is UNKNOWN_SERVER_ERROR.
+///
+/// The driver rebuilds beside the core what needs it
+/// (`recompress::prepare_frame`): a batch found here still in another form
+/// was not prepared for the topic as it is now. A rebuild the driver found
+/// failing for the same codec and level is answered as it failed, not
+/// done again, where the core's would fail alike: past the stored bound
+/// with a bound no larger here; past the others (records, decompressed
+/// bytes, a codec that fails: the same wherever it runs) whatever the
+/// stored bound (a smaller one here might have been passed first, and
+/// answered with its own too-large error). Any other is rebuilt here while
+/// `rebuild_left` (decompressed bytes, of
+/// `limits::PRODUCE_CORE_REBUILD_BYTES_MAX` per request) lasts. Past it the
+/// batch is answered NOT_ENOUGH_REPLICAS, which every client retries (and
+/// which tells it nothing was written: librdkafka's "not persisted"),
+/// rather than every other client waiting while the core compresses:
+/// nothing is appended, so no acknowledged write is lost. Only a batch the
+/// driver did not prepare for the compression.type now in force gets
+/// there: the type changed while the request was on its way (the driver,
+/// told of the change, prepares the retry, which is then kept in place),
+/// or the frame came unprepared (both of doze's drivers prepare every
+/// Produce; a driver that did not would see its clients retry until their
+/// delivery timeout). Kafka has no such bound: it rebuilds on its request
+/// handler threads (num.io.threads, 8), while every client waits on the
+/// core.
 pub(super) fn stored_form(
     header: &BatchHeader,
     bytes: &[u8],
     checked: &Checked,
-    compression: StoredCompression,
-    sizes: (usize, usize),
+    stored: StoredForm<'_>,
+    rebuild_left: &mut usize,
 ) -> Result<Option<Bytes>, Refusal> {
-    let (segment_bytes, message_bytes_max) = sizes;
-    let batch_bytes_max = segment_bytes.min(message_bytes_max);
-    let stored = crate::recompress::stored_batch(
-        header,
-        bytes,
-        checked.plain.as_deref(),
-        checked.offsets_in_order,
+    let StoredForm {
         compression,
-        batch_bytes_max,
-    );
-    stored.map_err(|e| match e {
+        sizes: (segment_bytes, message_bytes_max),
+        driver,
+    } = stored;
+    let batch_bytes_max = segment_bytes.min(message_bytes_max);
+    let Some(target) =
+        crate::recompress::rebuild_target(header, checked.offsets_in_order, compression)
+    else {
+        return Ok(None);
+    };
+    let found = match driver {
+        Some(Rebuild::Failed {
+            target: tried,
+            batch_bytes_max: tried_max,
+            error,
+        }) if *tried == target => match error {
+            RebuildError::TooLarge(Bound::Stored) => batch_bytes_max <= *tried_max,
+            _ => true,
+        }
+        .then(|| error.clone()),
+        _ => None,
+    };
+    let rebuilt = match found {
+        Some(error) => Err(error),
+        None if checked.plain_bytes <= *rebuild_left => {
+            *rebuild_left -= checked.plain_bytes;
+            crate::recompress::rebuilt(header, bytes, target, batch_bytes_max)
+        }
+        None => {
+            let m = "The batch is not in the form the topic's compression.type stores, and \
+                     the broker rebuilds no more of this request's batches: send it again";
+            return Err(refused(ResponseError::NotEnoughReplicas, Some(m.into())));
+        }
+    };
+    rebuilt.map(Some).map_err(|e| match e {
         // Past the smaller of the two: check_size's error for it.
         RebuildError::TooLarge(Bound::Stored) if segment_bytes <= message_bytes_max => {
             refused(ResponseError::RecordListTooLarge, Some(e.to_string()))
@@ -341,44 +347,12 @@ pub(super) fn stored_form(
     })
 }
 
-/// Reads the batch's records from its (decompressed) records section as
-/// Kafka's DefaultRecord.readFrom reads them (`crate::record`), handing
-/// each to `each` with its index: exactly `records_count`, each taking the
-/// bytes its length says, with nothing left over; else Kafka's
-/// InvalidRecordException text.
-fn read_records(
-    header: &BatchHeader,
-    body: &[u8],
-    mut each: impl FnMut(usize, RecordInfo),
-) -> Result<(), String> {
-    let count = usize::try_from(header.records_count).unwrap_or(0);
-    let log_append_time_ms = header.has_log_append_time().then_some(header.max_timestamp);
-    let mut at = 0;
-    for index in 0..count {
-        let bytes = record::next(body, &mut at).map_err(|e| match e {
-            Framing::CutOff => "Incorrect declared batch size, premature EOF reached".to_owned(),
-            Framing::Invalid { length, remaining } => format!(
-                "Invalid record size: expected {length} bytes in record payload, but instead the \
-                 buffer has only {remaining} remaining bytes."
-            ),
-        })?;
-        let r = record::read(bytes).map_err(malformed)?;
-        let timestamp =
-            log_append_time_ms.unwrap_or(header.base_timestamp.wrapping_add(r.timestamp_delta));
-        each(
-            index,
-            RecordInfo {
-                offset_delta: r.offset_delta,
-                timestamp,
-                key_bytes: r.key.map(<[u8]>::len),
-                value_bytes: r.value.map_or(0, <[u8]>::len),
-            },
-        );
-    }
-    if at != body.len() {
-        return Err("Incorrect declared batch size, records still remaining in file".into());
-    }
-    Ok(())
+/// What `stored_form` stores a batch as: the topic's compression.type and
+/// sizes (segment.bytes, max.message.bytes), and what the driver did to it.
+pub(super) struct StoredForm<'a> {
+    pub compression: StoredCompression,
+    pub sizes: (usize, usize),
+    pub driver: Option<&'a Rebuild>,
 }
 
 #[cfg(test)]
@@ -398,22 +372,36 @@ mod tests {
         framed(&body(offset_delta, key, Some(value), headers))
     }
 
-    fn header(count: i32) -> BatchHeader {
+    /// An uncompressed batch of `count` records (by its header) whose
+    /// records section is `body`, read as Produce reads it: each record's
+    /// (index, offset delta, timestamp, key and value lengths), or the
+    /// message it is refused with.
+    fn read(count: i32, body: &[u8]) -> Result<Vec<Seen>, String> {
         let mut h = batch::parse_header(&batch::testing::TestBatch::default().encode()).unwrap();
         h.records_count = count;
+        h.last_offset_delta = count - 1;
         h.base_timestamp = 1_000;
-        h
+        h.batch_length = (batch::BATCH_HEADER_BYTES - 12 + body.len()) as i32;
+        let bytes = [&[0u8; batch::BATCH_HEADER_BYTES][..], body].concat();
+        let mut read = Vec::new();
+        let verdict = produce_checks::read_batch_with(&h, &bytes, "t", 0, 1 << 20, |i, r, ts| {
+            let len = |f: Option<&[u8]>| f.map(<[u8]>::len);
+            read.push((i, r.offset_delta, ts, len(r.key), len(r.value).unwrap_or(0)));
+        });
+        match verdict {
+            Verdict::Read(_) => Ok(read),
+            Verdict::Refused { message, .. } => Err(message),
+            Verdict::NotRead => panic!("read"),
+        }
     }
+
+    type Seen = (usize, i32, i64, Option<usize>, usize);
 
     #[test]
     fn records_read_as_kafka_reads_them() {
         let mut body = record(0, Some(b"k"), b"value", &[(b"h", b"v")]);
         body.extend(record(1, None, b"", &[]));
-        let mut summary = Vec::new();
-        read_records(&header(2), &body, |i, r| {
-            summary.push((i, r.offset_delta, r.timestamp, r.key_bytes, r.value_bytes))
-        })
-        .unwrap();
+        let summary = read(2, &body).unwrap();
         assert_eq!(summary, [(0, 0, 1_007, Some(1), 5), (1, 1, 1_007, None, 0)]);
     }
 
@@ -421,8 +409,7 @@ mod tests {
     fn a_wrong_shape_is_refused_with_kafkas_reason() {
         let one = record(0, Some(b"k"), b"value", &[]);
         let two = [one.clone(), one.clone()].concat();
-        let refuse =
-            |count: i32, body: &[u8]| read_records(&header(count), body, |_, _| {}).unwrap_err();
+        let refuse = |count: i32, body: &[u8]| read(count, body).unwrap_err();
         assert!(refuse(3, &two).contains("premature EOF"));
         assert!(refuse(1, &two).contains("records still remaining"));
         assert!(refuse(2, &two[..two.len() - 1]).contains("Invalid record size"));

@@ -6,9 +6,10 @@
 //! stream into memory whatever it grows to. A produce request of 132 KiB,
 //! one zstd batch of zeros, decompressed to 4 GiB: the broker's memory grew
 //! by 5 GB and its core task stalled 17 s, every client waiting; a 1 MiB
-//! batch would reach 32 GiB. So each codec is read here through its own
-//! crate's streaming decoder (the same crates kafka-protocol uses) and
-//! stops one byte past `limit`.
+//! batch would reach 32 GiB. So each codec is read through its own crate's
+//! streaming decoder (the same crates kafka-protocol uses), built in one
+//! place (`codec_stream::decompressing`, which `decompress` reads whole),
+//! and stops one byte past `limit`.
 //!
 //! The formats are Kafka's (clients/src/main/java/org/apache/kafka/common/
 //! compress/): gzip is a GZIP stream (members read back to back, as
@@ -20,6 +21,8 @@
 use std::io::{Read, Write};
 
 use bytes::Bytes;
+
+use super::codec_stream;
 
 /// Why a records section could not be decompressed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,26 +43,21 @@ impl std::fmt::Display for DecompressError {
 }
 
 /// The xerial snappy framing's magic (snappy-java's `SnappyCodec`).
-const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
-/// Magic, version and compatible version.
-const XERIAL_HEADER_BYTES: usize = 16;
+pub(super) const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 
 /// `compressed`, the records section of a batch of `codec` (the batch
 /// attributes' low three bits), decompressed; at most `limit` bytes for a
-/// compressed codec.
+/// compressed codec. Read whole through the one set of decoders
+/// (`codec_stream::decompressing`), which keeps the bound as it reads.
 pub fn decompress(codec: u8, compressed: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
-    let corrupt = |e: std::io::Error| DecompressError::Corrupt(e.to_string());
-    match codec {
+    if codec == 0 {
         // Nothing to grow: an uncompressed section is as large as it came.
-        0 => Ok(Bytes::copy_from_slice(compressed)),
-        1 => read_bounded(flate2::read::MultiGzDecoder::new(compressed), limit),
-        2 => snappy(compressed, limit),
-        3 => read_bounded(lz4::Decoder::new(compressed).map_err(corrupt)?, limit),
-        4 => read_bounded(zstd_decoder(compressed).map_err(corrupt)?, limit),
-        other => Err(DecompressError::Corrupt(format!(
-            "unknown compression codec {other}"
-        ))),
+        return Ok(Bytes::copy_from_slice(compressed));
     }
+    read_bounded(
+        codec_stream::decompressing(codec, compressed, limit)?,
+        limit,
+    )
 }
 
 /// A zstd decoder of `compressed` that refuses a frame declaring a window
@@ -262,7 +260,7 @@ fn read_bounded(mut reader: impl Read, limit: usize) -> Result<Bytes, Decompress
             Ok(0) => return Ok(Bytes::from(out)),
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(DecompressError::Corrupt(e.to_string())),
+            Err(e) => return Err(codec_stream::stream_error(&e)),
         };
         let len = out.len() + n;
         if len > limit {
@@ -278,42 +276,6 @@ fn read_bounded(mut reader: impl Read, limit: usize) -> Result<Bytes, Decompress
 
 /// What `read_bounded` reads at a time.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
-
-/// Snappy blocks state their decompressed length up front: the bound is
-/// checked before a block's buffer is allocated.
-fn snappy(compressed: &[u8], limit: usize) -> Result<Bytes, DecompressError> {
-    let corrupt = |e: snap::Error| DecompressError::Corrupt(e.to_string());
-    let mut out = Vec::new();
-    let append_block = |block: &[u8], out: &mut Vec<u8>| {
-        let len = snap::raw::decompress_len(block).map_err(corrupt)?;
-        let start = out.len();
-        if len > limit - start {
-            return Err(DecompressError::TooLarge(limit));
-        }
-        out.resize(start + len, 0);
-        let written = snap::raw::Decoder::new()
-            .decompress(block, &mut out[start..])
-            .map_err(corrupt)?;
-        out.truncate(start + written);
-        Ok(())
-    };
-    if !compressed.starts_with(XERIAL_MAGIC) {
-        append_block(compressed, &mut out)?;
-        return Ok(Bytes::from(out));
-    }
-    let mut rest = compressed
-        .get(XERIAL_HEADER_BYTES..)
-        .ok_or_else(|| DecompressError::Corrupt("a snappy stream's header is cut off".into()))?;
-    while !rest.is_empty() {
-        let cut = || DecompressError::Corrupt("a snappy block is cut off".into());
-        let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(cut)?;
-        let len = u32::from_be_bytes(*len) as usize;
-        let block = tail.get(..len).ok_or_else(cut)?;
-        append_block(block, &mut out)?;
-        rest = &tail[len..];
-    }
-    Ok(Bytes::from(out))
-}
 
 #[cfg(test)]
 mod tests {

@@ -5,17 +5,16 @@
 //! batches this way: a page of 500 records no longer costs the 64 MiB a
 //! batch may decompress to, nor dump-log a segment's worth of records.
 //!
-//! The same codecs and framings as `codec::decompress` (see there), each
-//! through its crate's streaming decoder; snappy's xerial framing is read a
+//! The codecs and framings are described in `codec`; the decoders of all
+//! five are built here alone (`codec::decompress` reads this stream whole),
+//! each its crate's streaming decoder; snappy's xerial framing is read a
 //! block at a time (a block states its decompressed length, checked
 //! against what is left of the bound before its buffer is allocated).
 
 use std::io::{self, Read};
 
-use super::codec::DecompressError;
+use super::codec::{DecompressError, XERIAL_MAGIC};
 
-/// The xerial snappy framing's magic (snappy-java's `SnappyCodec`).
-const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 /// Magic, version and compatible version.
 const XERIAL_HEADER_BYTES: usize = 16;
 

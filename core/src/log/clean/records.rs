@@ -1,6 +1,6 @@
-//! The records inside a batch, for the cleaner and for Produce (its checks
-//! of every record, `api::produce::check_records`, and the batches it
-//! stores with the topic's compression.type: `recompressed`); the rest of
+//! The records inside a batch, for the cleaner and for Produce (the
+//! batches it stores with the topic's compression.type, written anew as
+//! they are read from a decompressing stream: `recompressed`); the rest of
 //! the broker never looks past a batch's header (`crate::batch`).
 //! Compacting needs each record's key and whether it has a value, and writing back the records it
 //! keeps as a batch with the same header fields, as Kafka's
@@ -12,6 +12,8 @@
 //! Records are read by `crate::record`. A kept record's bytes are copied as
 //! they are, except its timestamp delta when the batch's base timestamp
 //! moves to a delete horizon (KIP-534).
+
+use std::io::BufRead;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -301,22 +303,24 @@ pub fn rebuild<'a>(
     Ok(assemble(header, &fields, &records)?)
 }
 
-/// The batch `header` heads with all of its `records` (read one at a time
-/// as they are written), written anew as Kafka's
-/// LogValidator.buildRecordsAndAssignOffsets writes a produced batch it
-/// cannot store in place (the topic's compression.type names another
-/// codec, or the records' inner offsets are not 0, 1, 2, …): compressed
-/// with `codec` at `level`; offset deltas 0, 1, 2, …; the base timestamp
-/// the first record's, as MemoryRecordsBuilder sets it, and every record's
-/// own timestamp unchanged (the batch's max timestamp, in a batch marked
-/// LogAppendTime); record attributes 0, as DefaultRecord.writeTo writes
-/// them. The producer id, epoch, base sequence, transactional bit and
-/// timestamp type stay. The writing stops as soon as it passes `bounds`
-/// (`TooLarge`): Kafka checks the rebuilt batch's size once it is whole
-/// (UnifiedLog.append, messageSizeMaybeChanged), after holding every record.
-pub fn recompressed<'a>(
+/// The batch `header` heads with all of its `records_count` records (read
+/// one at a time from `records`, a stream of its records section, as they
+/// are written: only the record being copied is held), written anew as
+/// Kafka's LogValidator.buildRecordsAndAssignOffsets writes a produced
+/// batch it cannot store in place (the topic's compression.type names
+/// another codec, or the records' inner offsets are not 0, 1, 2, …):
+/// compressed with `codec` at `level`; offset deltas 0, 1, 2, …; the base
+/// timestamp the first record's, as MemoryRecordsBuilder sets it, and
+/// every record's own timestamp unchanged (the batch's max timestamp, in a
+/// batch marked LogAppendTime); record attributes 0, as
+/// DefaultRecord.writeTo writes them. The producer id, epoch, base
+/// sequence, transactional bit and timestamp type stay. The writing stops
+/// as soon as it passes `bounds` (`TooLarge`): Kafka checks the rebuilt
+/// batch's size once it is whole (UnifiedLog.append,
+/// messageSizeMaybeChanged), after holding every record.
+pub fn recompressed<R: BufRead>(
     header: &BatchHeader,
-    records: impl IntoIterator<Item = Result<Record<'a>, RecordsError>>,
+    records: &mut record::Reader<R>,
     codec: u8,
     level: i32,
     bounds: Bounds,
@@ -330,8 +334,13 @@ pub fn recompressed<'a>(
     let mut out = RecordsWriter::new(codec, level, bounds)?;
     let mut base_timestamp = None;
     let mut max_timestamp = batch::NO_TIMESTAMP;
-    for (offset_delta, r) in records.into_iter().enumerate() {
-        let r = r?;
+    let count = usize::try_from(header.records_count).unwrap_or(0);
+    for offset_delta in 0..count {
+        let r = records.next_record().map_err(|e| {
+            RebuildError::Failed(RecordsError(format!(
+                "record {offset_delta} does not read: {e:?}"
+            )))
+        })?;
         let at = timestamp(&r);
         let base = *base_timestamp.get_or_insert(at);
         max_timestamp = max_timestamp.max(at);
@@ -488,10 +497,11 @@ mod tests {
             batch_bytes_max: batch.len(),
             records_max: 1000,
         };
-        let same = recompressed(&header, records(&bytes, 1000), 0, -1, all_fit).unwrap();
+        let stream = record::Reader::new;
+        let same = recompressed(&header, &mut stream(&bytes[..]), 0, -1, all_fit).unwrap();
         assert_eq!(batch::check_batch(&same).unwrap().records_count, 1000);
         let too_large = |bounds: Bounds| {
-            recompressed(&header, records(&bytes, 1000), 0, -1, bounds).unwrap_err()
+            recompressed(&header, &mut stream(&bytes[..]), 0, -1, bounds).unwrap_err()
         };
         let plain = Bounds {
             plain_bytes_max: bytes.len() - 1,
@@ -520,7 +530,7 @@ mod tests {
             ..all_fit
         };
         assert_eq!(
-            recompressed(&header, records(&cut, 1000), 0, -1, early),
+            recompressed(&header, &mut stream(&cut[..]), 0, -1, early),
             Err(RebuildError::TooLarge(Bound::Stored))
         );
     }
