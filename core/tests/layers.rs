@@ -76,7 +76,6 @@ const CYCLE_EDGES_LEFT: &[(&str, &str)] = &[
     ("meta", "security"),
     ("meta", "txn"),
     ("metrics", "broker"),
-    ("produce_checks", "api"),
     ("produce_checks", "log"),
     ("producer", "log"),
     ("producer", "txn"),
