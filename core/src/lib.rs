@@ -12,6 +12,7 @@ mod broker;
 pub mod checkpoint;
 pub mod config;
 mod conn;
+pub mod control;
 pub mod group;
 pub mod io;
 pub mod limits;
