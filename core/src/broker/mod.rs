@@ -20,6 +20,7 @@ pub(crate) mod cleaner;
 pub use cleaner::CleanerProgress;
 mod checkpoint;
 mod disk;
+mod metrics;
 mod partition;
 mod recovery;
 mod requests;
@@ -204,7 +205,7 @@ impl Broker {
     /// Counters and gauges for operators (a driver's `/metrics`). Reads
     /// only: taking a snapshot changes nothing.
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
-        crate::metrics::snapshot(self, self.metrics)
+        metrics::snapshot(self, self.metrics)
     }
 
     /// The broker-wide counters, for the paths that bump them.
