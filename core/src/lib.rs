@@ -30,7 +30,7 @@ mod topics;
 pub mod txn;
 pub mod versions;
 
-pub use broker::{Broker, CleanerProgress};
+pub use broker::{meta_entry, Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
 pub use io::{
     BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, MetaOp,

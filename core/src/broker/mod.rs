@@ -20,6 +20,7 @@ pub(crate) mod cleaner;
 pub use cleaner::CleanerProgress;
 mod checkpoint;
 mod disk;
+pub mod meta_entry;
 mod metrics;
 mod partition;
 mod recovery;
