@@ -21,6 +21,7 @@ pub mod meta;
 pub mod metrics;
 pub mod produce_checks;
 pub mod producer;
+mod properties;
 pub mod recompress;
 pub mod record;
 pub mod request;

@@ -27,7 +27,6 @@ const CYCLE_EDGES_LEFT: &[(&str, &str)] = &[
     ("broker", "txn"),
     ("checkpoint", "txn"),
     ("config", "security"),
-    ("config", "topic_config"),
     ("io", "produce_checks"),
     ("io", "security"),
     ("io", "topic_config"),
