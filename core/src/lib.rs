@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod batch;
+pub mod boundary;
 mod broker;
 pub mod checkpoint;
 pub mod config;
@@ -31,10 +32,11 @@ mod topics;
 pub mod txn;
 pub mod versions;
 
+pub use boundary::{Input, Output};
 pub use broker::{meta_entry, Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
 pub use io::{
-    BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, MetaOp,
-    Output, PartitionDir, SegmentFile, SyncScope,
+    BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, IoError, IoId, MetaOp,
+    PartitionDir, SegmentFile, SyncScope,
 };
 pub use topics::PartitionKey;

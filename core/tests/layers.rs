@@ -26,16 +26,6 @@ const CYCLE_EDGES_LEFT: &[(&str, &str)] = &[
     ("broker", "checkpoint"),
     ("broker", "txn"),
     ("checkpoint", "txn"),
-    ("config", "security"),
-    ("io", "produce_checks"),
-    ("io", "security"),
-    ("io", "topic_config"),
-    ("log", "io"),
-    ("meta", "io"),
-    ("produce_checks", "log"),
-    ("security", "io"),
-    ("security", "meta"),
-    ("topic_config", "config"),
     ("txn", "broker"),
 ];
 

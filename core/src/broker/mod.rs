@@ -34,11 +34,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use kafka_protocol::messages::{InitProducerIdRequest, RequestKind};
 
 use crate::api;
+use crate::boundary::{Input, Output};
 use crate::checkpoint::Checkpoints;
 use crate::config::BrokerConfig;
 use crate::conn::Conn;
 use crate::group::Coordinator;
-use crate::io::{BootState, ConnId, Input, IoId, Output};
+use crate::io::{BootState, ConnId, IoId};
 use crate::log::PartitionLog;
 use crate::producer::{ProducerIds, ProducerStates};
 use crate::request::RequestCtx;
