@@ -8,10 +8,12 @@
 
 pub mod api;
 pub mod batch;
+pub mod boundary;
 mod broker;
 pub mod checkpoint;
 pub mod config;
 mod conn;
+pub mod control;
 pub mod group;
 pub mod io;
 pub mod limits;
@@ -20,6 +22,7 @@ pub mod meta;
 pub mod metrics;
 pub mod produce_checks;
 pub mod producer;
+mod properties;
 pub mod recompress;
 pub mod record;
 pub mod request;
@@ -42,10 +45,11 @@ extern crate self as doze_core;
 #[allow(dead_code)]
 mod simdisk;
 
-pub use broker::{Broker, CleanerProgress};
+pub use boundary::{Input, Output};
+pub use broker::{meta_entry, Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
 pub use io::{
-    BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, MetaOp,
-    Output, PartitionDir, SegmentFile, SyncScope,
+    BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, IoError, IoId, MetaOp,
+    PartitionDir, SegmentFile, SyncScope,
 };
 pub use topics::PartitionKey;

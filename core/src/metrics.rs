@@ -11,9 +11,9 @@
 //!
 //! Gauges (open transactions, LSO lag, consumer lag) are not kept at all:
 //! the snapshot asks the coordinators and the logs for them when a driver
-//! wants one, which costs a scrape, not a request.
-
-use crate::broker::Broker;
+//! wants one, which costs a scrape, not a request. The snapshot is built
+//! where all of them are in reach, in `broker` (`broker/metrics.rs`); this
+//! module, below the topics that hold its counters, names none of them.
 
 /// Bytes and records in and out of one topic since it was created (or since
 /// the broker started). A topic deleted and created again starts from zero,
@@ -131,52 +131,5 @@ impl ConsumerOffset {
     /// Kafka accepts, is no lag).
     pub fn lag(&self) -> i64 {
         (self.high_watermark - self.committed_offset).max(0)
-    }
-}
-
-/// Builds the snapshot from the broker's stores, through their own methods.
-pub(crate) fn snapshot(b: &Broker, counters: Counters) -> Snapshot {
-    let mut topics = Vec::new();
-    let mut partitions = Vec::new();
-    for (name, topic) in b.topics().iter() {
-        topics.push(TopicSnapshot {
-            topic: name.clone(),
-            counters: topic.counters,
-        });
-        for p in 0..topic.partitions.len() as i32 {
-            // Offline partitions answer nothing, here as to clients.
-            let Ok(view) = b.partition_view(name, p) else {
-                continue;
-            };
-            partitions.push(PartitionSnapshot {
-                topic: name.clone(),
-                partition: p,
-                high_watermark: view.log.high_watermark(),
-                last_stable_offset: view.last_stable_offset(),
-            });
-        }
-    }
-    let mut consumer_offsets = Vec::new();
-    let offsets = &b.groups().offsets;
-    for group in offsets.groups() {
-        for ((topic, partition), record) in offsets.of_group(group) {
-            let Some(log) = b.topics().partition(topic, *partition) else {
-                continue; // committed for a topic since deleted
-            };
-            consumer_offsets.push(ConsumerOffset {
-                group: group.clone(),
-                topic: topic.clone(),
-                partition: *partition,
-                committed_offset: record.offset,
-                high_watermark: log.high_watermark(),
-            });
-        }
-    }
-    Snapshot {
-        counters,
-        txns_open: b.txns().open_count(),
-        topics,
-        partitions,
-        consumer_offsets,
     }
 }

@@ -28,11 +28,12 @@
 //! claiming more than `limits::BATCH_RECORDS_MAX` records is not read.
 
 use std::cell::Cell;
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 
 use bytes::Bytes;
-use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
+use kafka_protocol::messages::{produce_request, ApiKey, ProduceRequest, RequestHeader};
 use kafka_protocol::protocol::Decodable;
 use kafka_protocol::ResponseError;
 
@@ -181,7 +182,7 @@ pub fn decode(frame: &Bytes) -> Option<Decoded> {
 pub fn check_request(req: &ProduceRequest) -> ProduceChecks {
     let mut entries = HashMap::new();
     let mut plain_left = limits::PRODUCE_DECOMPRESSED_BYTES_MAX;
-    for (topic, partitions) in crate::api::produce::entries_by_partition(req) {
+    for (topic, partitions) in entries_by_partition(req) {
         for part in partitions {
             let verdict = match part.records.as_ref().and_then(one_batch) {
                 Some((header, bytes)) => {
@@ -417,6 +418,46 @@ fn read(
     }
     s.plain_bytes = decompressed.get();
     Ok(Verdict::Read(s))
+}
+
+/// The request's partition entries grouped by topic name, each topic and
+/// partition once, in the order they first appear, with the entry that
+/// came last: Kafka keys a Produce's entries by partition
+/// (KafkaApis.handleProduceRequest's `authorizedRequestInfo`, a map), so a
+/// partition named twice is appended once, from its last entry, and
+/// answered once. A request repeating one partition thousands of times
+/// costs one batch's checks, not thousands. The Produce handler
+/// (`api::produce`) reads them the same way; it is here, below `api`.
+pub(crate) fn entries_by_partition(
+    req: &ProduceRequest,
+) -> Vec<(&str, Vec<&produce_request::PartitionProduceData>)> {
+    let mut topics: Vec<(&str, Vec<&produce_request::PartitionProduceData>)> = Vec::new();
+    let mut at: HashMap<(&str, i32), (usize, usize)> = HashMap::new();
+    for topic in &req.topic_data {
+        let name: &str = &topic.name.0;
+        for part in &topic.partition_data {
+            match at.entry((name, part.index)) {
+                Entry::Occupied(o) => {
+                    let (ti, pi) = *o.get();
+                    topics[ti].1[pi] = part;
+                }
+                Entry::Vacant(v) => {
+                    let ti = match topics.iter().position(|(n, _)| *n == name) {
+                        Some(ti) => ti,
+                        None => {
+                            topics.push((name, Vec::new()));
+                            topics.len() - 1
+                        }
+                    };
+                    v.insert((ti, topics[ti].1.len()));
+                    topics[ti].1.push(part);
+                }
+            }
+        }
+        // A topic named with no partitions is answered with none, as
+        // Kafka's map has nothing of it to answer.
+    }
+    topics
 }
 
 #[cfg(test)]

@@ -143,7 +143,7 @@ pub fn prepare_frame(
     } = produce_checks::decode(frame)?;
     let mut checks = produce_checks::check_request(&request);
     let mut rebuilt_batches = HashMap::new();
-    for (topic, partitions) in crate::api::produce::entries_by_partition(&request) {
+    for (topic, partitions) in produce_checks::entries_by_partition(&request) {
         let prep = prep_of(topic).unwrap_or(ProducePrep {
             compression: StoredCompression::Producer,
             batch_bytes_max: UNTOLD_TOPIC_BATCH_BYTES_MAX,

@@ -9,7 +9,7 @@ use uuid::Uuid;
 use crate::config::BrokerConfig;
 use crate::io::{DiskOp, PartitionDir};
 use crate::log::PartitionLog;
-use crate::meta::{self, MetaEntry, TopicRecord};
+use crate::meta::TopicRecord;
 use crate::metrics::TopicCounters;
 use crate::topic_config::{self, ProducePrep, StoredCompression};
 
@@ -279,15 +279,12 @@ impl Topics {
             .collect()
     }
 
-    /// Loads the topics stored in meta.db, each partition with an empty log
-    /// until its recovery installs the real one (`install`).
-    pub fn load(&mut self, config: &BrokerConfig, meta: &[(Vec<u8>, Vec<u8>)]) {
-        for (key, value) in meta {
-            match meta::decode_entry(key, value) {
-                Ok(MetaEntry::Topic { name, record }) => self.insert(config, &name, record),
-                Ok(_) => {} // other records are the other modules' to rebuild
-                Err(e) => tracing::error!("skipping unreadable meta.db entry: {e}"),
-            }
+    /// Loads the topics stored in meta.db (in its order), each partition
+    /// with an empty log until its recovery installs the real one
+    /// (`install`).
+    pub fn load(&mut self, config: &BrokerConfig, stored: Vec<(String, TopicRecord)>) {
+        for (name, record) in stored {
+            self.insert(config, &name, record);
         }
     }
 

@@ -669,8 +669,8 @@ fn describe_cluster_is_answered_without_acls_as_on_kafka_brokers() {
 /// configs and a group's offsets, and may change nothing.
 #[test]
 fn the_internal_connection_reads_everything_and_writes_nothing() {
-    use doze_core::io::Input;
     use doze_core::security::{Listener, SecurityProtocol};
+    use doze_core::Input;
     const CONSOLE: u64 = 9;
     let mut w = world();
     w.input(Input::Connected {

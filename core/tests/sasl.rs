@@ -15,11 +15,11 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use sha2::{Digest, Sha256};
 
-use doze_core::io::Input;
 use doze_core::security::scram::{Credential, Mechanism};
 use doze_core::security::store::put_credential;
 use doze_core::security::{Listener, SecurityProtocol};
 use doze_core::BrokerConfig;
+use doze_core::Input;
 use support::*;
 
 const SASL: u64 = 11;

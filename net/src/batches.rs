@@ -300,7 +300,7 @@ mod tests {
     #[test]
     fn markers_read_from_their_batch() {
         for (commit, want) in [(true, Marker::Commit), (false, Marker::Abort)] {
-            let marker = doze_core::txn::marker::build(7, 2, commit, 5, 2_000);
+            let marker = doze_core::control::build(7, 2, commit, 5, 2_000);
             let header = batch::parse_header(&marker).unwrap();
             assert_eq!(batch_marker(&header, &marker), Some(want));
         }
@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn a_cut_window_ends_in_invalid_bytes() {
-        let marker = doze_core::txn::marker::build(7, 2, true, 5, 2_000);
+        let marker = doze_core::control::build(7, 2, true, 5, 2_000);
         let cut = &marker[..marker.len() - 1];
         assert!(matches!(
             next_batch(cut, 0, cut.len() as u64).unwrap(),

@@ -750,7 +750,7 @@ mod tests {
 
     /// Three batches, and where each ends.
     fn segment_and_ends() -> (Vec<u8>, Vec<usize>) {
-        let marker = doze_core::txn::marker::build(3, 1, false, 5, 2_000);
+        let marker = doze_core::control::build(3, 1, false, 5, 2_000);
         let mut s = Vec::new();
         let mut ends = Vec::new();
         for b in [

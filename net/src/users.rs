@@ -141,11 +141,11 @@ mod tests {
         let key = store::scram_key("alice", Mechanism::Sha256);
         let value = db.get(&key).unwrap().expect("stored");
         // Read back as the broker's boot reads it.
-        let doze_core::meta::MetaEntry::Scram {
+        let doze_core::meta_entry::MetaEntry::Scram {
             user,
             mechanism,
             credential: c,
-        } = doze_core::meta::decode_entry(&key, &value).unwrap()
+        } = doze_core::meta_entry::decode_entry(&key, &value).unwrap()
         else {
             panic!("not a SCRAM entry");
         };

@@ -13,7 +13,7 @@ mod common;
 use bytes::{Bytes, BytesMut};
 use common::{run_binary, Run};
 use doze_core::batch;
-use doze_core::txn::marker;
+use doze_core::control as marker;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,

@@ -45,10 +45,6 @@ mod records;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-
-use kafka_protocol::messages::produce_request;
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -99,7 +95,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     let mut response = ProduceResponse::default();
     let mut waits = Vec::new();
     let mut refused_a_topic = false;
-    for (name, partitions) in entries_by_partition(&req) {
+    for (name, partitions) in produce_checks::entries_by_partition(&req) {
         let writable = b.authorized(&ctx, Op::Write, resource::TOPIC, name);
         refused_a_topic |= !writable;
         // Not the decoded name: it is a slice of the request frame, which a
@@ -201,45 +197,6 @@ fn has_transactional_batch(req: &ProduceRequest) -> bool {
         .flat_map(|t| &t.partition_data)
         .filter_map(|p| p.records.as_ref())
         .any(|records| batch::parse_header(records).is_ok_and(|h| h.is_transactional()))
-}
-
-/// The request's partition entries grouped by topic name, each topic and
-/// partition once, in the order they first appear, with the entry that
-/// came last: Kafka keys a Produce's entries by partition
-/// (KafkaApis.handleProduceRequest's `authorizedRequestInfo`, a map), so a
-/// partition named twice is appended once, from its last entry, and
-/// answered once. A request repeating one partition thousands of times
-/// costs one batch's checks, not thousands.
-pub(crate) fn entries_by_partition(
-    req: &ProduceRequest,
-) -> Vec<(&str, Vec<&produce_request::PartitionProduceData>)> {
-    let mut topics: Vec<(&str, Vec<&produce_request::PartitionProduceData>)> = Vec::new();
-    let mut at: HashMap<(&str, i32), (usize, usize)> = HashMap::new();
-    for topic in &req.topic_data {
-        let name: &str = &topic.name.0;
-        for part in &topic.partition_data {
-            match at.entry((name, part.index)) {
-                Entry::Occupied(o) => {
-                    let (ti, pi) = *o.get();
-                    topics[ti].1[pi] = part;
-                }
-                Entry::Vacant(v) => {
-                    let ti = match topics.iter().position(|(n, _)| *n == name) {
-                        Some(ti) => ti,
-                        None => {
-                            topics.push((name, Vec::new()));
-                            topics.len() - 1
-                        }
-                    };
-                    v.insert((ti, topics[ti].1.len()));
-                    topics[ti].1.push(part);
-                }
-            }
-        }
-        // A topic named with no partitions is answered with none, as
-        // Kafka's map has nothing of it to answer.
-    }
-    topics
 }
 
 /// WRITE on the request's transactional id. With the authorizer on, none at
@@ -544,7 +501,7 @@ fn check_transaction(
 /// Every partition of the request answered `error`, each once (as
 /// `entries_by_partition`).
 fn error_response(req: &ProduceRequest, error: ResponseError) -> ProduceResponse {
-    let responses = entries_by_partition(req)
+    let responses = produce_checks::entries_by_partition(req)
         .into_iter()
         .map(|(name, partitions)| {
             let parts = partitions

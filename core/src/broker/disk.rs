@@ -6,9 +6,10 @@ use bytes::Bytes;
 
 use super::{recovery, Broker, SyncInFlight};
 use crate::api;
+use crate::boundary::Output;
 use crate::checkpoint::{Due, PendingCheckpoint};
 use crate::group::{offset_key, TopicPartition};
-use crate::io::{DiskOp, FileRange, IoError, IoId, MetaOp, Output, SyncScope};
+use crate::io::{DiskOp, FileRange, IoError, IoId, MetaOp, SyncScope};
 use crate::producer::ids::ProducerIdsRecord;
 use crate::topics::PartitionKey;
 use crate::txn::write::TxnWrite;

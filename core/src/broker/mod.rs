@@ -20,6 +20,8 @@ pub(crate) mod cleaner;
 pub use cleaner::CleanerProgress;
 mod checkpoint;
 mod disk;
+pub mod meta_entry;
+mod metrics;
 mod partition;
 mod recovery;
 mod requests;
@@ -32,11 +34,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use kafka_protocol::messages::{InitProducerIdRequest, RequestKind};
 
 use crate::api;
+use crate::boundary::{Input, Output};
 use crate::checkpoint::Checkpoints;
 use crate::config::BrokerConfig;
 use crate::conn::Conn;
 use crate::group::Coordinator;
-use crate::io::{BootState, ConnId, Input, IoId, Output};
+use crate::io::{BootState, ConnId, IoId};
 use crate::log::PartitionLog;
 use crate::producer::{ProducerIds, ProducerStates};
 use crate::request::RequestCtx;
@@ -204,7 +207,7 @@ impl Broker {
     /// Counters and gauges for operators (a driver's `/metrics`). Reads
     /// only: taking a snapshot changes nothing.
     pub fn metrics_snapshot(&self) -> crate::metrics::Snapshot {
-        crate::metrics::snapshot(self, self.metrics)
+        metrics::snapshot(self, self.metrics)
     }
 
     /// The broker-wide counters, for the paths that bump them.

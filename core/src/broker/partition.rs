@@ -231,7 +231,7 @@ impl Broker {
             .partition_mut_by_key(key)
             .ok_or(MarkerRefused::Gone)?;
         let mut info = log.append(
-            crate::txn::marker::build(producer_id, epoch, commit, coordinator_epoch, now_ms),
+            crate::control::build(producer_id, epoch, commit, coordinator_epoch, now_ms),
             now_ms,
             false,
         );

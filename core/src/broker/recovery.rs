@@ -26,12 +26,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
+use super::meta_entry::{self, MetaEntry};
 use super::{Broker, MetaAction};
 use crate::checkpoint::{self, CheckpointRecord, Due};
 use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDir};
 use crate::limits;
 use crate::log::recovery::LogRecovery;
-use crate::meta::{self, MetaEntry};
 use crate::produce_checks::ProduceChecks;
 use crate::producer::ProducerStates;
 use crate::topics::PartitionKey;
@@ -96,8 +96,22 @@ impl Boot {
 pub(crate) fn start(b: &mut Broker, state: BootState) {
     let mut checkpoints: BTreeMap<(String, i32), CheckpointRecord> = BTreeMap::new();
     let mut log_starts: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    // meta.db is read once, here, and each store is handed its own records
+    // in meta.db's order (`meta_entry` names them all; the stores name none
+    // of the others).
+    let mut topics = Vec::new();
+    let mut offsets = Vec::new();
+    let mut txns = Vec::new();
     for (key, value) in &state.meta {
-        match meta::decode_entry(key, value) {
+        match meta_entry::decode_entry(key, value) {
+            Ok(MetaEntry::Topic { name, record }) => topics.push((name, record)),
+            Ok(MetaEntry::GroupOffset {
+                group,
+                topic,
+                partition,
+                record,
+            }) => offsets.push((group, topic, partition, record)),
+            Ok(MetaEntry::Txn { id, record }) => txns.push((id, record)),
             Ok(MetaEntry::ProducerIds(record)) => b.producer_ids.boot(&record),
             Ok(MetaEntry::Checkpoint {
                 topic_id,
@@ -121,12 +135,13 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
             Ok(MetaEntry::Acl(binding)) => {
                 b.security.acls.insert(binding);
             }
-            _ => {}
+            Ok(MetaEntry::TxnPartitionFlag { .. }) => {}
+            Err(e) => tracing::error!("skipping unreadable meta.db entry: {e}"),
         }
     }
-    b.groups.boot(b.now_ms, &state.meta);
-    b.topics.load(&b.config, &state.meta);
-    crate::txn::boot::load(b, &state.meta);
+    b.groups.boot(b.now_ms, offsets);
+    b.topics.load(&b.config, topics);
+    crate::txn::boot::load(b, txns);
     let mut boot = Boot::default();
     for found in state.partitions {
         let dir = found.dir.clone();

@@ -8,8 +8,9 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::Broker;
 use crate::api;
+use crate::boundary::Output;
 use crate::conn::Frame;
-use crate::io::{ConnId, FramePart, Output};
+use crate::io::{ConnId, FramePart};
 use crate::request::RequestCtx;
 use crate::versions;
 

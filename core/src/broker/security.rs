@@ -9,7 +9,8 @@ use kafka_protocol::messages::ApiKey;
 use sha2::{Digest, Sha256};
 
 use super::Broker;
-use crate::io::{ConnId, Output};
+use crate::boundary::Output;
+use crate::io::ConnId;
 use crate::limits;
 use crate::request::RequestCtx;
 use crate::security::acl::{resource, Op};

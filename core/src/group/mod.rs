@@ -30,7 +30,6 @@ use kafka_protocol::ResponseError;
 
 use crate::config::BrokerConfig;
 use crate::limits;
-use crate::meta::MetaEntry;
 use crate::request::RequestCtx;
 
 pub(crate) use join::JoinArgs;
@@ -83,18 +82,11 @@ impl Coordinator {
         }
     }
 
-    /// Rebuilds committed offsets (and so their groups, Empty) from meta.db.
-    pub fn boot(&mut self, now_ms: i64, meta: &[(Vec<u8>, Vec<u8>)]) {
-        for (key, value) in meta {
-            if let Ok(MetaEntry::GroupOffset {
-                group,
-                topic,
-                partition,
-                record,
-            }) = crate::meta::decode_entry(key, value)
-            {
-                self.offsets.insert(&group, (topic, partition), record);
-            }
+    /// Rebuilds committed offsets (and so their groups, Empty) from meta.db:
+    /// (group, topic, partition, record), in meta.db's order.
+    pub fn boot(&mut self, now_ms: i64, stored: Vec<(String, String, i32, OffsetRecord)>) {
+        for (group, topic, partition, record) in stored {
+            self.offsets.insert(&group, (topic, partition), record);
         }
         let names: Vec<String> = self.offsets.groups().cloned().collect();
         for name in names {

@@ -48,7 +48,7 @@ pub struct ScannedBatch {
     pub pos: BatchPos,
     /// For a control batch: the marker it holds (commit or abort, and its
     /// coordinator epoch).
-    pub marker: Option<crate::txn::marker::EndMarker>,
+    pub marker: Option<crate::control::EndMarker>,
 }
 
 /// One segment to read: from `position` to `end` (its file length).
@@ -365,7 +365,7 @@ impl LogRecovery {
             }
             let marker = header
                 .is_control()
-                .then(|| crate::txn::marker::read(&header, rest))
+                .then(|| crate::control::read(&header, rest))
                 .flatten();
             let pos = self.book(job.segment_base, &header, position);
             scanned.push(ScannedBatch {

@@ -8,9 +8,9 @@ use super::index::{self, OffsetEntry, TimeEntry};
 use super::recovery::{LogCheckpoint, LogRecovery, ScannedBatch};
 use super::*;
 use crate::batch::testing::{batch, TestBatch};
+use crate::control as marker;
 use crate::io::{FileRange, FileStage, IoId, RecoveredSegment, SyncScope};
 use crate::simdisk::{live_key, SimDisk};
-use crate::txn::marker;
 use bytes::BytesMut;
 use rand::rngs::ChaCha8Rng;
 use rand::SeedableRng;
@@ -2428,4 +2428,22 @@ fn recovery_ends_the_log_before_a_gap_left_by_a_lost_tail() {
         disk.files().keys().all(|(_, base, _)| *base == 0),
         "segment 5 is deleted"
     );
+}
+
+// ---- markers the cleaner rewrote ----
+
+/// A marker the cleaner gave a delete horizon (a negative, multi-byte
+/// timestamp delta) still reads as one (`crate::control::read`).
+#[test]
+fn a_marker_with_a_delete_horizon_still_reads() {
+    for commit in [true, false] {
+        let mut b = BytesMut::from(&marker::build(42, 7, commit, 0, 1_000)[..]);
+        b[0..8].copy_from_slice(&90i64.to_be_bytes());
+        let h = crate::batch::check_batch(&b).unwrap();
+        let body = super::clean::records::records_bytes(&b, &h).unwrap();
+        let records = super::clean::records::records(&body, 1);
+        let moved = super::clean::records::rebuild(&h, records, Some(1_000 + 86_400_000)).unwrap();
+        let h = crate::batch::check_batch(&moved).expect("valid batch");
+        assert_eq!(marker::is_commit(&h, &moved), Some(commit));
+    }
 }

@@ -136,7 +136,7 @@ pub struct ProducerStates {
 impl ProducerStates {
     /// Books a batch found by the start-up scan (its max timestamp stands for
     /// the time of the write); `marker` is what a control batch holds.
-    pub fn replay(&mut self, h: &BatchHeader, marker: Option<crate::txn::marker::EndMarker>) {
+    pub fn replay(&mut self, h: &BatchHeader, marker: Option<crate::control::EndMarker>) {
         if !h.has_producer_id() {
             return;
         }

@@ -8,20 +8,17 @@
 //! - per-partition transaction state comes with each partition's log
 //!   recovery (`broker::recovery`).
 
-use super::record::TxnState;
+use super::record::{TxnRecord, TxnState};
 use crate::broker::Broker;
-use crate::meta::{self, MetaEntry};
 
-/// Loads every stored transactional id.
-pub(crate) fn load(b: &mut Broker, meta_entries: &[(Vec<u8>, Vec<u8>)]) {
+/// Loads every stored transactional id (in meta.db's order).
+pub(crate) fn load(b: &mut Broker, stored: Vec<(String, TxnRecord)>) {
     let now_ms = b.now_ms();
-    for (key, value) in meta_entries {
-        if let Ok(MetaEntry::Txn { id, mut record }) = meta::decode_entry(key, value) {
-            if record.state == TxnState::Ongoing {
-                record.last_update_ms = now_ms;
-            }
-            b.txns_mut().set_record(&id, record);
+    for (id, mut record) in stored {
+        if record.state == TxnState::Ongoing {
+            record.last_update_ms = now_ms;
         }
+        b.txns_mut().set_record(&id, record);
     }
 }
 

@@ -57,10 +57,10 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::{EndTxnResponse, ProducerId, ResponseKind};
 use kafka_protocol::ResponseError;
 
-use super::marker;
 use super::record::TxnState;
 use super::write::{self, Then};
 use crate::broker::{Broker, MarkerRefused};
+use crate::control;
 use crate::group::{offset_key, OffsetRecord};
 use crate::io::MetaOp;
 use crate::limits::{TXN_COMPLETE_OWED_MS, TXN_RETRY_BACKOFF_MS};
@@ -177,7 +177,7 @@ fn write_markers(b: &mut Broker, id: &str) {
         .collect();
     let mut unavailable = false;
     for key in missing {
-        match b.append_marker(&key, pid, epoch, marker::COORDINATOR_EPOCH, commit) {
+        match b.append_marker(&key, pid, epoch, control::COORDINATOR_EPOCH, commit) {
             Ok(offset) => {
                 completion_mut(b, id).markers.insert(key, Some(offset));
             }

@@ -6,13 +6,13 @@
 //!   it may start from;
 //! - `coordinator`: the ids in memory and the checks each request makes first;
 //! - `complete`: carrying out a decision: markers, fsync, offsets, complete;
-//! - `partition`: open and aborted transactions per partition, and the LSO;
-//! - `marker`: the control batch bytes.
+//! - `partition`: open and aborted transactions per partition, and the LSO.
+//!
+//! The marker batch it writes is a record format, `crate::control`.
 
 pub mod boot;
 pub mod complete;
 pub mod coordinator;
-pub mod marker;
 pub mod partition;
 pub mod record;
 pub mod state;

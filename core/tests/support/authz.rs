@@ -1,9 +1,9 @@
 //! The authorizer in tests: its settings with User:admin a super user, a
 //! connection with a TLS principal, and ACLs created by the admin.
 
-use doze_core::io::Input;
 use doze_core::security::acl::{AuthorizerConfig, Op};
 use doze_core::security::{Listener, SecurityProtocol};
+use doze_core::Input;
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::{CreateAclsRequest, ResponseKind};
 use kafka_protocol::protocol::StrBytes;

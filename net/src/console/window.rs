@@ -438,7 +438,7 @@ pub(crate) mod tests {
     }
 
     pub fn marker(base: i64, producer: i64, commit: bool) -> Bytes {
-        let m = doze_core::txn::marker::build(producer, 0, commit, 0, 2_000);
+        let m = doze_core::control::build(producer, 0, commit, 0, 2_000);
         batch::with_base_offset(&m, base)
     }
 

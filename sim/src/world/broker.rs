@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use bytes::BytesMut;
 use doze_core::log::recovery::LogCheckpoint;
-use doze_core::meta::MetaEntry;
+use doze_core::meta_entry::MetaEntry;
 use doze_core::{
     Broker, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, Output,
     PartitionDir, SegmentFile,
@@ -715,7 +715,7 @@ fn recovery_points(meta: &[(Vec<u8>, Vec<u8>)]) -> BTreeMap<PartitionDir, LogChe
     let mut names = BTreeMap::new();
     let mut points = Vec::new();
     for (key, value) in meta {
-        match doze_core::meta::decode_entry(key, value) {
+        match doze_core::meta_entry::decode_entry(key, value) {
             Ok(MetaEntry::Topic { name, record }) => {
                 names.insert(id(&record.id), name);
             }
