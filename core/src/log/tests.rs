@@ -88,7 +88,10 @@ impl Disk {
             DiskOp::Sync { .. } => self.sync(),
             DiskOp::Adopt { segment_base, .. } => self.adopted.push(*segment_base),
             DiskOp::Read { .. } => panic!("reads are served by the test, not applied"),
-            DiskOp::AppendCleaned { .. } | DiskOp::Rename { .. } | DiskOp::DiscardStaged { .. } => {
+            DiskOp::AppendCleaned { .. }
+            | DiskOp::Clean { .. }
+            | DiskOp::Rename { .. }
+            | DiskOp::DiscardStaged { .. } => {
                 panic!("the log alone never cleans (the broker's cleaner does)")
             }
         }
