@@ -57,8 +57,11 @@ impl CleanerFiles for MemFiles {
     }
 }
 
+/// A batch's records: (key, value).
+type Records<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
+
 /// Appends keyed batches (offsets assigned in order); returns the next offset.
-fn segment(batches: &[Vec<(&[u8], Option<&[u8]>)>]) -> (Vec<u8>, i64) {
+fn segment(batches: &[Records<'_>]) -> (Vec<u8>, i64) {
     let mut log = BytesMut::new();
     let mut offset = 0;
     for records in batches {
@@ -193,7 +196,7 @@ fn a_large_segment_is_read_in_bounded_chunks_and_a_large_batch_whole() {
     // Batches of about 100 KiB, then one of 1.5 MiB: larger than a buffer.
     let value = vec![b'v'; 100 * 1024];
     let big = vec![b'w'; CLEANER_IO_BUFFER_BYTES * 3 / 2];
-    let mut batches: Vec<Vec<(&[u8], Option<&[u8]>)>> = (0..30)
+    let mut batches: Vec<Records<'_>> = (0..30)
         .map(|_| vec![(&b"k"[..], Some(&value[..]))])
         .collect();
     batches.push(vec![(&b"big"[..], Some(&big[..]))]);

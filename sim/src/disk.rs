@@ -976,6 +976,40 @@ pub fn name((dir, base, (kind, stage)): &FileKey) -> String {
     format!("{}/{}", dir.dir_name(), stage.file_name(*kind, *base))
 }
 
+/// A cleaner job's view of SimDisk: one segment's live `.log` and its
+/// `.log.cleaned` copy.
+struct SimCleanerFiles<'a, R> {
+    disk: &'a mut SimDisk,
+    rng: &'a mut R,
+    dir: PartitionDir,
+    segment_base: i64,
+    appended: u64,
+}
+
+impl<R: rand::Rng> CleanerFiles for SimCleanerFiles<'_, R> {
+    fn read(&mut self, position: u64, len: u64) -> Result<Bytes, IoError> {
+        self.disk.read(&FileRange {
+            dir: self.dir.clone(),
+            segment_base: self.segment_base,
+            file: SegmentFile::Log,
+            position,
+            len,
+        })
+    }
+
+    fn append_cleaned(&mut self, bytes: Bytes) -> Result<(), IoError> {
+        self.appended += bytes.len() as u64;
+        let op = DiskOp::AppendCleaned {
+            dir: self.dir.clone(),
+            segment_base: self.segment_base,
+            file: SegmentFile::Log,
+            bytes,
+        };
+        self.disk.apply(op, self.rng);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1943,39 +1977,5 @@ mod tests {
             }
             assert!(disk.shadows.is_empty() && disk.orphans.is_empty());
         }
-    }
-}
-
-/// A cleaner job's view of SimDisk: one segment's live `.log` and its
-/// `.log.cleaned` copy.
-struct SimCleanerFiles<'a, R> {
-    disk: &'a mut SimDisk,
-    rng: &'a mut R,
-    dir: PartitionDir,
-    segment_base: i64,
-    appended: u64,
-}
-
-impl<R: rand::Rng> CleanerFiles for SimCleanerFiles<'_, R> {
-    fn read(&mut self, position: u64, len: u64) -> Result<Bytes, IoError> {
-        self.disk.read(&FileRange {
-            dir: self.dir.clone(),
-            segment_base: self.segment_base,
-            file: SegmentFile::Log,
-            position,
-            len,
-        })
-    }
-
-    fn append_cleaned(&mut self, bytes: Bytes) -> Result<(), IoError> {
-        self.appended += bytes.len() as u64;
-        let op = DiskOp::AppendCleaned {
-            dir: self.dir.clone(),
-            segment_base: self.segment_base,
-            file: SegmentFile::Log,
-            bytes,
-        };
-        self.disk.apply(op, self.rng);
-        Ok(())
     }
 }

@@ -120,7 +120,7 @@ enum Step {
     /// Waiting for the sync after one step of the swap of span `i`.
     Swap {
         i: usize,
-        copy: CleanedSegment,
+        copy: Box<CleanedSegment>,
         done: SwapStep,
     },
     /// Span `i` swapped in: waiting for the sync of its `.log` rename.
@@ -687,7 +687,7 @@ impl Broker {
             .partition_mut_by_key(&key)
             .expect("checked alive");
         let kept_aborted = copy.kept_aborted().to_vec();
-        if !log.install_cleaned(copy, span.size_bytes) {
+        if !log.install_cleaned(*copy, span.size_bytes) {
             // `cleaner_sync_done` checked the segment a moment ago, so only
             // a bug gets here.
             tracing::error!(topic = %key.topic, partition = key.partition, "cleaned segment {} gone before its swap", span.base_offset);

@@ -127,7 +127,7 @@ pub enum CleanerDone {
     /// The copy's `.log` is written (unsynced); `copy` holds its index
     /// entries and the aborted transactions whose markers it keeps.
     Cleaned {
-        copy: CleanedSegment,
+        copy: Box<CleanedSegment>,
         walk: TxnWalk,
         bytes_written: u64,
     },
@@ -189,7 +189,7 @@ pub fn run(work: CleanerWork, files: &mut impl CleanerFiles) -> CleanerOutcome {
             })
             .and_then(|()| job.flush(files));
             done.map(|()| CleanerDone::Cleaned {
-                copy: job.copy,
+                copy: Box::new(job.copy),
                 walk: job.filter.walk,
                 bytes_written: job.bytes_written,
             })
