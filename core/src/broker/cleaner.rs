@@ -12,13 +12,14 @@
 //! 2. **Clean**, segment by segment from the log start: reads it, decides
 //!    each batch (`filter::Filter`), writes what stays to
 //!    `{base}.log.cleaned`, then its index files (`DiskOp::AppendCleaned`),
-//!    and then swaps it in: sync; the index files renamed to `.swap`; sync; the `.log` renamed to
-//!    `.swap` (the commit point: start-up finishes a swap whose `.log.swap`
-//!    it finds, and discards any other staged file); sync; the index files
-//!    renamed over the live ones; sync; the log's layout switched in memory
-//!    and the `.log` renamed over the live one in the same breath (a
-//!    response planned before it reads the old file, one planned after
-//!    reads the new: see `Output::ResponseParts`); sync.
+//!    and then swaps it in: sync; the index files renamed to `.swap`;
+//!    sync; the `.log` renamed to `.swap` (the commit point: start-up
+//!    finishes a swap whose `.log.swap` it finds, and discards any other
+//!    staged file); sync; the index files renamed over the live ones;
+//!    sync; the log's layout switched in memory and the `.log` renamed over
+//!    the live one in the same breath (a response planned before it reads
+//!    the old file, one planned after reads the new: see
+//!    `Output::ResponseParts`); sync.
 //!
 //! The reading, mapping and filtering of a segment are CPU work in
 //! proportion to its records, done beside the core: the pass hands each
