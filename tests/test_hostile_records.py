@@ -75,6 +75,8 @@ COMPACT_TOPIC = {
 # The broker looks for a dirty log every 200 ms (tests/test_compaction.py).
 CLEANER_SETS = ("log.cleaner.backoff.ms=200",)
 CLEAN_WAIT_S = 30
+# Row E: the slowest Metadata answer while the cleaner runs (a core stall).
+E_METADATA_MS_MAX = 600.0
 ALL_TOGETHER_S = 60.0
 
 
@@ -431,6 +433,13 @@ def test_rows_e_f_the_cleaner_over_a_batch_of_a_million_records(start_broker):
         prober.close()
     check_memory(b, idle, "E")
     check_latency(prober, "E")
+    # The p99 bar above holds even with one stall (a pass is one or two
+    # of the probe's rounds); a Metadata answer, which waits for nothing
+    # but the core, shows a stall whole. With the pass's work on the core
+    # the slowest took 1.2-1.6 s here (2 cores, other builds running);
+    # beside it, 0.11-0.12 s.
+    slowest = max(prober.metadata_ms)
+    assert slowest <= E_METADATA_MS_MAX, f"E: a Metadata answer took {slowest:.0f} ms"
     assert cleaned(first, RECORDS_MAX), (
         f"the batch of {RECORDS_MAX} records was not cleaned within {CLEAN_WAIT_S} s: {first}")
 

@@ -56,6 +56,11 @@ pub enum Input {
         io: IoId,
         result: Result<Bytes, IoError>,
     },
+    /// A `DiskOp::Clean` finished (`log::clean::work::run`'s outcome).
+    CleanerDone {
+        io: IoId,
+        outcome: crate::log::clean::work::CleanerOutcome,
+    },
     /// The driver could not copy a `FramePart::File` of a response to
     /// `conn` (EIO, a file gone): it closed the connection without sending
     /// the response. The partition answers KAFKA_STORAGE_ERROR from then on,

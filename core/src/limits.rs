@@ -203,8 +203,12 @@ pub const META_JOURNAL_BYTES_MAX: u64 = 16 * 1024 * 1024;
 pub const META_JOURNAL_GROWTH_BYTES: u64 = 1024 * 1024;
 
 /// Bytes the log cleaner reads from a segment at a time (a batch larger
-/// than this is read whole).
-pub const CLEANER_READ_BYTES: usize = 1024 * 1024;
+/// than this is read whole), and the kept bytes it gathers before writing
+/// them to the cleaned copy: Kafka's log.cleaner.io.buffer.size (512 KiB
+/// there, split between a read and a write buffer, and grown to fit a
+/// large batch). The work runs beside the core (`log::clean::work`), so a
+/// segment is never held whole, however large.
+pub const CLEANER_IO_BUFFER_BYTES: usize = 1024 * 1024;
 /// Keys one cleaning pass maps at most (16-byte hashes and an offset each:
 /// about 64 MiB at this bound with the hash map's overhead, as Kafka's
 /// log.cleaner.dedupe.buffer.size of 128 MiB bounds its map). A pass whose

@@ -476,8 +476,10 @@ fn crash_at(cut: usize, power_cut: bool) {
     w.advance(2_000);
     let mut steps = 0;
     while steps < cut {
-        let idle =
-            w.pending_syncs.is_empty() && w.pending_meta.is_empty() && w.pending_reads.is_empty();
+        let idle = w.pending_syncs.is_empty()
+            && w.pending_meta.is_empty()
+            && w.pending_reads.is_empty()
+            && w.pending_cleaner_work.is_empty();
         if idle {
             break;
         }

@@ -40,6 +40,12 @@
 //! rename over or a deletion of a live name, the response reader's cached
 //! descriptors of the segment are forgotten.
 //!
+//! The cleaner's jobs (`DiskOp::Clean`): the worker opens the segment's
+//! `.log` and creates its `.log.cleaned` copy (dirtying it and, when new,
+//! its directory) in order with the other ops, then hands both descriptors
+//! to the cleaner's thread (`cleaner_work.rs`), which answers `CleanerDone`
+//! itself; the ops behind do not wait for the job.
+//!
 //! Group commit: when a `Sync` arrives, the worker first carries out every op
 //! already queued behind it (in order, including more `Sync`s), then hands one
 //! round of fsyncs to the syncer thread, which reports every `Sync` of the
@@ -78,6 +84,7 @@ use std::thread;
 use std::time::Instant;
 
 use bytes::Bytes;
+use doze_core::log::clean::work::{CleanerError, CleanerOutcome, CleanerWork};
 use doze_core::{batch, limits};
 use doze_core::{
     DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId, PartitionDir, SegmentFile,
@@ -88,6 +95,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
+use crate::cleaner_work::{CleanerJob, CleanerThread, OpenCleanerFiles};
 use crate::console::metrics::NetMetrics;
 use crate::datadir::{partition_path, staged_path, sync_dir};
 use crate::filereader::{part_keys, read_pinned, FileReader, PinJob, PinSource};
@@ -442,6 +450,8 @@ struct Disk {
     log_append_bytes: u64,
     /// Threads that write a share of a large run of appends (`append_all`).
     lanes: Vec<AppendLane>,
+    /// Runs the cleaner's jobs; started at the first.
+    cleaner: Option<CleanerThread>,
 }
 
 impl Disk {
@@ -474,6 +484,7 @@ impl Disk {
             lanes: (1..limits::DISK_APPEND_LANES)
                 .map(|_| AppendLane::start().expect("start the append threads"))
                 .collect(),
+            cleaner: None,
         }
     }
 
@@ -612,6 +623,7 @@ impl Disk {
                 let _ = completions.send(Input::ReadDone { io, result });
                 return;
             }
+            DiskOp::Clean { io, work } => return self.clean(io, work, completions),
             op @ (DiskOp::Append { .. }
             | DiskOp::AppendBatch { .. }
             | DiskOp::AppendCleaned { .. }) => {
@@ -812,6 +824,62 @@ impl Disk {
     }
 
     /// Exactly `range.len` bytes; a missing or shorter file is an error.
+    /// A cleaner job: its files opened here, in order, its work on the
+    /// cleaner's thread. A file that will not open is the job's outcome.
+    fn clean(&mut self, io: IoId, work: CleanerWork, completions: &UnboundedSender<Input>) {
+        let dir = work.dir.clone();
+        let live = (
+            dir.clone(),
+            work.segment_base,
+            SegmentFile::Log,
+            FileStage::Live,
+        );
+        let copy = (dir, work.segment_base, SegmentFile::Log, FileStage::Cleaned);
+        let opened = self
+            .open_clone(&live, false)
+            .map_err(CleanerError::Read)
+            .and_then(|(source, source_path)| {
+                let (target, target_path) =
+                    self.open_clone(&copy, true).map_err(CleanerError::Write)?;
+                self.appended(&copy);
+                Ok(OpenCleanerFiles {
+                    source,
+                    source_path,
+                    target,
+                    target_path,
+                })
+            });
+        let files = match opened {
+            Ok(files) => files,
+            Err(e) => {
+                warn!(error = ?e, "cleaner job: a file would not open");
+                let outcome = CleanerOutcome {
+                    bytes_read: 0,
+                    result: Err(e),
+                };
+                let _ = completions.send(Input::CleanerDone { io, outcome });
+                return;
+            }
+        };
+        let cleaner = match &self.cleaner {
+            Some(cleaner) => cleaner,
+            None => self.cleaner.insert(
+                CleanerThread::start(completions.clone()).expect("start the cleaner thread"),
+            ),
+        };
+        cleaner.run(CleanerJob { io, work, files });
+    }
+
+    /// A descriptor of its own of one of the worker's files, and its path.
+    fn open_clone(&mut self, key: &FileKey, create: bool) -> Result<(File, PathBuf), IoError> {
+        let path = self.path(key)?;
+        let file = self
+            .file(key, create)
+            .and_then(|f| f.try_clone())
+            .map_err(|e| failed("open", &path, e))?;
+        Ok((file, path))
+    }
+
     fn read(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
         let key = (
             range.dir.clone(),

@@ -13,6 +13,9 @@ pub mod batches;
 pub mod boot;
 pub mod budget;
 pub mod client;
+// A thread and real files: not in a madsim build (see `storage.rs`).
+#[cfg(not(madsim))]
+pub mod cleaner_work;
 pub mod config;
 pub mod conn;
 pub mod console;

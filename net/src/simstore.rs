@@ -253,6 +253,21 @@ impl SimStore {
         inner.disk.apply(op, &mut inner.rng);
     }
 
+    /// Carries out a `DiskOp::Clean` job (`SimDisk::clean`); `None` if the
+    /// incarnation is dead.
+    fn clean(
+        &self,
+        generation: u64,
+        work: doze_core::log::clean::work::CleanerWork,
+    ) -> Option<doze_core::log::clean::work::CleanerOutcome> {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return None;
+        }
+        let inner = &mut *inner;
+        Some(inner.disk.clean(work, &mut inner.rng).0)
+    }
+
     /// Carries out a `DiskOp::Read`; `None` if the incarnation is dead.
     fn read(&self, generation: u64, range: &FileRange) -> Option<Result<Bytes, IoError>> {
         let mut inner = self.lock();
@@ -463,6 +478,18 @@ async fn disk_worker(
                 tokio::spawn(async move {
                     tokio::time::sleep(latency).await;
                     let _ = completions.send(Input::ReadDone { io, result });
+                });
+            }
+            Job::Op(DiskOp::Clean { io, work }) => {
+                let Some(outcome) = store.clean(generation, work) else {
+                    return; // a dead incarnation
+                };
+                // Carried out now, in order; answered later, as a read.
+                let latency = SimStore::draw_us(store.latency.read_us);
+                let completions = completions.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(latency).await;
+                    let _ = completions.send(Input::CleanerDone { io, outcome });
                 });
             }
             Job::Op(op) => store.execute(generation, op),

@@ -57,6 +57,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use doze_core::io::{RecoveredPartition, RecoveredSegment};
+use doze_core::log::clean::work::{CleanerFiles, CleanerOutcome, CleanerTask, CleanerWork};
 use doze_core::{
     BootState, DiskOp, FileRange, FileStage, IoError, IoId, PartitionDir, SegmentFile, SyncScope,
 };
@@ -380,7 +381,46 @@ impl SimDisk {
                 )
             }
             DiskOp::Read { .. } => unreachable!("reads are carried out with SimDisk::read"),
+            DiskOp::Clean { .. } => {
+                unreachable!("cleaner jobs are carried out with SimDisk::clean")
+            }
         }
+    }
+
+    /// Carries out a `DiskOp::Clean` job at once, against the model: its
+    /// reads of the live `.log` are `read`s, its writes `AppendCleaned`s
+    /// (unsynced until a later sync; short on a full disk, the error kept
+    /// for that sync), so a crash or power cut after it finds what the
+    /// net driver's would. Returns the outcome and a summary for the trace.
+    pub fn clean(
+        &mut self,
+        work: CleanerWork,
+        rng: &mut impl rand::Rng,
+    ) -> (CleanerOutcome, String) {
+        let what = format!(
+            "clean {}/{} ({}B, {})",
+            work.dir.dir_name(),
+            SegmentFile::Log.file_name(work.segment_base),
+            work.size_bytes,
+            match work.task {
+                CleanerTask::Map { .. } => "map",
+                CleanerTask::Clean { .. } => "clean",
+            }
+        );
+        let mut files = SimCleanerFiles {
+            dir: work.dir.clone(),
+            segment_base: work.segment_base,
+            disk: self,
+            rng,
+            appended: 0,
+        };
+        let outcome = doze_core::log::clean::work::run(work, &mut files);
+        let appended = files.appended;
+        let summary = match &outcome.result {
+            Ok(_) => format!("{what}: read {}B, wrote {appended}B", outcome.bytes_read),
+            Err(e) => format!("{what}: FAILED {e:?}"),
+        };
+        (outcome, summary)
     }
 
     /// `Append` and `AppendCleaned`: write(2) at the end, creating the file.
@@ -1013,6 +1053,40 @@ impl WriteBack for NoWriteBack {
 /// `sim-topic-0/00000000000000000042.index`, `….log.swap`.
 pub fn name((dir, base, (kind, stage)): &FileKey) -> String {
     format!("{}/{}", dir.dir_name(), stage.file_name(*kind, *base))
+}
+
+/// A cleaner job's view of SimDisk: one segment's live `.log` and its
+/// `.log.cleaned` copy.
+struct SimCleanerFiles<'a, R> {
+    disk: &'a mut SimDisk,
+    rng: &'a mut R,
+    dir: PartitionDir,
+    segment_base: i64,
+    appended: u64,
+}
+
+impl<R: rand::Rng> CleanerFiles for SimCleanerFiles<'_, R> {
+    fn read(&mut self, position: u64, len: u64) -> Result<Bytes, IoError> {
+        self.disk.read(&FileRange {
+            dir: self.dir.clone(),
+            segment_base: self.segment_base,
+            file: SegmentFile::Log,
+            position,
+            len,
+        })
+    }
+
+    fn append_cleaned(&mut self, bytes: Bytes) -> Result<(), IoError> {
+        self.appended += bytes.len() as u64;
+        let op = DiskOp::AppendCleaned {
+            dir: self.dir.clone(),
+            segment_base: self.segment_base,
+            file: SegmentFile::Log,
+            bytes,
+        };
+        self.disk.apply(op, self.rng);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -11,14 +11,23 @@
 //!    books each key's latest offset (`filter::map_batch`).
 //! 2. **Clean**, segment by segment from the log start: reads it, decides
 //!    each batch (`filter::Filter`), writes what stays to
-//!    `{base}.*.cleaned` (`DiskOp::AppendCleaned`), and then swaps it in:
-//!    sync; the index files renamed to `.swap`; sync; the `.log` renamed to
-//!    `.swap` (the commit point: start-up finishes a swap whose `.log.swap`
-//!    it finds, and discards any other staged file); sync; the index files
-//!    renamed over the live ones; sync; the log's layout switched in memory
-//!    and the `.log` renamed over the live one in the same breath (a
-//!    response planned before it reads the old file, one planned after
-//!    reads the new: see `Output::ResponseParts`); sync.
+//!    `{base}.log.cleaned`, then its index files (`DiskOp::AppendCleaned`),
+//!    and then swaps it in: sync; the index files renamed to `.swap`;
+//!    sync; the `.log` renamed to `.swap` (the commit point: start-up
+//!    finishes a swap whose `.log.swap` it finds, and discards any other
+//!    staged file); sync; the index files renamed over the live ones;
+//!    sync; the log's layout switched in memory and the `.log` renamed over
+//!    the live one in the same breath (a response planned before it reads
+//!    the old file, one planned after reads the new: see
+//!    `Output::ResponseParts`); sync.
+//!
+//! The reading, mapping and filtering of a segment are CPU work in
+//! proportion to its records, done beside the core: the pass hands each
+//! segment to the driver as a `DiskOp::Clean` job (`log::clean::work`),
+//! one job in flight at a time, and goes on when `Input::CleanerDone`
+//! brings back the filled map, or the cleaned copy's index entries (its
+//! `.log.cleaned` written, unsynced). Everything else, the choice of the
+//! log, the rules and each step of the swap, stays here.
 //!
 //! A failed sync or read before the switch abandons the pass (its staged
 //! files are discarded); the partition is tried again after
@@ -32,15 +41,17 @@
 //! whole log dirty again.
 
 use std::collections::{BTreeMap, BTreeSet};
-
-use bytes::Bytes;
+use std::sync::Arc;
 
 use super::Broker;
-use crate::batch;
+use crate::boundary::Output;
 use crate::checkpoint::Due;
-use crate::io::{DiskOp, FileRange, FileStage, IoError, IoId, PartitionDir, SegmentFile};
+use crate::io::{DiskOp, FileStage, IoId, PartitionDir, SegmentFile};
 use crate::limits;
-use crate::log::clean::filter::{self, Filter, LastRecord, OffsetMap, TxnWalk, Verdict};
+use crate::log::clean::filter::{OffsetMap, TxnWalk};
+use crate::log::clean::work::{
+    CleanRules, CleanerDone, CleanerError, CleanerOutcome, CleanerTask, CleanerWork,
+};
 use crate::log::clean::{self, CleanedSegment, SegmentSpan};
 use crate::topics::PartitionKey;
 
@@ -69,6 +80,11 @@ pub(crate) struct Cleaner {
     /// Partitions a pass was abandoned on, and when to try them again.
     backoff_until_ms: BTreeMap<PartitionKey, i64>,
     pass: Option<Pass>,
+    /// The `DiskOp::Clean` job in flight. It may outlive its pass (a
+    /// deleted topic ends the pass at once): no pass starts, and the broker
+    /// does not stop, until it is back, so two jobs never write at once and
+    /// none writes after a clean stop.
+    work: Option<IoId>,
     next_check_ms: i64,
     /// Partitions held back by their recovery checkpoint, one asked for:
     /// when it is stored the cleaner looks again at once.
@@ -82,16 +98,13 @@ struct Pass {
     first_dirty: i64,
     end: i64,
     spans: Vec<SegmentSpan>,
-    map: OffsetMap,
+    /// Shared with the Clean jobs; handed to a Map job and back (while one
+    /// runs, the pass holds an empty stand-in).
+    map: Arc<OffsetMap>,
     map_walk: TxnWalk,
     clean_walk: TxnWalk,
-    last_records: BTreeMap<i64, LastRecord>,
-    delete_retention_ms: i64,
+    rules: Arc<CleanRules>,
     step: Step,
-    /// The map filled before the dirty range's end: the pass cleans what it covers.
-    map_full: bool,
-    /// The read in flight, and how many bytes it asked for.
-    read: Option<(IoId, u64)>,
     /// Waiting for a sync whose io is at least this one.
     sync_from: Option<IoId>,
     bytes_read: u64,
@@ -102,18 +115,14 @@ struct Pass {
 }
 
 enum Step {
-    /// Reading span `i` from `position` into the offset map.
-    Map { i: usize, position: u64 },
-    /// Reading span `i` from `position`, writing its cleaned copy.
-    Clean {
-        i: usize,
-        position: u64,
-        copy: CleanedSegment,
-    },
+    /// Mapping span `i`'s keys (a job, then its completion).
+    Map { i: usize },
+    /// Writing span `i`'s cleaned copy (a job, then its completion).
+    Clean { i: usize },
     /// Waiting for the sync after one step of the swap of span `i`.
     Swap {
         i: usize,
-        copy: CleanedSegment,
+        copy: Box<CleanedSegment>,
         done: SwapStep,
     },
     /// Span `i` swapped in: waiting for the sync of its `.log` rename.
@@ -128,30 +137,19 @@ enum SwapStep {
     IndexesLive,
 }
 
-impl Pass {
-    /// The span a read is made of, and the position it starts at.
-    fn reading_at(&self) -> (usize, u64) {
-        match &self.step {
-            Step::Map { i, position } | Step::Clean { i, position, .. } => (*i, *position),
-            _ => unreachable!("reads are made while mapping or cleaning"),
-        }
-    }
-}
-
 impl Cleaner {
     /// The partition a pass is rewriting (retention waits).
     pub fn cleaning_key(&self) -> Option<PartitionKey> {
         self.pass.as_ref().map(|p| p.key.clone())
     }
 
-    pub fn owns_read(&self, io: IoId) -> bool {
-        self.pass
-            .as_ref()
-            .is_some_and(|p| p.read.is_some_and(|(r, _)| r == io))
+    /// Whether a `DiskOp::Clean` job is in flight (a stop waits for it).
+    pub fn working(&self) -> bool {
+        self.work.is_some()
     }
 
     pub fn next_deadline_ms(&self) -> Option<i64> {
-        self.pass.is_none().then_some(self.next_check_ms)
+        (self.pass.is_none() && self.work.is_none()).then_some(self.next_check_ms)
     }
 }
 
@@ -194,7 +192,10 @@ impl Broker {
     /// Timer: starts a pass on the dirtiest compacted partition, if any is
     /// dirty enough and no pass runs.
     pub(super) fn cleaner_tick(&mut self) {
-        if self.cleaner.pass.is_some() || self.now_ms < self.cleaner.next_check_ms {
+        if self.cleaner.pass.is_some()
+            || self.cleaner.work.is_some()
+            || self.now_ms < self.cleaner.next_check_ms
+        {
             return;
         }
         self.cleaner.next_check_ms = self.now_ms + self.config.cleaner_backoff_ms.max(1);
@@ -253,17 +254,15 @@ impl Broker {
             first_dirty: dirtiness.first_dirty_offset,
             end: dirtiness.end_offset,
             spans,
-            map: OffsetMap::new(limits::CLEANER_MAP_ENTRIES_MAX),
+            map: Arc::new(OffsetMap::new(limits::CLEANER_MAP_ENTRIES_MAX)),
             map_walk: TxnWalk::new(aborted.clone()),
             clean_walk: TxnWalk::new(aborted),
-            last_records,
-            delete_retention_ms,
-            step: Step::Map {
-                i: first_map,
-                position: 0,
-            },
-            map_full: false,
-            read: None,
+            rules: Arc::new(CleanRules {
+                last_records,
+                delete_retention_ms,
+                end_offset: dirtiness.end_offset,
+            }),
+            step: Step::Map { i: first_map },
             sync_from: None,
             bytes_read: 0,
             bytes_written: 0,
@@ -355,60 +354,146 @@ impl Broker {
             .is_some_and(|log| log.holds_segment(span.base_offset, span.size_bytes))
     }
 
-    /// Moves the pass on as far as it can without waiting.
+    /// Moves the pass on: hands the step's job to the driver, unless it
+    /// waits for one or for a sync.
     fn cleaner_advance(&mut self) {
-        loop {
-            if self.cleaner.pass.is_none() {
-                return;
+        if self.cleaner.pass.is_none() {
+            return;
+        }
+        if !self.pass_partition_alive() {
+            self.cleaner.pass = None;
+            return;
+        }
+        let pass = self.cleaner.pass.as_ref().expect("checked");
+        if self.cleaner.work.is_some() || pass.sync_from.is_some() {
+            return;
+        }
+        if self.shutting_down {
+            return self.cleaner_stop_pass();
+        }
+        match pass.step {
+            Step::Map { i } | Step::Clean { i } if !self.pass_span_held(i) => {
+                // DeleteRecords removed it meanwhile: the next pass starts
+                // from what is left.
+                self.cleaner_abandon("the segment was deleted meanwhile", false)
             }
-            if !self.pass_partition_alive() {
-                self.cleaner.pass = None;
-                return;
+            Step::Map { i } | Step::Clean { i } => self.cleaner_issue_work(i),
+            Step::Swap { .. } | Step::Installed { .. } => {
+                unreachable!("a swap step always waits for its sync")
             }
-            let pass = self.cleaner.pass.as_mut().expect("checked");
-            if pass.read.is_some() || pass.sync_from.is_some() {
-                return;
+        }
+    }
+
+    /// Hands span `i` to the driver: its keys to map, or its cleaned copy
+    /// to write, as the step says.
+    fn cleaner_issue_work(&mut self, i: usize) {
+        let now_ms = self.now_ms;
+        let pass = self.cleaner.pass.as_mut().expect("a pass runs");
+        let span = pass.spans[i];
+        let task = match pass.step {
+            Step::Map { .. } => CleanerTask::Map {
+                // Handed over, not shared: the job fills it without a copy.
+                map: std::mem::replace(&mut pass.map, Arc::new(OffsetMap::new(0))),
+                walk: std::mem::take(&mut pass.map_walk),
+                from: pass.first_dirty,
+            },
+            Step::Clean { .. } => CleanerTask::Clean {
+                map: Arc::clone(&pass.map),
+                walk: std::mem::take(&mut pass.clean_walk),
+                rules: Arc::clone(&pass.rules),
+                now_ms,
+                segment_end_offset: span.end_offset,
+            },
+            Step::Swap { .. } | Step::Installed { .. } => {
+                unreachable!("jobs are issued while mapping or cleaning")
             }
-            if self.shutting_down {
-                return self.cleaner_stop_pass();
+        };
+        let work = CleanerWork {
+            dir: pass.dir.clone(),
+            segment_base: span.base_offset,
+            size_bytes: span.size_bytes,
+            task,
+        };
+        let io = self.take_io();
+        self.cleaner.work = Some(io);
+        // Not through `emit_disk`: the job asks for no sync of its own; the
+        // copy it writes is synced by the swap's first step, or discarded.
+        self.outputs
+            .push_back(Output::Disk(DiskOp::Clean { io, work }));
+    }
+
+    /// A job came back: the map goes on to the next span or the pass to
+    /// cleaning; a cleaned copy goes on to its swap.
+    pub(super) fn cleaner_work_done(&mut self, io: IoId, outcome: CleanerOutcome) {
+        assert_eq!(
+            self.cleaner.work,
+            Some(io),
+            "CleanerDone for a job the cleaner did not issue"
+        );
+        self.cleaner.work = None;
+        if self.cleaner.pass.is_none() {
+            // Its pass ended meanwhile (the topic was deleted): look again.
+            self.cleaner.next_check_ms = self.cleaner.next_check_ms.min(self.now_ms);
+            return;
+        }
+        if !self.pass_partition_alive() {
+            self.cleaner.pass = None;
+            return;
+        }
+        if self.shutting_down {
+            return self.cleaner_stop_pass();
+        }
+        let pass = self.cleaner.pass.as_mut().expect("checked");
+        pass.bytes_read += outcome.bytes_read;
+        let i = match pass.step {
+            Step::Map { i } | Step::Clean { i } => i,
+            Step::Swap { .. } | Step::Installed { .. } => {
+                unreachable!("jobs are issued while mapping or cleaning")
             }
-            match &mut pass.step {
-                Step::Map { i, position } => {
-                    let span = pass.spans[*i];
-                    if *position < span.size_bytes {
-                        let (i, position) = (*i, *position);
-                        return self.cleaner_read(i, position, None);
-                    }
-                    pass.map.covers_up_to(span.end_offset - 1);
-                    if *i + 1 < pass.spans.len() {
-                        *i += 1;
-                        *position = 0;
+        };
+        match outcome.result {
+            Err(CleanerError::Read(e)) => {
+                // A segment DeleteRecords removed meanwhile is no damage.
+                let damaged = self.pass_span_held(i);
+                self.cleaner_abandon(&format!("read failed: {}", e.0), damaged)
+            }
+            Err(CleanerError::Write(e)) => {
+                self.cleaner_abandon(&format!("writing the cleaned copy failed: {}", e.0), false)
+            }
+            Err(CleanerError::Damaged(why)) => self.cleaner_abandon(&why, true),
+            Ok(CleanerDone::Mapped { map, walk, full }) => {
+                pass.map = map;
+                pass.map_walk = walk;
+                if full {
+                    // The map filled mid-segment: the pass cleans what it covers.
+                    self.cleaner_start_clean(0);
+                } else {
+                    let end = pass.spans[i].end_offset;
+                    Arc::get_mut(&mut pass.map)
+                        .expect("a Map job hands the map back unshared")
+                        .covers_up_to(end - 1);
+                    if i + 1 < pass.spans.len() {
+                        pass.step = Step::Map { i: i + 1 };
                     } else {
                         self.cleaner_start_clean(0);
                     }
                 }
-                Step::Clean { i, position, .. } => {
-                    let (i, position) = (*i, *position);
-                    let span = pass.spans[i];
-                    if position < span.size_bytes {
-                        return self.cleaner_read(i, position, None);
-                    }
-                    let Step::Clean { mut copy, .. } =
-                        std::mem::replace(&mut pass.step, Step::Installed { i })
-                    else {
-                        unreachable!("matched above")
-                    };
-                    let ops = copy.finish();
-                    pass.step = Step::Swap {
-                        i,
-                        copy,
-                        done: SwapStep::Written,
-                    };
-                    self.cleaner_emit(ops);
-                }
-                Step::Swap { .. } | Step::Installed { .. } => {
-                    unreachable!("a swap step always waits for its sync")
-                }
+                self.cleaner_advance();
+            }
+            Ok(CleanerDone::Cleaned {
+                mut copy,
+                walk,
+                bytes_written,
+            }) => {
+                pass.clean_walk = walk;
+                pass.bytes_written += bytes_written;
+                let ops = copy.finish();
+                pass.step = Step::Swap {
+                    i,
+                    copy,
+                    done: SwapStep::Written,
+                };
+                self.cleaner_emit(ops);
             }
         }
     }
@@ -421,12 +506,7 @@ impl Broker {
             let up_to = reach.min(pass.end);
             return self.cleaner_finish(up_to);
         };
-        let copy = CleanedSegment::new(pass.dir.clone(), span.base_offset);
-        pass.step = Step::Clean {
-            i,
-            position: 0,
-            copy,
-        };
+        pass.step = Step::Clean { i };
         // A pass abandoned before may have left staged files under this base.
         let discard = DiskOp::DiscardStaged {
             dir: pass.dir.clone(),
@@ -483,10 +563,13 @@ impl Broker {
 
     /// Gives up the pass: its staged files go, the partition waits a backoff.
     fn cleaner_abandon(&mut self, why: &str, uncleanable: bool) {
+        // Its staged files are discarded now: no job may write them after.
+        assert!(self.cleaner.work.is_none(), "a pass abandoned mid-job");
         let pass = self.cleaner.pass.take().expect("a pass runs");
         tracing::warn!(topic = %pass.key.topic, partition = pass.key.partition, "cleaning abandoned: {why}");
         let base = match &pass.step {
-            Step::Clean { copy, .. } | Step::Swap { copy, .. } => Some(copy.base_offset()),
+            Step::Clean { i } => Some(pass.spans[*i].base_offset),
+            Step::Swap { copy, .. } => Some(copy.base_offset()),
             Step::Map { .. } | Step::Installed { .. } => None,
         };
         if let (Some(segment_base), true) =
@@ -506,22 +589,6 @@ impl Broker {
         if uncleanable {
             self.cleaner.uncleanable.insert(pass.key);
         }
-    }
-
-    fn cleaner_read(&mut self, i: usize, position: u64, len: Option<u64>) {
-        let pass = self.cleaner.pass.as_ref().expect("a pass runs");
-        let span = pass.spans[i];
-        let len = len.unwrap_or(limits::CLEANER_READ_BYTES as u64);
-        let len = len.min(span.size_bytes - position);
-        let range = FileRange {
-            dir: pass.dir.clone(),
-            segment_base: span.base_offset,
-            file: SegmentFile::Log,
-            position,
-            len,
-        };
-        let io = self.emit_read(range);
-        self.cleaner.pass.as_mut().expect("a pass runs").read = Some((io, len));
     }
 
     /// Emits the pass's disk ops, counting the bytes of cleaned copies written.
@@ -545,134 +612,6 @@ impl Broker {
         let from = self.next_io;
         self.cleaner.pass.as_mut().expect("a pass runs").sync_from = Some(from);
         self.request_sync();
-    }
-
-    pub(super) fn cleaner_read_done(&mut self, result: Result<Bytes, IoError>) {
-        if !self.pass_partition_alive() {
-            self.cleaner.pass = None;
-            return;
-        }
-        if self.shutting_down {
-            return self.cleaner_stop_pass();
-        }
-        let bytes = match result {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                let (i, _) = self
-                    .cleaner
-                    .pass
-                    .as_ref()
-                    .expect("a pass runs")
-                    .reading_at();
-                // A segment DeleteRecords removed meanwhile is no damage.
-                let damaged = self.pass_span_held(i);
-                return self.cleaner_abandon(&format!("read failed: {}", e.0), damaged);
-            }
-        };
-        let pass = self.cleaner.pass.as_mut().expect("a pass runs");
-        let (_, asked) = pass.read.take().expect("the pass's read");
-        debug_assert_eq!(asked, bytes.len() as u64, "a read returns what it asked");
-        pass.bytes_read += bytes.len() as u64;
-        match self.cleaner_take_batches(&bytes) {
-            Ok(Some(need)) => {
-                let (i, position) = self
-                    .cleaner
-                    .pass
-                    .as_ref()
-                    .expect("a pass runs")
-                    .reading_at();
-                self.cleaner_read(i, position, Some(need));
-            }
-            Ok(None) => self.cleaner_advance(),
-            Err(why) => self.cleaner_abandon(&why, true),
-        }
-    }
-
-    /// Handles the whole batches at the start of `bytes` (read at the step's
-    /// position). Returns the bytes to read next when not even one batch
-    /// was whole (a batch larger than a read).
-    fn cleaner_take_batches(&mut self, bytes: &Bytes) -> Result<Option<u64>, String> {
-        let now_ms = self.now_ms;
-        let pass = self.cleaner.pass.as_mut().expect("a pass runs");
-        let mut at = 0usize;
-        let mut pending: Option<bytes::BytesMut> = None;
-        while at < bytes.len() {
-            let rest = &bytes[at..];
-            let header = match batch::parse_header(rest) {
-                Ok(h) if h.total_bytes() <= rest.len() => h,
-                Ok(h) if at == 0 => return Ok(Some(h.total_bytes() as u64)),
-                Err(batch::BatchError::Truncated) if at == 0 => {
-                    return Ok(Some(batch::BATCH_HEADER_BYTES as u64))
-                }
-                Ok(_) | Err(batch::BatchError::Truncated) => break,
-                Err(e) => return Err(format!("a batch does not parse: {e}")),
-            };
-            let one = bytes.slice(at..at + header.total_bytes());
-            batch::check_stored_batch(&one).map_err(|e| format!("a batch is damaged: {e}"))?;
-            at += header.total_bytes();
-            match &mut pass.step {
-                Step::Map { .. } => {
-                    let fits = filter::map_batch(
-                        &mut pass.map,
-                        &mut pass.map_walk,
-                        &header,
-                        &one,
-                        pass.first_dirty,
-                    )
-                    .map_err(|e| e.0)?;
-                    if !fits {
-                        pass.map_full = true;
-                        break;
-                    }
-                }
-                Step::Clean { copy, i, .. } => {
-                    let mut f = Filter {
-                        segment_end_offset: pass.spans[*i].end_offset,
-                        map: &pass.map,
-                        walk: std::mem::take(&mut pass.clean_walk),
-                        last_records: &pass.last_records,
-                        now_ms,
-                        delete_retention_ms: pass.delete_retention_ms,
-                        end_offset: pass.end,
-                    };
-                    let decided = f.batch(&header, &one);
-                    pass.clean_walk = f.walk;
-                    let (verdict, kept_abort) = decided.map_err(|e| e.0)?;
-                    let kept = match verdict {
-                        Verdict::Keep => Some(one),
-                        Verdict::Replace(b) => Some(b),
-                        Verdict::Drop => None,
-                    };
-                    if let Some(kept) = kept {
-                        let h = batch::parse_header(&kept).expect("a kept batch parses");
-                        copy.push(&h);
-                        let pending = pending.get_or_insert_with(Default::default);
-                        pending.extend_from_slice(&kept);
-                    }
-                    if let Some(aborted) = kept_abort {
-                        copy.keep_aborted(aborted);
-                    }
-                }
-                _ => unreachable!("reads are made while mapping or cleaning"),
-            }
-        }
-        let at = at as u64;
-        let mut write = None;
-        match &mut pass.step {
-            Step::Map { .. } if pass.map_full => {
-                // The map filled mid-segment: the pass cleans what it covers.
-                self.cleaner_start_clean(0);
-                return Ok(None);
-            }
-            Step::Map { position, .. } => *position += at,
-            Step::Clean { position, copy, .. } => {
-                *position += at;
-                write = pending.map(|kept| copy.append_log(kept.freeze()));
-            }
-            _ => unreachable!("reads are made while mapping or cleaning"),
-        }
-        self.cleaner_write(write.into_iter().collect());
-        Ok(None)
     }
 
     /// A sync completed: the swap step waiting for it goes on.
@@ -750,7 +689,7 @@ impl Broker {
             .partition_mut_by_key(&key)
             .expect("checked alive");
         let kept_aborted = copy.kept_aborted().to_vec();
-        if !log.install_cleaned(copy, span.size_bytes) {
+        if !log.install_cleaned(*copy, span.size_bytes) {
             // `cleaner_sync_done` checked the segment a moment ago, so only
             // a bug gets here.
             tracing::error!(topic = %key.topic, partition = key.partition, "cleaned segment {} gone before its swap", span.base_offset);

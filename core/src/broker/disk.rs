@@ -117,9 +117,6 @@ impl Broker {
         if self.booting.as_ref().is_some_and(|b| b.is_boot_read(io)) {
             return recovery::read_done(self, io, result);
         }
-        if self.cleaner.owns_read(io) {
-            return self.cleaner_read_done(result);
-        }
         assert!(
             self.reading.is_request_read(io),
             "ReadDone for a read nobody issued"
@@ -277,7 +274,7 @@ impl Broker {
         self.outputs.push_back(Output::Meta { io, ops });
     }
 
-    fn take_io(&mut self) -> IoId {
+    pub(super) fn take_io(&mut self) -> IoId {
         let io = self.next_io;
         self.next_io += 1;
         io

@@ -275,6 +275,7 @@ impl Broker {
             Input::SyncDone { io, result } => self.handle_sync_done(io, result),
             Input::MetaDone { io, result } => self.handle_meta_done(io, result),
             Input::ReadDone { io, result } => self.handle_read_done(io, result),
+            Input::CleanerDone { io, outcome } => self.cleaner_work_done(io, outcome),
             Input::ResponseReadFailed { conn, range, error } => {
                 tracing::error!(conn, dir = %range.dir.dir_name(), "response read failed: {}", error.0);
                 self.take_offline(&range);
@@ -390,6 +391,11 @@ impl Broker {
             // left it so (a retention deletion during the stop, say):
             // waiting for an append that never comes would never stop.
             self.request_sync();
+            return;
+        }
+        // A cleaner job may still be writing its staged copy: the stop
+        // waits for it, and then discards the copy (`cleaner_stop_pass`).
+        if self.cleaner.working() {
             return;
         }
         if crate::txn::complete::write_owed_for_stop(self) {

@@ -13,6 +13,7 @@ pub mod txn;
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
+use doze_core::log::clean::work::{CleanerFiles, CleanerOutcome, CleanerWork};
 use doze_core::{
     Broker, BrokerConfig, ConnId, DiskOp, FileRange, FileStage, FramePart, Input, IoError, IoId,
     MetaOp, Output, PartitionDir, SegmentFile, SyncScope,
@@ -43,6 +44,8 @@ pub struct World {
     pub pending_syncs: VecDeque<(IoId, SyncScope)>,
     pub pending_meta: VecDeque<(IoId, Vec<MetaOp>)>,
     pub pending_reads: VecDeque<(IoId, FileRange)>,
+    /// The log cleaner's jobs (`DiskOp::Clean`), run when I/O completes.
+    pub pending_cleaner_work: VecDeque<(IoId, CleanerWork)>,
     /// Inputs the world owes the broker (a response whose file range failed).
     pending_inputs: VecDeque<Input>,
     /// Every read the broker asked for, in order (tests look at what a
@@ -83,6 +86,7 @@ impl World {
             pending_syncs: VecDeque::new(),
             pending_meta: VecDeque::new(),
             pending_reads: VecDeque::new(),
+            pending_cleaner_work: VecDeque::new(),
             pending_inputs: VecDeque::new(),
             reads_log: Vec::new(),
             fail_reads: 0,
@@ -114,6 +118,7 @@ impl World {
         self.pending_syncs.clear();
         self.pending_meta.clear();
         self.pending_reads.clear();
+        self.pending_cleaner_work.clear();
         self.pending_inputs.clear();
         self.responses.clear();
         self.asked.clear();
@@ -166,7 +171,8 @@ impl World {
             }
             let idle = self.pending_syncs.is_empty()
                 && self.pending_meta.is_empty()
-                && self.pending_reads.is_empty();
+                && self.pending_reads.is_empty()
+                && self.pending_cleaner_work.is_empty();
             if !self.auto_io || idle {
                 return;
             }
@@ -215,6 +221,17 @@ impl World {
         assert!(self.disk.tamper(&key, change), "no file {key:?}");
     }
 
+    /// Carries out a cleaner job over the files (its reads logged, and
+    /// failed while `fail_reads` says so).
+    fn run_cleaner_work(&mut self, work: CleanerWork) -> CleanerOutcome {
+        let mut files = WorldCleanerFiles {
+            world: self,
+            dir: work.dir.clone(),
+            segment_base: work.segment_base,
+        };
+        doze_core::log::clean::work::run(work, &mut files)
+    }
+
     fn apply(&mut self, out: Output) {
         match out {
             Output::Response { conn, frame } => {
@@ -259,6 +276,9 @@ impl World {
                 self.reads_log.push(range.clone());
                 self.pending_reads.push_back((io, range));
             }
+            Output::Disk(DiskOp::Clean { io, work }) => {
+                self.pending_cleaner_work.push_back((io, work))
+            }
             Output::Disk(op) => {
                 if let DiskOp::Sync { io, scope } = op {
                     self.pending_syncs.push_back((io, scope));
@@ -282,6 +302,11 @@ impl World {
                 self.read_range(&range)
             };
             self.handle_now(Input::ReadDone { io, result });
+        }
+        let works: Vec<_> = self.pending_cleaner_work.drain(..).collect();
+        for (io, work) in works {
+            let outcome = self.run_cleaner_work(work);
+            self.handle_now(Input::CleanerDone { io, outcome });
         }
         for (io, ops) in metas {
             self.finish_meta(io, ops);
@@ -590,4 +615,41 @@ pub fn decode_values(records: Bytes) -> Vec<(i64, Bytes)> {
         }
     }
     out
+}
+
+/// A cleaner job's files in the test world.
+struct WorldCleanerFiles<'a> {
+    world: &'a mut World,
+    dir: PartitionDir,
+    segment_base: i64,
+}
+
+impl CleanerFiles for WorldCleanerFiles<'_> {
+    fn read(&mut self, position: u64, len: u64) -> Result<Bytes, IoError> {
+        let range = FileRange {
+            dir: self.dir.clone(),
+            segment_base: self.segment_base,
+            file: SegmentFile::Log,
+            position,
+            len,
+        };
+        self.world.reads_log.push(range.clone());
+        if self.world.fail_reads > 0 {
+            self.world.fail_reads -= 1;
+            return Err(IoError("injected EIO".into()));
+        }
+        self.world.read_range(&range)
+    }
+
+    fn append_cleaned(&mut self, bytes: Bytes) -> Result<(), IoError> {
+        let world = &mut *self.world;
+        let op = DiskOp::AppendCleaned {
+            dir: self.dir.clone(),
+            segment_base: self.segment_base,
+            file: SegmentFile::Log,
+            bytes,
+        };
+        world.disk.apply(op, &mut world.rng);
+        Ok(())
+    }
 }

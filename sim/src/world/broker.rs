@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
+use doze_core::log::clean::work::{CleanerError, CleanerOutcome, CleanerTask, CleanerWork};
 use doze_core::log::recovery::LogCheckpoint;
 use doze_core::meta_entry::MetaEntry;
 use doze_core::{
@@ -170,6 +171,16 @@ impl World {
                 let cut_after = match &op {
                     DiskOp::AppendCleaned {
                         dir, segment_base, ..
+                    }
+                    | DiskOp::Clean {
+                        work:
+                            CleanerWork {
+                                dir,
+                                segment_base,
+                                task: CleanerTask::Clean { .. },
+                                ..
+                            },
+                        ..
                     } => self
                         .failed_swap
                         .as_ref()
@@ -179,7 +190,10 @@ impl World {
                 if let DiskOp::AppendBatch { batch, .. } = &op {
                     self.marker_unsynced |= holds_control_batch(batch);
                 }
-                let summary = self.disk.apply(op, &mut self.rng);
+                let summary = match op {
+                    DiskOp::Clean { io, work } => self.disk_clean(io, work),
+                    op => self.disk.apply(op, &mut self.rng),
+                };
                 self.note(format!("disk {summary}"));
                 if let Some(io) = sync_io {
                     self.schedule_sync(io);
@@ -252,7 +266,15 @@ impl World {
             return Some((self.own_rng.random_bool(0.5), true));
         }
         let p = match op {
-            DiskOp::AppendCleaned { .. } => CLEANER_KILL_AT_APPEND_P,
+            DiskOp::AppendCleaned { .. }
+            | DiskOp::Clean {
+                work:
+                    CleanerWork {
+                        task: CleanerTask::Clean { .. },
+                        ..
+                    },
+                ..
+            } => CLEANER_KILL_AT_APPEND_P,
             DiskOp::Rename { .. } => CLEANER_KILL_AT_RENAME_P,
             DiskOp::DiscardStaged { .. } => CLEANER_KILL_AT_DISCARD_P,
             _ => return None,
@@ -333,6 +355,44 @@ impl World {
         let at_ms = self.now_ms + latency_ms;
         let gen = self.gen;
         self.queue.push(at_ms, Event::ReadDone { gen, io, result });
+    }
+
+    /// Carries out a cleaner job now (it sees every op emitted before it,
+    /// none after; what it writes is unsynced) and delivers its outcome
+    /// after a read's latency. Its reads fail as `DiskOp::Read`s do.
+    fn disk_clean(&mut self, io: IoId, work: CleanerWork) -> String {
+        self.stats.reads += 1;
+        let injected = self.read_fails(FaultKind::FailRead);
+        let (outcome, summary) = if injected {
+            self.stats.failed_reads += 1;
+            let what = format!(
+                "clean#{io} {}/{}: FAILED: injected EIO",
+                work.dir.dir_name(),
+                work.segment_base
+            );
+            let e = IoError("EIO: injected read failure".into());
+            let outcome = CleanerOutcome {
+                bytes_read: 0,
+                result: Err(CleanerError::Read(e)),
+            };
+            (outcome, what)
+        } else {
+            self.disk.clean(work, &mut self.rng)
+        };
+        if injected {
+            // As for a `DiskOp::Read` (`disk_read`).
+            self.operator_restart();
+        } else if let Err(CleanerError::Read(e)) = &outcome.result {
+            let what = format!("a cleaner job read what the disk does not hold: {}", e.0);
+            self.history.violation(self.elapsed_ms(), what.clone());
+            self.note(format!("VIOLATION {what}"));
+        }
+        let latency_ms = self.rng.random_range(READ_LATENCY_MS);
+        let at_ms = self.now_ms + latency_ms;
+        let gen = self.gen;
+        self.queue
+            .push(at_ms, Event::CleanerDone { gen, io, outcome });
+        summary
     }
 
     /// A start after a clean stop reads only indexes: every partition was
@@ -765,6 +825,11 @@ fn describe_cleaner_op(op: &DiskOp) -> String {
         DiskOp::DiscardStaged { dir, segment_base } => {
             format!("discard staged {}/{segment_base}", dir.dir_name())
         }
+        DiskOp::Clean { io, work } => format!(
+            "clean#{io} {} {:?}",
+            file(&work.dir, work.segment_base, SegmentFile::Log),
+            work.task
+        ),
         other => format!("{other:?}"),
     }
 }
@@ -828,6 +893,10 @@ fn describe_input(input: &Input) -> String {
         Input::ReadDone { io, result } => match result {
             Ok(bytes) => format!("ReadDone#{io} Ok({}B)", bytes.len()),
             Err(e) => format!("ReadDone#{io} Err({})", e.0),
+        },
+        Input::CleanerDone { io, outcome } => match &outcome.result {
+            Ok(_) => format!("CleanerDone#{io} Ok(read {}B)", outcome.bytes_read),
+            Err(e) => format!("CleanerDone#{io} Err({e:?})"),
         },
         Input::ResponseReadFailed { conn, range, error } => format!(
             "ResponseReadFailed #{conn} {}: {}",

@@ -51,6 +51,12 @@ pub enum Event {
         io: IoId,
         result: Result<Bytes, IoError>,
     },
+    /// A `DiskOp::Clean` job completes; it was carried out when issued.
+    CleanerDone {
+        gen: u64,
+        io: IoId,
+        outcome: doze_core::log::clean::work::CleanerOutcome,
+    },
     /// The world could not read a file range of a response to `conn`; the
     /// core learns it after the outputs at hand are carried out.
     ResponseReadFailed {

@@ -709,6 +709,9 @@ impl World {
             Event::ReadDone { gen, io, result } if gen == self.gen => {
                 self.broker_input(doze_core::Input::ReadDone { io, result })
             }
+            Event::CleanerDone { gen, io, outcome } if gen == self.gen => {
+                self.broker_input(doze_core::Input::CleanerDone { io, outcome })
+            }
             Event::ResponseReadFailed {
                 gen,
                 conn,
@@ -730,6 +733,7 @@ impl World {
             | Event::MetaDone { .. }
             | Event::Tick { .. }
             | Event::ReadDone { .. }
+            | Event::CleanerDone { .. }
             | Event::ResponseReadFailed { .. }
             | Event::KillDuringRecovery { .. }
             | Event::OperatorRestart { .. }

@@ -46,7 +46,7 @@ pub fn key_hash(key: &[u8]) -> KeyHash {
 }
 
 /// Each key's latest offset in the dirty range (Kafka's SkimpyOffsetMap).
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct OffsetMap {
     latest: HashMap<KeyHash, i64>,
     entries_max: usize,
@@ -99,7 +99,7 @@ impl OffsetMap {
 
 /// Kafka's CleanedTransactionMetadata: which transactions are open as the
 /// cleaner walks the log, to tell aborted batches and needless markers.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TxnWalk {
     /// Aborted transactions not reached yet, by first offset.
     aborted: VecDeque<AbortedTxn>,

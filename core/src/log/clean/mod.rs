@@ -14,6 +14,7 @@ pub mod codec;
 pub mod codec_stream;
 pub mod filter;
 pub mod records;
+pub mod work;
 
 use bytes::{Bytes, BytesMut};
 
