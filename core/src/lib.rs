@@ -18,6 +18,8 @@ pub mod limits;
 pub mod log;
 pub mod meta;
 pub mod metrics;
+mod outbox;
+mod partition;
 pub mod produce_checks;
 pub mod producer;
 pub mod recompress;

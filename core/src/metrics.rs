@@ -151,7 +151,7 @@ pub(crate) fn snapshot(b: &Broker, counters: Counters) -> Snapshot {
             partitions.push(PartitionSnapshot {
                 topic: name.clone(),
                 partition: p,
-                high_watermark: view.log.high_watermark(),
+                high_watermark: view.log().high_watermark(),
                 last_stable_offset: view.last_stable_offset(),
             });
         }

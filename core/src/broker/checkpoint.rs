@@ -32,12 +32,13 @@ impl Broker {
                 waiting.push(key);
                 continue;
             }
+            let partition = self.topics.get_partition(&key).expect("found above");
             self.checkpoints.start(&key);
             writes.push(checkpoint::at_high_watermark(
                 &key,
                 log,
-                self.producer_states.get(&key),
-                self.partition_txns.get(&key),
+                partition.producers(),
+                partition.txns(),
                 first_dirty,
             ));
         }

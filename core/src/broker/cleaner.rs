@@ -219,14 +219,16 @@ impl Broker {
                 .partition_by_key(&key)
                 .expect("chosen from the topics");
             let spans = log.spans_below(dirtiness.end_offset);
-            let last_records = self
-                .producer_states
-                .get(&key)
+            let partition = self
+                .topics
+                .get_partition(&key)
+                .expect("chosen from the topics");
+            let last_records = partition
+                .producers()
                 .map(|p| p.last_records())
                 .unwrap_or_default();
-            let aborted = self
-                .partition_txns
-                .get(&key)
+            let aborted = partition
+                .txns()
                 .map(|t| t.aborted_overlapping(log.log_start_offset(), dirtiness.end_offset))
                 .unwrap_or_default();
             (
@@ -292,7 +294,7 @@ impl Broker {
             let config = topic.cleanup_config(&self.config);
             if !config.compact
                 || self.cleaner.uncleanable.contains(&key)
-                || self.offline.contains(&key)
+                || self.is_offline(&key)
                 || self
                     .cleaner
                     .backoff_until_ms
@@ -318,7 +320,7 @@ impl Broker {
                 .stored_offset(&key)
                 .map_or(-1, |offset| offset - 1);
             let dirtiness = |end| {
-                view.log
+                view.log()
                     .dirtiness(first_dirty, end, self.now_ms, config.min_compaction_lag_ms)
             };
             let cleanable = |d: &clean::Dirtiness| {
@@ -542,7 +544,7 @@ impl Broker {
     fn cleaner_emit(&mut self, ops: Vec<DiskOp>) {
         self.cleaner_write(ops);
         // Any sync issued from now on covers them.
-        let from = self.next_io;
+        let from = self.outbox.next_io();
         self.cleaner.pass.as_mut().expect("a pass runs").sync_from = Some(from);
         self.request_sync();
     }
@@ -745,10 +747,8 @@ impl Broker {
         let span = pass.spans[i];
         let key = pass.key.clone();
         let dir = pass.dir.clone();
-        let log = self
-            .topics
-            .partition_mut_by_key(&key)
-            .expect("checked alive");
+        let partition = self.topics.get_partition_mut(&key).expect("checked alive");
+        let log = partition.log_mut();
         let kept_aborted = copy.kept_aborted().to_vec();
         if !log.install_cleaned(copy, span.size_bytes) {
             // `cleaner_sync_done` checked the segment a moment ago, so only
@@ -756,7 +756,7 @@ impl Broker {
             tracing::error!(topic = %key.topic, partition = key.partition, "cleaned segment {} gone before its swap", span.base_offset);
             return self.cleaner_abandon("the segment changed under the pass", false);
         }
-        if let Some(txns) = self.partition_txns.get_mut(&key) {
+        if let Some(txns) = partition.txns_mut() {
             txns.replace_aborted_in(span.base_offset, span.end_offset, &kept_aborted);
         }
         self.reading.forget_segment(&dir, span.base_offset);

@@ -46,41 +46,42 @@ impl Broker {
         let ok = result.is_ok();
         match result {
             Ok(()) => {
-                let mut moved = Vec::with_capacity(inflight.points.len());
-                for (key, point) in inflight.points {
-                    if inflight.scope == SyncScope::All {
-                        self.index_lagging.remove(&key);
-                    }
-                    let Some(log) = self.topics.partition_mut_by_key(&key) else {
-                        continue;
-                    };
-                    log.mark_durable(point, inflight.scope);
-                    let hw = log.high_watermark();
-                    if let Some(txns) = self.partition_txns.get_mut(&key) {
-                        txns.mark_durable(hw);
-                    }
-                    moved.push(key);
+                let gone = &mut self.gone_unsynced;
+                if inflight.scope == SyncScope::All {
+                    gone.index_lagging_in_sync = false;
+                } else {
+                    gone.index_lagging |= std::mem::take(&mut gone.index_lagging_in_sync);
                 }
+                let moved = self
+                    .topics
+                    .partitions_mut()
+                    .filter_map(|(key, p)| p.sync_done(inflight.scope).then_some(key))
+                    .collect();
                 self.write_due_checkpoints(moved, Due::Bytes);
                 if inflight.scope == SyncScope::All {
                     self.all_sync_wanted = false;
                     // They were due when they asked for this sync.
-                    let waiting = std::mem::take(&mut self.checkpoints_after_index_sync);
-                    self.write_due_checkpoints(waiting.into_iter().collect(), Due::Now);
+                    let waiting = self
+                        .topics
+                        .partitions_mut()
+                        .filter_map(|(key, p)| p.take_checkpoint_wait().then_some(key))
+                        .collect();
+                    self.write_due_checkpoints(waiting, Due::Now);
                 }
             }
             Err(e) => {
                 // After a failed fsync the page cache cannot be trusted
                 // (fsyncgate): cut every partition back to what is known durable,
-                // fail whoever waited on the rest, and sync the cut itself.
+                // fail whoever waited on the rest, and sync the cut itself:
+                // those the sync covered, those written since, and those
+                // with the index appends earlier syncs left for this one.
                 tracing::error!("sync failed: {}; truncating to the durable point", e.0);
-                let mut keys: std::collections::BTreeSet<PartitionKey> =
-                    inflight.points.into_iter().map(|(k, _)| k).collect();
-                keys.extend(self.dirty.iter().cloned());
-                // And the index appends earlier syncs left for this one.
-                keys.extend(self.index_lagging.iter().cloned());
-                for key in keys {
-                    self.truncate_to_durable(&key);
+                let gone = &mut self.gone_unsynced;
+                gone.index_lagging |= std::mem::take(&mut gone.index_lagging_in_sync);
+                for (_, partition) in self.topics.partitions_mut() {
+                    if partition.sync_failed() {
+                        partition.truncate_to_durable(&mut self.outbox);
+                    }
                 }
                 self.fail_undurable_writes();
             }
@@ -153,9 +154,8 @@ impl Broker {
 
     /// Asks the driver for a range of a segment file; `Input::ReadDone` answers.
     pub(super) fn emit_read(&mut self, range: FileRange) -> IoId {
-        let io = self.take_io();
-        self.outputs
-            .push_back(Output::Disk(DiskOp::Read { io, range }));
+        let io = self.outbox.take_io();
+        self.outbox.push(Output::Disk(DiskOp::Read { io, range }));
         io
     }
 
@@ -165,14 +165,44 @@ impl Broker {
     }
 
     /// Emits a disk operation for a partition; it becomes durable with the
-    /// next sync.
+    /// next sync. A partition gone (a deleted topic's, a directory no topic
+    /// owns) still wants that sync.
     pub(super) fn emit_disk(&mut self, key: PartitionKey, op: DiskOp) {
-        assert!(
-            !matches!(op, DiskOp::Sync { .. } | DiskOp::Read { .. }),
-            "syncs are started by request_sync, reads by emit_read"
-        );
-        self.dirty.insert(key);
-        self.outputs.push_back(Output::Disk(op));
+        match self.topics.get_partition_mut(&key) {
+            Some(partition) => partition.emit(op, &mut self.outbox),
+            None => {
+                self.gone_unsynced.dirty = true;
+                self.outbox.disk(op);
+            }
+        }
+    }
+
+    /// A partition (or one gone) may hold index appends no sync covered.
+    pub(super) fn index_lagging(&self) -> bool {
+        let gone = &self.gone_unsynced;
+        gone.index_lagging
+            || gone.index_lagging_in_sync
+            || self.topics.partitions().any(|(_, p)| p.is_index_lagging())
+    }
+
+    /// A deleted topic's partitions leave, with their flags: what they
+    /// still count for in the syncs (`GoneUnsynced`).
+    pub(super) fn partitions_gone(&mut self, partitions: &[crate::partition::Partition]) {
+        let all_in_flight = self
+            .sync_in_flight
+            .as_ref()
+            .is_some_and(|s| s.scope == SyncScope::All);
+        let gone = &mut self.gone_unsynced;
+        for p in partitions {
+            gone.dirty |= p.is_dirty();
+            if p.is_index_lagging() {
+                if all_in_flight && p.in_sync() {
+                    gone.index_lagging_in_sync = true;
+                } else {
+                    gone.index_lagging = true;
+                }
+            }
+        }
     }
 
     /// Asks for everything emitted so far to become durable. One sync is in
@@ -187,7 +217,8 @@ impl Broker {
     /// Something waits for a sync: disk operations no sync covered, an
     /// `All` sync asked for, or a topic's removal whose sync failed.
     pub(super) fn sync_wanted(&self) -> bool {
-        !self.dirty.is_empty()
+        self.gone_unsynced.dirty
+            || self.topics.partitions().any(|(_, p)| p.is_dirty())
             || self.all_sync_wanted
             || self.unsynced_removals.values().any(Option::is_none)
     }
@@ -204,7 +235,9 @@ impl Broker {
     /// high watermark are not all durable: the next sync covers them
     /// (`SyncScope::All`), and the checkpoint is written once it completes.
     pub(super) fn checkpoint_after_index_sync(&mut self, key: PartitionKey) {
-        self.checkpoints_after_index_sync.insert(key);
+        if let Some(partition) = self.topics.get_partition_mut(&key) {
+            partition.wait_for_index_sync();
+        }
         self.request_all_sync();
     }
 
@@ -223,31 +256,20 @@ impl Broker {
         } else {
             SyncScope::Logs
         };
-        let io = self.take_io();
+        let io = self.outbox.take_io();
         for covering in self.unsynced_removals.values_mut() {
             covering.get_or_insert(io);
         }
-        let mut keys = std::mem::take(&mut self.dirty);
+        // What partitions gone left needs no sync once one starts.
+        self.gone_unsynced.dirty = false;
         if scope == SyncScope::All {
-            keys.extend(self.index_lagging.iter().cloned());
+            self.gone_unsynced.index_lagging = false;
         }
-        let mut points = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.topics.partition_mut_by_key(&key) {
-                Some(log) => points.push((key, log.sync_point(scope))),
-                None => {
-                    self.index_lagging.remove(&key); // the topic was deleted
-                }
-            }
+        for (_, partition) in self.topics.partitions_mut() {
+            partition.start_sync(scope);
         }
-        if scope == SyncScope::Logs {
-            // They may hold index appends this sync leaves out.
-            self.index_lagging
-                .extend(points.iter().map(|(key, _)| key.clone()));
-        }
-        self.sync_in_flight = Some(SyncInFlight { io, scope, points });
-        self.outputs
-            .push_back(Output::Disk(DiskOp::Sync { io, scope }));
+        self.sync_in_flight = Some(SyncInFlight { io, scope });
+        self.outbox.push(Output::Disk(DiskOp::Sync { io, scope }));
     }
 
     /// Deletes the group offsets that expired, when the check is due
@@ -271,14 +293,8 @@ impl Broker {
 
     /// Writes a batch to meta.db; `action` runs when it completes.
     pub(crate) fn emit_meta(&mut self, ops: Vec<MetaOp>, action: impl Into<MetaAction>) {
-        let io = self.take_io();
+        let io = self.outbox.take_io();
         self.pending_meta.insert(io, action.into());
-        self.outputs.push_back(Output::Meta { io, ops });
-    }
-
-    fn take_io(&mut self) -> IoId {
-        let io = self.next_io;
-        self.next_io += 1;
-        io
+        self.outbox.push(Output::Meta { io, ops });
     }
 }

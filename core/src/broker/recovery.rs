@@ -312,7 +312,10 @@ pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>
             } else {
                 tracing::error!(dir = %range.dir.dir_name(), "partition offline until restart");
                 boot.partitions.remove(&key);
-                b.offline.insert(key);
+                let partition = b.topics.get_partition_mut(&key);
+                partition
+                    .expect("a recovering partition exists")
+                    .set_offline();
             }
         }
     }
@@ -336,9 +339,9 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
     let mut txns = part.txns;
     txns.mark_durable(hw);
     txns.forget_below(log_start);
-    b.topics.install(&key, log);
-    b.producer_states.insert(key.clone(), part.producers);
-    b.partition_txns.insert(key.clone(), txns);
+    b.topics
+        .install(&key, log)
+        .install_state(part.producers, txns);
     b.checkpoints.booted(
         key.clone(),
         part.checkpoint_offset,
