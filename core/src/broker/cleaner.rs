@@ -315,9 +315,9 @@ impl Broker {
             // Its last offset, not its end: a checkpoint at a segment's end
             // names that segment and a position in it (its size), which a
             // pass over that segment would leave pointing past the file.
-            let checkpointed = self
-                .checkpoints
-                .stored_offset(&key)
+            let checkpointed = view
+                .checkpoint()
+                .stored_offset()
                 .map_or(-1, |offset| offset - 1);
             let dirtiness = |end| {
                 view.log()

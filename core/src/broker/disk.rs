@@ -46,12 +46,6 @@ impl Broker {
         let ok = result.is_ok();
         match result {
             Ok(()) => {
-                let gone = &mut self.gone_unsynced;
-                if inflight.scope == SyncScope::All {
-                    gone.index_lagging_in_sync = false;
-                } else {
-                    gone.index_lagging |= std::mem::take(&mut gone.index_lagging_in_sync);
-                }
                 let moved = self
                     .topics
                     .partitions_mut()
@@ -76,8 +70,6 @@ impl Broker {
                 // those the sync covered, those written since, and those
                 // with the index appends earlier syncs left for this one.
                 tracing::error!("sync failed: {}; truncating to the durable point", e.0);
-                let gone = &mut self.gone_unsynced;
-                gone.index_lagging |= std::mem::take(&mut gone.index_lagging_in_sync);
                 for (_, partition) in self.topics.partitions_mut() {
                     if partition.sync_failed() {
                         partition.truncate_to_durable(&mut self.outbox);
@@ -171,38 +163,15 @@ impl Broker {
         match self.topics.get_partition_mut(&key) {
             Some(partition) => partition.emit(op, &mut self.outbox),
             None => {
-                self.gone_unsynced.dirty = true;
+                self.gone_dirty = true;
                 self.outbox.disk(op);
             }
         }
     }
 
-    /// A partition (or one gone) may hold index appends no sync covered.
+    /// A partition may hold index appends no sync covered.
     pub(super) fn index_lagging(&self) -> bool {
-        let gone = &self.gone_unsynced;
-        gone.index_lagging
-            || gone.index_lagging_in_sync
-            || self.topics.partitions().any(|(_, p)| p.is_index_lagging())
-    }
-
-    /// A deleted topic's partitions leave, with their flags: what they
-    /// still count for in the syncs (`GoneUnsynced`).
-    pub(super) fn partitions_gone(&mut self, partitions: &[crate::partition::Partition]) {
-        let all_in_flight = self
-            .sync_in_flight
-            .as_ref()
-            .is_some_and(|s| s.scope == SyncScope::All);
-        let gone = &mut self.gone_unsynced;
-        for p in partitions {
-            gone.dirty |= p.is_dirty();
-            if p.is_index_lagging() {
-                if all_in_flight && p.in_sync() {
-                    gone.index_lagging_in_sync = true;
-                } else {
-                    gone.index_lagging = true;
-                }
-            }
-        }
+        self.topics.partitions().any(|(_, p)| p.is_index_lagging())
     }
 
     /// Asks for everything emitted so far to become durable. One sync is in
@@ -217,7 +186,7 @@ impl Broker {
     /// Something waits for a sync: disk operations no sync covered, an
     /// `All` sync asked for, or a topic's removal whose sync failed.
     pub(super) fn sync_wanted(&self) -> bool {
-        self.gone_unsynced.dirty
+        self.gone_dirty
             || self.topics.partitions().any(|(_, p)| p.is_dirty())
             || self.all_sync_wanted
             || self.unsynced_removals.values().any(Option::is_none)
@@ -261,10 +230,7 @@ impl Broker {
             covering.get_or_insert(io);
         }
         // What partitions gone left needs no sync once one starts.
-        self.gone_unsynced.dirty = false;
-        if scope == SyncScope::All {
-            self.gone_unsynced.index_lagging = false;
-        }
+        self.gone_dirty = false;
         for (_, partition) in self.topics.partitions_mut() {
             partition.start_sync(scope);
         }

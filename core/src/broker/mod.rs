@@ -54,23 +54,6 @@ struct SyncInFlight {
     scope: crate::io::SyncScope,
 }
 
-/// What partitions of deleted topics still count for in the syncs: their
-/// flags went with them, but until the syncs that would have cleared them,
-/// a sync is still wanted, and a clean stop still asks for an `All` one,
-/// as if they were there.
-#[derive(Default)]
-struct GoneUnsynced {
-    /// A disk operation of a partition gone (its deletion, say) that no
-    /// started sync covers yet.
-    dirty: bool,
-    /// A partition gone with lagging index appends, which the next `All`
-    /// sync to start forgets.
-    index_lagging: bool,
-    /// The same, of a partition the `All` sync in flight covers: its
-    /// success forgets it, else the next `All` sync.
-    index_lagging_in_sync: bool,
-}
-
 /// The broker. See the crate docs.
 pub struct Broker {
     config: BrokerConfig,
@@ -83,7 +66,12 @@ pub struct Broker {
     /// The topics, which hold their partitions and all their state.
     topics: Topics,
     sync_in_flight: Option<SyncInFlight>,
-    gone_unsynced: GoneUnsynced,
+    /// A disk operation of a partition that no longer exists (a deleted
+    /// topic's directories, one no topic owns) that no started sync covers:
+    /// a sync is wanted. A deleted partition's own flags go with it: its
+    /// deletion is such an operation, and the next sync to start would have
+    /// forgotten them.
+    gone_dirty: bool,
     /// The next sync is a `SyncScope::All` one, even with nothing dirty;
     /// until one completes OK.
     all_sync_wanted: bool,
@@ -154,7 +142,7 @@ impl Broker {
             conns: BTreeMap::new(),
             topics: Topics::default(),
             sync_in_flight: None,
-            gone_unsynced: GoneUnsynced::default(),
+            gone_dirty: false,
             unsynced_removals: BTreeMap::new(),
             parked_creates: Vec::new(),
             all_sync_wanted: false,
@@ -392,7 +380,7 @@ impl Broker {
         if crate::txn::complete::write_owed_for_stop(self) {
             return;
         }
-        if !self.checkpoints.in_flight() {
+        if !self.checkpoint_in_flight() {
             let keys = self.topics.keys();
             self.write_due_checkpoints(keys, crate::checkpoint::Due::Now);
         }
@@ -401,7 +389,7 @@ impl Broker {
         if self.index_lagging() {
             self.request_all_sync();
         }
-        if !self.checkpoints.in_flight() && self.sync_in_flight.is_none() {
+        if !self.checkpoint_in_flight() && self.sync_in_flight.is_none() {
             self.stopped = true;
             self.outbox.push(Output::Stopped);
         }

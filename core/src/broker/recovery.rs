@@ -339,11 +339,9 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
     let mut txns = part.txns;
     txns.mark_durable(hw);
     txns.forget_below(log_start);
-    b.topics
-        .install(&key, log)
-        .install_state(part.producers, txns);
-    b.checkpoints.booted(
-        key.clone(),
+    let partition = b.topics.install(&key, log);
+    partition.install_state(part.producers, txns);
+    *partition.checkpoint_mut() = crate::checkpoint::CheckpointState::booted(
         part.checkpoint_offset,
         log_start,
         part.cleaner_first_dirty_offset,

@@ -51,9 +51,8 @@ impl Broker {
     /// Forgets a deleted topic: its partitions go with all they hold, and
     /// its directories are deleted.
     pub(crate) fn forget_topic(&mut self, name: &str, id: &Uuid) {
-        self.checkpoints.forget_topic(id);
         if let Some(topic) = self.topics.remove(name) {
-            self.partitions_gone(&topic.partitions);
+            assert_eq!(topic.id, *id, "the incarnation deleted is the one stored");
             for (key, op) in topic.delete_ops() {
                 self.emit_disk(key, op);
             }

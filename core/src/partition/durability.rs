@@ -31,11 +31,6 @@ impl Partition {
         self.index_lagging
     }
 
-    /// Whether the sync in flight covers this partition.
-    pub fn in_sync(&self) -> bool {
-        self.sync_point.is_some()
-    }
-
     /// A sync of `scope` starts: it covers the partition if it is dirty, or
     /// (an `All` sync) if index appends lag; then it is no longer dirty.
     pub fn start_sync(&mut self, scope: SyncScope) {

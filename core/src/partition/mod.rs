@@ -20,6 +20,7 @@ mod tests;
 pub(crate) use append::{BatchAppended, MarkerRefused};
 
 use crate::batch::BatchHeader;
+use crate::checkpoint::CheckpointState;
 use crate::log::{PartitionLog, SyncPoint};
 use crate::producer::{AppendCheck, MarkerFenced, ProducerError, ProducerStates};
 use crate::txn::PartitionTxns;
@@ -45,6 +46,8 @@ pub(crate) struct Partition {
     checkpoint_after_index_sync: bool,
     /// The durability point the sync in flight brings it to, if it covers it.
     sync_point: Option<SyncPoint>,
+    /// Its last recovery checkpoint (`crate::checkpoint`).
+    checkpoint: CheckpointState,
 }
 
 impl Partition {
@@ -58,6 +61,7 @@ impl Partition {
             index_lagging: false,
             checkpoint_after_index_sync: false,
             sync_point: None,
+            checkpoint: CheckpointState::default(),
         }
     }
 
@@ -101,6 +105,14 @@ impl Partition {
 
     pub fn txns_mut(&mut self) -> Option<&mut PartitionTxns> {
         self.txns.as_mut()
+    }
+
+    pub fn checkpoint(&self) -> &CheckpointState {
+        &self.checkpoint
+    }
+
+    pub fn checkpoint_mut(&mut self) -> &mut CheckpointState {
+        &mut self.checkpoint
     }
 
     pub fn is_offline(&self) -> bool {
