@@ -56,7 +56,7 @@ pub enum Input {
         io: IoId,
         result: Result<Bytes, IoError>,
     },
-    /// A `DiskOp::Clean` finished (`log::clean::work::run`'s outcome).
+    /// An `Output::Clean` job finished (`log::clean::work::run`'s outcome).
     CleanerDone {
         io: IoId,
         outcome: crate::log::clean::work::CleanerOutcome,
@@ -115,6 +115,22 @@ pub enum Output {
         conn: ConnId,
     },
     Disk(DiskOp),
+    /// The log cleaner's CPU work on one segment: run
+    /// `log::clean::work::run(work, ..)` over the segment's live `.log` and
+    /// its `.log.cleaned` copy (created when absent, as by
+    /// `DiskOp::AppendCleaned`), off the thread that drives the core.
+    /// Ordered with the `Disk` ops as if it were one: the driver opens both
+    /// files in order with the ops emitted before it, so the job reads what
+    /// they left; the ops behind it need not wait for the job. Completion:
+    /// `Input::CleanerDone`. What it appends is made durable by a `Sync` the
+    /// core emits after that completion (one emitted before may not cover
+    /// it); until then a power cut may lose it, as `AppendCleaned`'s bytes.
+    /// (Not a `DiskOp`: the job is the cleaner's, above the log, and the
+    /// disk ops sit below it.)
+    Clean {
+        io: IoId,
+        work: crate::log::clean::work::CleanerWork,
+    },
     /// Write a batch to meta.db atomically and durably; completion `Input::MetaDone`.
     Meta {
         io: IoId,

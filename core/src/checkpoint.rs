@@ -16,8 +16,6 @@
 //! or time have passed, after retention moved the log start, and for every
 //! partition at a clean shutdown.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -25,9 +23,8 @@ use crate::io::MetaOp;
 use crate::log::recovery::LogCheckpoint;
 use crate::log::PartitionLog;
 use crate::meta;
+use crate::partition_key::PartitionKey;
 use crate::producer::ProducerStates;
-use crate::topics::PartitionKey;
-use crate::txn::PartitionTxns;
 
 pub const KEY_PREFIX: &str = "ckpt/";
 
@@ -57,7 +54,9 @@ pub struct CheckpointRecord {
     pub cleaner_first_dirty_offset: i64,
 }
 
-/// What the broker knows of a partition's last checkpoint.
+/// What the broker knows of a partition's last checkpoint; the partition
+/// holds it (`crate::partition::Partition::checkpoint`), so it goes with
+/// its topic.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct CheckpointState {
     /// Offset of the last one stored (None: none yet).
@@ -91,9 +90,8 @@ pub(crate) enum Due {
     Now,
 }
 
-/// Checkpoints of every partition, and when to look at them next.
+/// When to look at the partitions' checkpoints next, and what makes one due.
 pub(crate) struct Checkpoints {
-    states: BTreeMap<PartitionKey, CheckpointState>,
     next_check_ms: i64,
     /// `BrokerConfig::checkpoint_bytes` and `checkpoint_interval_ms`.
     bytes: u64,
@@ -109,41 +107,10 @@ impl PendingCheckpoint {
 impl Checkpoints {
     pub fn new(bytes: u64, interval_ms: i64) -> Self {
         Self {
-            states: BTreeMap::new(),
             next_check_ms: 0,
             bytes,
             interval_ms,
         }
-    }
-
-    /// A partition recovered from its checkpoint at `offset`.
-    pub fn booted(
-        &mut self,
-        key: PartitionKey,
-        offset: Option<i64>,
-        log_start_offset: i64,
-        cleaner_first_dirty_offset: i64,
-    ) {
-        let state = CheckpointState {
-            offset,
-            log_start_offset,
-            cleaner_first_dirty_offset,
-            ..CheckpointState::default()
-        };
-        self.states.insert(key, state);
-    }
-
-    pub fn forget_topic(&mut self, id: &Uuid) {
-        self.states.retain(|k, _| k.id != *id);
-    }
-
-    /// The offset of the partition's last stored checkpoint.
-    pub fn stored_offset(&self, key: &PartitionKey) -> Option<i64> {
-        self.states.get(key).and_then(|s| s.offset)
-    }
-
-    pub fn in_flight(&self) -> bool {
-        self.states.values().any(|s| s.in_flight)
     }
 
     pub fn next_deadline_ms(&self) -> i64 {
@@ -154,14 +121,12 @@ impl Checkpoints {
     /// in flight).
     pub fn is_due(
         &self,
-        key: &PartitionKey,
+        state: &CheckpointState,
         log: &PartitionLog,
         cleaner_first_dirty_offset: i64,
         due: Due,
         now_ms: i64,
     ) -> bool {
-        let fresh = CheckpointState::default();
-        let state = self.states.get(key).unwrap_or(&fresh);
         if state.in_flight {
             return false;
         }
@@ -182,13 +147,6 @@ impl Checkpoints {
         }
     }
 
-    /// A checkpoint of the partition is in flight from now.
-    pub fn start(&mut self, key: &PartitionKey) {
-        let state = self.states.entry(key.clone()).or_default();
-        assert!(!state.in_flight, "one checkpoint of a partition at a time");
-        state.in_flight = true;
-    }
-
     /// The timer: whether every partition is to be looked at now (a few
     /// times per interval); if so, the next look is scheduled.
     pub fn tick(&mut self, now_ms: i64) -> bool {
@@ -198,38 +156,68 @@ impl Checkpoints {
         self.next_check_ms = now_ms + (self.interval_ms / 4).max(1);
         true
     }
+}
 
-    /// A checkpoint write completed.
+impl CheckpointState {
+    /// A partition recovered from its checkpoint at `offset`.
+    pub fn booted(
+        offset: Option<i64>,
+        log_start_offset: i64,
+        cleaner_first_dirty_offset: i64,
+    ) -> Self {
+        CheckpointState {
+            offset,
+            log_start_offset,
+            cleaner_first_dirty_offset,
+            ..CheckpointState::default()
+        }
+    }
+
+    /// The offset of the partition's last stored checkpoint.
+    pub fn stored_offset(&self) -> Option<i64> {
+        self.offset
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// A checkpoint of the partition is in flight from now.
+    pub fn start(&mut self) {
+        assert!(!self.in_flight, "one checkpoint of a partition at a time");
+        self.in_flight = true;
+    }
+
+    /// The partition's checkpoint write completed.
     pub fn written(&mut self, pending: PendingCheckpoint, stored: bool, now_ms: i64) {
-        let Some(state) = self.states.get_mut(&pending.key) else {
-            return; // the topic was deleted meanwhile
-        };
-        state.in_flight = false;
+        self.in_flight = false;
         if stored {
-            state.offset = Some(pending.offset);
-            state.log_start_offset = pending.log_start_offset;
-            state.durable_bytes = pending.durable_bytes;
-            state.written_ms = now_ms;
-            state.cleaner_first_dirty_offset = pending.cleaner_first_dirty_offset;
+            self.offset = Some(pending.offset);
+            self.log_start_offset = pending.log_start_offset;
+            self.durable_bytes = pending.durable_bytes;
+            self.written_ms = now_ms;
+            self.cleaner_first_dirty_offset = pending.cleaner_first_dirty_offset;
         }
     }
 }
 
 /// The checkpoint of a partition at its high watermark, with the producer
-/// and transaction state cut back to it: the meta.db write that stores it,
-/// and what to remember when that completes.
+/// and transaction state cut back to it (`ongoing_txns`: the transactions
+/// open at the high watermark, `PartitionTxns::ongoing_at`, which the caller
+/// reads so that this layer names no partition state above it): the
+/// meta.db write that stores it, and what to remember when that completes.
 pub(crate) fn at_high_watermark(
     key: &PartitionKey,
     log: &PartitionLog,
     producers: Option<&ProducerStates>,
-    txns: Option<&PartitionTxns>,
+    ongoing_txns: Vec<(i64, i64)>,
     cleaner_first_dirty_offset: i64,
 ) -> (Vec<MetaOp>, PendingCheckpoint) {
     let hw = log.high_watermark();
     let record = CheckpointRecord {
         log: log.checkpoint(),
         producers: producers.map(|p| p.snapshot_at(hw)).unwrap_or_default(),
-        ongoing_txns: txns.map(|t| t.ongoing_at(hw)).unwrap_or_default(),
+        ongoing_txns,
         cleaner_first_dirty_offset,
     };
     let pending = PendingCheckpoint {

@@ -285,19 +285,6 @@ pub enum DiskOp {
         from: FileStage,
         to: FileStage,
     },
-    /// The log cleaner's CPU work on one segment: run
-    /// `log::clean::work::run(work, ..)` over the segment's live `.log`
-    /// (opened here, in order with the ops before, so it reads what they
-    /// left) and its `.log.cleaned` copy (created here when absent, as by
-    /// `AppendCleaned`), off the thread that drives the core; the ops behind
-    /// it need not wait for it. Completion: `Input::CleanerDone`. What it
-    /// appends is made durable by a `Sync` the core emits after that
-    /// completion (one emitted before may not cover it); until then a power
-    /// cut may lose it, as `AppendCleaned`'s bytes.
-    Clean {
-        io: IoId,
-        work: crate::log::clean::work::CleanerWork,
-    },
     /// Remove a segment's `.cleaned` and `.swap` files, those present (a
     /// cleaning abandoned, or found abandoned at start-up). Durable with the
     /// next Sync.

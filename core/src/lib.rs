@@ -20,6 +20,9 @@ pub mod limits;
 pub mod log;
 pub mod meta;
 pub mod metrics;
+mod outbox;
+mod partition;
+mod partition_key;
 pub mod produce_checks;
 pub mod producer;
 mod properties;
@@ -52,4 +55,4 @@ pub use io::{
     BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, IoError, IoId, MetaOp,
     PartitionDir, SegmentFile, SyncScope,
 };
-pub use topics::PartitionKey;
+pub use partition_key::PartitionKey;

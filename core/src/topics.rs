@@ -11,19 +11,10 @@ use crate::io::{DiskOp, PartitionDir};
 use crate::log::PartitionLog;
 use crate::meta::TopicRecord;
 use crate::metrics::TopicCounters;
+use crate::partition::Partition;
 use crate::topic_config::{self, ProducePrep, StoredCompression};
 
-/// Names one partition of one incarnation of a topic: a topic deleted and
-/// created again under the same name has a new id, so a sync point or a
-/// waiting request of the old one never lands on the new one. The name is
-/// the topic's own, shared: keys are cloned for every append (sync points,
-/// disk operations), and a clone must not allocate.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PartitionKey {
-    pub topic: Arc<str>,
-    pub id: Uuid,
-    pub partition: i32,
-}
+pub use crate::partition_key::PartitionKey;
 
 pub(crate) struct Topic {
     pub id: Uuid,
@@ -35,7 +26,9 @@ pub(crate) struct Topic {
     /// The configs a produce checks, read from `record` and the broker's
     /// defaults whenever `record` changes (never per request).
     pub append: topic_config::AppendConfig,
-    pub partitions: Vec<PartitionLog>,
+    /// The partitions, by index; each holds all its state, so removing the
+    /// topic drops it all.
+    pub partitions: Vec<Partition>,
     /// Bytes and records in and out, for operators (`crate::metrics`).
     pub counters: TopicCounters,
 }
@@ -80,13 +73,22 @@ impl Topic {
         after != before && (codec(before) || codec(after))
     }
 
-    /// A new, empty log for partition `p`, with the topic's roll limits.
-    fn new_log(&self, broker: &BrokerConfig, p: i32) -> PartitionLog {
+    /// A new partition `p` with an empty log, with the topic's roll limits.
+    fn new_partition(&self, broker: &BrokerConfig, p: i32) -> Partition {
         let (segment_bytes, segment_ms) = self.roll_limits(broker);
         let dir = PartitionDir::new(Arc::clone(&self.name), p);
         let mut log = PartitionLog::new(dir, segment_bytes);
         log.set_segment_ms(segment_ms);
-        log
+        Partition::new(log)
+    }
+
+    /// The disk operations that delete the topic's data, partition by
+    /// partition (once it is removed).
+    pub fn delete_ops(&self) -> Vec<(PartitionKey, DiskOp)> {
+        (0..)
+            .zip(self.partitions.iter())
+            .map(|(p, part)| (self.key(p), part.log().delete_all()))
+            .collect()
     }
 
     pub fn key(&self, partition: i32) -> PartitionKey {
@@ -160,27 +162,64 @@ impl Topics {
 
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionLog> {
         let p = usize::try_from(partition).ok()?;
-        self.map.get(topic)?.partitions.get(p)
+        self.map.get(topic)?.partitions.get(p).map(Partition::log)
     }
 
     pub fn partition_by_key(&self, key: &PartitionKey) -> Option<&PartitionLog> {
+        self.get_partition(key).map(Partition::log)
+    }
+
+    /// The partition a key names; `None` once its topic is deleted (a key
+    /// of an earlier incarnation names nothing).
+    pub fn get_partition(&self, key: &PartitionKey) -> Option<&Partition> {
         let topic = self.map.get(&*key.topic).filter(|t| t.id == key.id)?;
         topic.partitions.get(usize::try_from(key.partition).ok()?)
     }
 
-    pub fn partition_mut_by_key(&mut self, key: &PartitionKey) -> Option<&mut PartitionLog> {
+    pub fn get_partition_mut(&mut self, key: &PartitionKey) -> Option<&mut Partition> {
         let topic = self.map.get_mut(&*key.topic).filter(|t| t.id == key.id)?;
         topic
             .partitions
             .get_mut(usize::try_from(key.partition).ok()?)
     }
 
-    /// A partition's log with its topic's counters, in one lookup (the
-    /// produce path bumps them with every append).
+    /// Every partition with its key, in key order (topic name, then
+    /// partition: only one incarnation of a name exists at a time), which is
+    /// the order of a `BTreeSet<PartitionKey>` of them.
+    pub fn partitions(&self) -> impl Iterator<Item = (PartitionKey, &Partition)> {
+        self.map.values().flat_map(|t| {
+            (0..)
+                .zip(t.partitions.iter())
+                .map(|(p, part)| (t.key(p), part))
+        })
+    }
+
+    /// `partitions`, to change.
+    pub fn partitions_mut(&mut self) -> impl Iterator<Item = (PartitionKey, &mut Partition)> {
+        self.map.values_mut().flat_map(|t| {
+            let Topic {
+                id,
+                name,
+                partitions,
+                ..
+            } = t;
+            (0..).zip(partitions.iter_mut()).map(|(p, part)| {
+                let key = PartitionKey {
+                    topic: Arc::clone(name),
+                    id: *id,
+                    partition: p,
+                };
+                (key, part)
+            })
+        })
+    }
+
+    /// A partition with its topic's counters, in one lookup (the produce
+    /// path bumps them with every append).
     pub fn partition_and_counters_mut(
         &mut self,
         key: &PartitionKey,
-    ) -> Option<(&mut PartitionLog, &mut TopicCounters)> {
+    ) -> Option<(&mut Partition, &mut TopicCounters)> {
         let topic = self.map.get_mut(&*key.topic).filter(|t| t.id == key.id)?;
         let log = topic
             .partitions
@@ -206,8 +245,8 @@ impl Topics {
             counters: TopicCounters::default(),
         };
         for p in 0..record.partitions {
-            let log = topic.new_log(config, p);
-            topic.partitions.push(log);
+            let partition = topic.new_partition(config, p);
+            topic.partitions.push(partition);
         }
         if topic.append.compression != StoredCompression::Producer {
             let change = (name.to_string(), topic.append.produce_prep());
@@ -227,8 +266,8 @@ impl Topics {
         // Growing keeps the configs.
         let _ = topic.set_record(config, record);
         for p in topic.partitions.len() as i32..topic.record.partitions {
-            let log = topic.new_log(config, p);
-            topic.partitions.push(log);
+            let partition = topic.new_partition(config, p);
+            topic.partitions.push(partition);
         }
     }
 
@@ -253,17 +292,16 @@ impl Topics {
             self.compression_changes.push(change);
         }
         let (segment_bytes, segment_ms) = topic.roll_limits(config);
-        for log in topic.partitions.iter_mut() {
+        for log in topic.partitions.iter_mut().map(Partition::log_mut) {
             log.set_segment_bytes(segment_bytes);
             log.set_segment_ms(segment_ms);
         }
     }
 
-    /// Removes a topic and returns the disk operations that delete its data.
-    pub fn remove(&mut self, name: &str) -> Vec<(PartitionKey, DiskOp)> {
-        let Some(topic) = self.map.remove(name) else {
-            return Vec::new();
-        };
+    /// Removes a topic, with its partitions and all they hold, and returns
+    /// it; the caller emits the deletion of its data (`Topic::delete_ops`).
+    pub fn remove(&mut self, name: &str) -> Option<Topic> {
+        let topic = self.map.remove(name)?;
         if topic.append.compression != StoredCompression::Producer {
             let gone = ProducePrep {
                 compression: StoredCompression::Producer,
@@ -271,12 +309,7 @@ impl Topics {
             };
             self.compression_changes.push((name.to_string(), gone));
         }
-        topic
-            .partitions
-            .iter()
-            .enumerate()
-            .map(|(p, log)| (topic.key(p as i32), log.delete_all()))
-            .collect()
+        Some(topic)
     }
 
     /// Loads the topics stored in meta.db (in its order), each partition
@@ -304,14 +337,12 @@ impl Topics {
 
     /// Puts a recovered log in its partition's place. It takes the roll
     /// limits of the empty log it replaces, which `insert` gave the topic's.
-    pub fn install(&mut self, key: &PartitionKey, mut log: PartitionLog) {
+    pub fn install(&mut self, key: &PartitionKey, log: PartitionLog) -> &mut Partition {
         let slot = self
-            .partition_mut_by_key(key)
+            .get_partition_mut(key)
             .expect("a recovering partition exists");
-        let (segment_bytes, segment_ms) = slot.roll_limits();
-        log.set_segment_bytes(segment_bytes);
-        log.set_segment_ms(segment_ms);
-        *slot = log;
+        slot.install(log);
+        slot
     }
 
     /// Every partition's key.
@@ -353,7 +384,7 @@ impl Topics {
                 (-1, -1)
             };
             let (id, name) = (topic.id, &topic.name);
-            for (p, log) in topic.partitions.iter_mut().enumerate() {
+            for (p, part) in topic.partitions.iter_mut().enumerate() {
                 let key = PartitionKey {
                     topic: Arc::clone(name),
                     id,
@@ -362,7 +393,10 @@ impl Topics {
                 if skip == Some(&key) {
                     continue;
                 }
-                for op in log.apply_retention(now_ms, retention_ms, retention_bytes) {
+                for op in part
+                    .log_mut()
+                    .apply_retention(now_ms, retention_ms, retention_bytes)
+                {
                     ops.push((key.clone(), op));
                 }
             }

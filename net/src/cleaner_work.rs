@@ -1,4 +1,4 @@
-//! The log cleaner's thread: runs the core's `DiskOp::Clean` jobs
+//! The log cleaner's thread: runs the core's `Output::Clean` jobs
 //! (`doze_core::log::clean::work::run`) off the broker task and off the disk
 //! worker, so neither a client nor an fsync waits for a pass to map or
 //! rebuild a segment (Kafka's LogCleaner runs on threads of its own too,

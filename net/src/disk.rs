@@ -40,7 +40,7 @@
 //! rename over or a deletion of a live name, the response reader's cached
 //! descriptors of the segment are forgotten.
 //!
-//! The cleaner's jobs (`DiskOp::Clean`): the worker opens the segment's
+//! The cleaner's jobs (`Output::Clean`): the worker opens the segment's
 //! `.log` and creates its `.log.cleaned` copy (dirtying it and, when new,
 //! its directory) in order with the other ops, then hands both descriptors
 //! to the cleaner's thread (`cleaner_work.rs`), which answers `CleanerDone`
@@ -118,12 +118,17 @@ pub struct DiskWorker {
 enum Queued {
     /// Ops queued together (`DiskQueue::submit_all`).
     Ops(Vec<DiskOp>),
+    Clean {
+        io: IoId,
+        work: CleanerWork,
+    },
     Pin(PinJob),
 }
 
 /// What the worker runs next: one op, or one pin.
 enum Job {
     Op(DiskOp),
+    Clean { io: IoId, work: CleanerWork },
     Pin(PinJob),
 }
 
@@ -154,6 +159,7 @@ impl Inbox {
             }
             match take(&self.queue)? {
                 Queued::Ops(ops) => self.taken.extend(ops),
+                Queued::Clean { io, work } => return Some(Job::Clean { io, work }),
                 Queued::Pin(pin) => return Some(Job::Pin(pin)),
             }
         }
@@ -233,6 +239,13 @@ impl DiskQueue {
     /// after which nothing can be made durable.
     pub fn submit(&self, op: DiskOp) -> Result<(), IoError> {
         self.submit_all(vec![op])
+    }
+
+    /// Queues one of the cleaner's jobs, in order with the ops.
+    pub fn submit_clean(&self, io: IoId, work: CleanerWork) -> Result<(), IoError> {
+        self.ops
+            .send(Queued::Clean { io, work })
+            .map_err(|_| IoError("the disk worker has stopped".into()))
     }
 
     /// Queues ops, in order, as one job: a worker waiting on its queue
@@ -591,6 +604,7 @@ impl Disk {
                 self.append_all(appends);
             }
             Job::Op(op) => self.execute(op, syncs, completions),
+            Job::Clean { io, work } => self.clean(io, work, completions),
             Job::Pin(PinJob { keys, reply }) => {
                 // The writer may have gone meanwhile; then nobody reads.
                 let _ = reply.send(self.reader.pin_in_order(keys));
@@ -623,7 +637,6 @@ impl Disk {
                 let _ = completions.send(Input::ReadDone { io, result });
                 return;
             }
-            DiskOp::Clean { io, work } => return self.clean(io, work, completions),
             op @ (DiskOp::Append { .. }
             | DiskOp::AppendBatch { .. }
             | DiskOp::AppendCleaned { .. }) => {

@@ -710,6 +710,11 @@ impl<Q: StorageQueue> Driver<Q> {
                     }
                 }
                 Output::Disk(op) => disk_ops.push(op),
+                // After the disk ops before it (flushed above), in order.
+                Output::Clean { io, work } => self
+                    .storage
+                    .submit_clean(io, work)
+                    .map_err(|e| anyhow!(e.0))?,
                 Output::Meta { io, ops } => self
                     .storage
                     .submit_meta(MetaWrite { io, ops })

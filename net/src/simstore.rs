@@ -44,6 +44,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
+use doze_core::log::clean::work::CleanerWork;
 use doze_core::{
     BootState, DiskOp, FileRange, FramePart, Input, IoError, IoId, MetaOp, SegmentFile, SyncScope,
 };
@@ -253,7 +254,7 @@ impl SimStore {
         inner.disk.apply(op, &mut inner.rng);
     }
 
-    /// Carries out a `DiskOp::Clean` job (`SimDisk::clean`); `None` if the
+    /// Carries out an `Output::Clean` job (`SimDisk::clean`); `None` if the
     /// incarnation is dead.
     fn clean(
         &self,
@@ -365,6 +366,10 @@ pub struct SimQueue {
 /// What goes through the simulated disk worker's queue, in order.
 enum Job {
     Op(DiskOp),
+    Clean {
+        io: IoId,
+        work: CleanerWork,
+    },
     /// A response's file parts, read when the worker gets here.
     Pin {
         parts: Vec<FramePart>,
@@ -376,6 +381,12 @@ impl StorageQueue for SimQueue {
     fn submit_disk(&self, op: DiskOp) -> Result<(), IoError> {
         self.disk
             .send(Job::Op(op))
+            .map_err(|_| IoError("the simulated disk worker has stopped".into()))
+    }
+
+    fn submit_clean(&self, io: IoId, work: CleanerWork) -> Result<(), IoError> {
+        self.disk
+            .send(Job::Clean { io, work })
             .map_err(|_| IoError("the simulated disk worker has stopped".into()))
     }
 
@@ -480,7 +491,7 @@ async fn disk_worker(
                     let _ = completions.send(Input::ReadDone { io, result });
                 });
             }
-            Job::Op(DiskOp::Clean { io, work }) => {
+            Job::Clean { io, work } => {
                 let Some(outcome) = store.clean(generation, work) else {
                     return; // a dead incarnation
                 };

@@ -32,7 +32,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use doze_core::{limits, DiskOp, FileRange, FramePart, Input, IoError};
+use doze_core::log::clean::work::CleanerWork;
+use doze_core::{limits, DiskOp, FileRange, FramePart, Input, IoError, IoId};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::metadb::MetaWrite;
@@ -124,6 +125,10 @@ pub trait StorageQueue: Send + 'static {
     fn submit_disks(&self, ops: Vec<DiskOp>) -> Result<(), IoError> {
         ops.into_iter().try_for_each(|op| self.submit_disk(op))
     }
+    /// Queues one of the cleaner's jobs (`Output::Clean`), in order with
+    /// the disk ops: its files are opened after the ops queued before it.
+    /// Completion: `Input::CleanerDone`. Fails only if the storage is gone.
+    fn submit_clean(&self, io: IoId, work: CleanerWork) -> Result<(), IoError>;
     /// Queues one meta.db batch. Fails only if the storage is gone.
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError>;
     /// The frame of an `Output::ResponseParts`, its files pinned at this
@@ -269,7 +274,7 @@ mod production {
     use super::Backlog;
     use tokio::sync::mpsc::UnboundedSender;
 
-    use super::{Finished, FrameFuture, Started, Storage, StorageQueue};
+    use super::{CleanerWork, Finished, FrameFuture, IoId, Started, Storage, StorageQueue};
     use crate::console::metrics::NetMetrics;
     use crate::disk::{DiskQueue, DiskWorker};
     use crate::filereader::FileReader;
@@ -300,6 +305,10 @@ mod production {
 
         fn submit_disks(&self, ops: Vec<DiskOp>) -> Result<(), IoError> {
             self.disk.submit_all(ops)
+        }
+
+        fn submit_clean(&self, io: IoId, work: CleanerWork) -> Result<(), IoError> {
+            self.disk.submit_clean(io, work)
         }
 
         fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError> {

@@ -381,13 +381,10 @@ impl SimDisk {
                 )
             }
             DiskOp::Read { .. } => unreachable!("reads are carried out with SimDisk::read"),
-            DiskOp::Clean { .. } => {
-                unreachable!("cleaner jobs are carried out with SimDisk::clean")
-            }
         }
     }
 
-    /// Carries out a `DiskOp::Clean` job at once, against the model: its
+    /// Carries out an `Output::Clean` job at once, against the model: its
     /// reads of the live `.log` are `read`s, its writes `AppendCleaned`s
     /// (unsynced until a later sync; short on a full disk, the error kept
     /// for that sync), so a crash or power cut after it finds what the

@@ -224,7 +224,7 @@ fn decide(b: &Broker, topic: &str, partition: i32, offset: i64) -> Decision {
     if compact && !delete {
         return Decision::Refused(ResponseError::PolicyViolation);
     }
-    let log = part.log;
+    let log = part.log();
     let hw = log.high_watermark();
     let offset = if offset == HIGH_WATERMARK { hw } else { offset };
     if offset < 0 || offset > hw {

@@ -43,8 +43,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
                     continue;
                 }
             };
-            let states = part.producers.map(|s| s.describe()).unwrap_or_default();
-            let txns = part.txns;
+            let states = part.producers().map(|s| s.describe()).unwrap_or_default();
+            let txns = part.txns();
             pr.active_producers = states
                 .into_iter()
                 .map(|d| {

@@ -222,7 +222,7 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
                     continue;
                 }
             };
-            let log = part.log;
+            let log = part.log();
             let hw = log.high_watermark();
             pd.high_watermark = hw;
             pd.last_stable_offset = part.last_stable_offset();
@@ -233,7 +233,7 @@ fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, V
             pd.aborted_transactions = None;
             if read_committed {
                 let aborted = part
-                    .txns
+                    .txns()
                     .map(|t| t.aborted_overlapping(p.fetch_offset, upper))
                     .unwrap_or_default();
                 pd.aborted_transactions = Some(

@@ -75,7 +75,7 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                     -1
                 };
                 let found = base.clone().with_leader_epoch(epoch);
-                let log = part.log;
+                let log = part.log();
                 let upper = part.read_bound(read_committed);
                 let search = match p.timestamp {
                     LATEST => return found.with_offset(upper),

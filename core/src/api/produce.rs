@@ -152,7 +152,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                     if refusal.by_log {
                         pr.log_start_offset = b
                             .partition_view(name, part.index)
-                            .map_or(-1, |view| view.log.log_start_offset());
+                            .map_or(-1, |view| view.log().log_start_offset());
                     }
                 }
             }

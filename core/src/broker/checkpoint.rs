@@ -8,18 +8,26 @@ use crate::config::PlantedBug;
 use crate::topics::PartitionKey;
 
 impl Broker {
+    /// Whether a checkpoint write of any partition is in flight.
+    pub(super) fn checkpoint_in_flight(&self) -> bool {
+        self.topics
+            .partitions()
+            .any(|(_, p)| p.checkpoint().in_flight())
+    }
+
     /// Writes the checkpoints of `keys` that are due.
     pub(super) fn write_due_checkpoints(&mut self, keys: Vec<PartitionKey>, due: Due) {
         let mut writes = Vec::new();
         let mut waiting = Vec::new();
         for key in keys {
-            let Some(log) = self.topics.partition_by_key(&key) else {
+            let Some(partition) = self.topics.get_partition(&key) else {
                 continue;
             };
+            let log = partition.log();
             let first_dirty = self.cleaner_first_dirty_offset(&key);
             if !self
                 .checkpoints
-                .is_due(&key, log, first_dirty, due, self.now_ms)
+                .is_due(partition.checkpoint(), log, first_dirty, due, self.now_ms)
             {
                 continue;
             }
@@ -32,14 +40,18 @@ impl Broker {
                 waiting.push(key);
                 continue;
             }
-            self.checkpoints.start(&key);
             writes.push(checkpoint::at_high_watermark(
                 &key,
                 log,
-                self.producer_states.get(&key),
-                self.partition_txns.get(&key),
+                partition.producers(),
+                partition
+                    .txns()
+                    .map(|t| t.ongoing_at(log.high_watermark()))
+                    .unwrap_or_default(),
                 first_dirty,
             ));
+            let partition = self.topics.get_partition_mut(&key).expect("found above");
+            partition.checkpoint_mut().start();
         }
         for (ops, pending) in writes {
             self.emit_meta(ops, MetaAction::Checkpoint(pending));
@@ -61,7 +73,11 @@ impl Broker {
     /// A checkpoint write completed.
     pub(super) fn checkpoint_written(&mut self, pending: PendingCheckpoint, stored: bool) {
         let key = pending.key().clone();
-        self.checkpoints.written(pending, stored, self.now_ms);
+        if let Some(partition) = self.topics.get_partition_mut(&key) {
+            partition
+                .checkpoint_mut()
+                .written(pending, stored, self.now_ms);
+        } // else the topic was deleted meanwhile
         if stored {
             self.cleaner_on_checkpoint(&key);
         }

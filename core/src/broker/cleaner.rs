@@ -23,7 +23,7 @@
 //!
 //! The reading, mapping and filtering of a segment are CPU work in
 //! proportion to its records, done beside the core: the pass hands each
-//! segment to the driver as a `DiskOp::Clean` job (`log::clean::work`),
+//! segment to the driver as an `Output::Clean` job (`log::clean::work`),
 //! one job in flight at a time, and goes on when `Input::CleanerDone`
 //! brings back the filled map, or the cleaned copy's index entries (its
 //! `.log.cleaned` written, unsynced). Everything else, the choice of the
@@ -80,7 +80,7 @@ pub(crate) struct Cleaner {
     /// Partitions a pass was abandoned on, and when to try them again.
     backoff_until_ms: BTreeMap<PartitionKey, i64>,
     pass: Option<Pass>,
-    /// The `DiskOp::Clean` job in flight. It may outlive its pass (a
+    /// The `Output::Clean` job in flight. It may outlive its pass (a
     /// deleted topic ends the pass at once): no pass starts, and the broker
     /// does not stop, until it is back, so two jobs never write at once and
     /// none writes after a clean stop.
@@ -143,7 +143,7 @@ impl Cleaner {
         self.pass.as_ref().map(|p| p.key.clone())
     }
 
-    /// Whether a `DiskOp::Clean` job is in flight (a stop waits for it).
+    /// Whether an `Output::Clean` job is in flight (a stop waits for it).
     pub fn working(&self) -> bool {
         self.work.is_some()
     }
@@ -220,14 +220,16 @@ impl Broker {
                 .partition_by_key(&key)
                 .expect("chosen from the topics");
             let spans = log.spans_below(dirtiness.end_offset);
-            let last_records = self
-                .producer_states
-                .get(&key)
+            let partition = self
+                .topics
+                .get_partition(&key)
+                .expect("chosen from the topics");
+            let last_records = partition
+                .producers()
                 .map(|p| p.last_records())
                 .unwrap_or_default();
-            let aborted = self
-                .partition_txns
-                .get(&key)
+            let aborted = partition
+                .txns()
                 .map(|t| t.aborted_overlapping(log.log_start_offset(), dirtiness.end_offset))
                 .unwrap_or_default();
             (
@@ -291,7 +293,7 @@ impl Broker {
             let config = topic.cleanup_config(&self.config);
             if !config.compact
                 || self.cleaner.uncleanable.contains(&key)
-                || self.offline.contains(&key)
+                || self.is_offline(&key)
                 || self
                     .cleaner
                     .backoff_until_ms
@@ -312,12 +314,12 @@ impl Broker {
             // Its last offset, not its end: a checkpoint at a segment's end
             // names that segment and a position in it (its size), which a
             // pass over that segment would leave pointing past the file.
-            let checkpointed = self
-                .checkpoints
-                .stored_offset(&key)
+            let checkpointed = view
+                .checkpoint()
+                .stored_offset()
                 .map_or(-1, |offset| offset - 1);
             let dirtiness = |end| {
-                view.log
+                view.log()
                     .dirtiness(first_dirty, end, self.now_ms, config.min_compaction_lag_ms)
             };
             let cleanable = |d: &clean::Dirtiness| {
@@ -414,12 +416,11 @@ impl Broker {
             size_bytes: span.size_bytes,
             task,
         };
-        let io = self.take_io();
+        let io = self.outbox.take_io();
         self.cleaner.work = Some(io);
         // Not through `emit_disk`: the job asks for no sync of its own; the
         // copy it writes is synced by the swap's first step, or discarded.
-        self.outputs
-            .push_back(Output::Disk(DiskOp::Clean { io, work }));
+        self.outbox.push(Output::Clean { io, work });
     }
 
     /// A job came back: the map goes on to the next span or the pass to
@@ -609,7 +610,7 @@ impl Broker {
     fn cleaner_emit(&mut self, ops: Vec<DiskOp>) {
         self.cleaner_write(ops);
         // Any sync issued from now on covers them.
-        let from = self.next_io;
+        let from = self.outbox.next_io();
         self.cleaner.pass.as_mut().expect("a pass runs").sync_from = Some(from);
         self.request_sync();
     }
@@ -684,10 +685,8 @@ impl Broker {
         let span = pass.spans[i];
         let key = pass.key.clone();
         let dir = pass.dir.clone();
-        let log = self
-            .topics
-            .partition_mut_by_key(&key)
-            .expect("checked alive");
+        let partition = self.topics.get_partition_mut(&key).expect("checked alive");
+        let log = partition.log_mut();
         let kept_aborted = copy.kept_aborted().to_vec();
         if !log.install_cleaned(*copy, span.size_bytes) {
             // `cleaner_sync_done` checked the segment a moment ago, so only
@@ -695,7 +694,7 @@ impl Broker {
             tracing::error!(topic = %key.topic, partition = key.partition, "cleaned segment {} gone before its swap", span.base_offset);
             return self.cleaner_abandon("the segment changed under the pass", false);
         }
-        if let Some(txns) = self.partition_txns.get_mut(&key) {
+        if let Some(txns) = partition.txns_mut() {
             txns.replace_aborted_in(span.base_offset, span.end_offset, &kept_aborted);
         }
         self.reading.forget_segment(&dir, span.base_offset);

@@ -47,41 +47,34 @@ impl Broker {
         let ok = result.is_ok();
         match result {
             Ok(()) => {
-                let mut moved = Vec::with_capacity(inflight.points.len());
-                for (key, point) in inflight.points {
-                    if inflight.scope == SyncScope::All {
-                        self.index_lagging.remove(&key);
-                    }
-                    let Some(log) = self.topics.partition_mut_by_key(&key) else {
-                        continue;
-                    };
-                    log.mark_durable(point, inflight.scope);
-                    let hw = log.high_watermark();
-                    if let Some(txns) = self.partition_txns.get_mut(&key) {
-                        txns.mark_durable(hw);
-                    }
-                    moved.push(key);
-                }
+                let moved = self
+                    .topics
+                    .partitions_mut()
+                    .filter_map(|(key, p)| p.sync_done(inflight.scope).then_some(key))
+                    .collect();
                 self.write_due_checkpoints(moved, Due::Bytes);
                 if inflight.scope == SyncScope::All {
                     self.all_sync_wanted = false;
                     // They were due when they asked for this sync.
-                    let waiting = std::mem::take(&mut self.checkpoints_after_index_sync);
-                    self.write_due_checkpoints(waiting.into_iter().collect(), Due::Now);
+                    let waiting = self
+                        .topics
+                        .partitions_mut()
+                        .filter_map(|(key, p)| p.take_checkpoint_wait().then_some(key))
+                        .collect();
+                    self.write_due_checkpoints(waiting, Due::Now);
                 }
             }
             Err(e) => {
                 // After a failed fsync the page cache cannot be trusted
                 // (fsyncgate): cut every partition back to what is known durable,
-                // fail whoever waited on the rest, and sync the cut itself.
+                // fail whoever waited on the rest, and sync the cut itself:
+                // those the sync covered, those written since, and those
+                // with the index appends earlier syncs left for this one.
                 tracing::error!("sync failed: {}; truncating to the durable point", e.0);
-                let mut keys: std::collections::BTreeSet<PartitionKey> =
-                    inflight.points.into_iter().map(|(k, _)| k).collect();
-                keys.extend(self.dirty.iter().cloned());
-                // And the index appends earlier syncs left for this one.
-                keys.extend(self.index_lagging.iter().cloned());
-                for key in keys {
-                    self.truncate_to_durable(&key);
+                for (_, partition) in self.topics.partitions_mut() {
+                    if partition.sync_failed() {
+                        partition.truncate_to_durable(&mut self.outbox);
+                    }
                 }
                 self.fail_undurable_writes();
             }
@@ -151,9 +144,8 @@ impl Broker {
 
     /// Asks the driver for a range of a segment file; `Input::ReadDone` answers.
     pub(super) fn emit_read(&mut self, range: FileRange) -> IoId {
-        let io = self.take_io();
-        self.outputs
-            .push_back(Output::Disk(DiskOp::Read { io, range }));
+        let io = self.outbox.take_io();
+        self.outbox.push(Output::Disk(DiskOp::Read { io, range }));
         io
     }
 
@@ -163,14 +155,21 @@ impl Broker {
     }
 
     /// Emits a disk operation for a partition; it becomes durable with the
-    /// next sync.
+    /// next sync. A partition gone (a deleted topic's, a directory no topic
+    /// owns) still wants that sync.
     pub(super) fn emit_disk(&mut self, key: PartitionKey, op: DiskOp) {
-        assert!(
-            !matches!(op, DiskOp::Sync { .. } | DiskOp::Read { .. }),
-            "syncs are started by request_sync, reads by emit_read"
-        );
-        self.dirty.insert(key);
-        self.outputs.push_back(Output::Disk(op));
+        match self.topics.get_partition_mut(&key) {
+            Some(partition) => partition.emit(op, &mut self.outbox),
+            None => {
+                self.gone_dirty = true;
+                self.outbox.disk(op);
+            }
+        }
+    }
+
+    /// A partition may hold index appends no sync covered.
+    pub(super) fn index_lagging(&self) -> bool {
+        self.topics.partitions().any(|(_, p)| p.is_index_lagging())
     }
 
     /// Asks for everything emitted so far to become durable. One sync is in
@@ -185,7 +184,8 @@ impl Broker {
     /// Something waits for a sync: disk operations no sync covered, an
     /// `All` sync asked for, or a topic's removal whose sync failed.
     pub(super) fn sync_wanted(&self) -> bool {
-        !self.dirty.is_empty()
+        self.gone_dirty
+            || self.topics.partitions().any(|(_, p)| p.is_dirty())
             || self.all_sync_wanted
             || self.unsynced_removals.values().any(Option::is_none)
     }
@@ -202,7 +202,9 @@ impl Broker {
     /// high watermark are not all durable: the next sync covers them
     /// (`SyncScope::All`), and the checkpoint is written once it completes.
     pub(super) fn checkpoint_after_index_sync(&mut self, key: PartitionKey) {
-        self.checkpoints_after_index_sync.insert(key);
+        if let Some(partition) = self.topics.get_partition_mut(&key) {
+            partition.wait_for_index_sync();
+        }
         self.request_all_sync();
     }
 
@@ -221,31 +223,17 @@ impl Broker {
         } else {
             SyncScope::Logs
         };
-        let io = self.take_io();
+        let io = self.outbox.take_io();
         for covering in self.unsynced_removals.values_mut() {
             covering.get_or_insert(io);
         }
-        let mut keys = std::mem::take(&mut self.dirty);
-        if scope == SyncScope::All {
-            keys.extend(self.index_lagging.iter().cloned());
+        // What partitions gone left needs no sync once one starts.
+        self.gone_dirty = false;
+        for (_, partition) in self.topics.partitions_mut() {
+            partition.start_sync(scope);
         }
-        let mut points = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.topics.partition_mut_by_key(&key) {
-                Some(log) => points.push((key, log.sync_point(scope))),
-                None => {
-                    self.index_lagging.remove(&key); // the topic was deleted
-                }
-            }
-        }
-        if scope == SyncScope::Logs {
-            // They may hold index appends this sync leaves out.
-            self.index_lagging
-                .extend(points.iter().map(|(key, _)| key.clone()));
-        }
-        self.sync_in_flight = Some(SyncInFlight { io, scope, points });
-        self.outputs
-            .push_back(Output::Disk(DiskOp::Sync { io, scope }));
+        self.sync_in_flight = Some(SyncInFlight { io, scope });
+        self.outbox.push(Output::Disk(DiskOp::Sync { io, scope }));
     }
 
     /// Deletes the group offsets that expired, when the check is due
@@ -269,14 +257,8 @@ impl Broker {
 
     /// Writes a batch to meta.db; `action` runs when it completes.
     pub(crate) fn emit_meta(&mut self, ops: Vec<MetaOp>, action: impl Into<MetaAction>) {
-        let io = self.take_io();
+        let io = self.outbox.take_io();
         self.pending_meta.insert(io, action.into());
-        self.outputs.push_back(Output::Meta { io, ops });
-    }
-
-    pub(super) fn take_io(&mut self) -> IoId {
-        let io = self.next_io;
-        self.next_io += 1;
-        io
+        self.outbox.push(Output::Meta { io, ops });
     }
 }

@@ -21,7 +21,7 @@ pub(super) fn snapshot(b: &Broker, counters: Counters) -> Snapshot {
             partitions.push(PartitionSnapshot {
                 topic: name.clone(),
                 partition: p,
-                high_watermark: view.log.high_watermark(),
+                high_watermark: view.log().high_watermark(),
                 last_stable_offset: view.last_stable_offset(),
             });
         }

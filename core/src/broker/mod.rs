@@ -10,8 +10,8 @@
 //!   markers are durable, data arrives, a read is in, a topic change or an id block is
 //!   stored);
 //! - `disk`: disk and meta.db writes, syncs, reads, and their completions;
-//! - `partition`: one partition's log, producer state and transaction state
-//!   together (appends, markers, the cut after a failed sync, offline);
+//! - `partition`: one partition by its key, for the handlers (the state is
+//!   `crate::partition::Partition`'s, held by its topic);
 //! - `topics`: topics created, grown and deleted with all they hold;
 //! - `checkpoint`: when recovery checkpoints are written;
 //! - `recovery`: the start-up until the broker serves.
@@ -29,7 +29,7 @@ mod security;
 mod topics;
 mod waiting;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::{InitProducerIdRequest, RequestKind};
 
@@ -41,19 +41,20 @@ use crate::conn::Conn;
 use crate::group::Coordinator;
 use crate::io::{BootState, ConnId, IoId};
 use crate::log::PartitionLog;
-use crate::producer::{ProducerIds, ProducerStates};
+use crate::outbox::Outbox;
+use crate::producer::ProducerIds;
 use crate::request::RequestCtx;
-use crate::topics::{PartitionKey, Topics};
-use crate::txn::{PartitionTxns, Txns};
+use crate::topics::Topics;
+use crate::txn::Txns;
 
+pub(crate) use crate::partition::MarkerRefused;
 pub(crate) use disk::MetaAction;
-pub(crate) use partition::MarkerRefused;
 
-/// A sync in flight: the durability point each dirty partition will reach.
+/// A sync in flight; each partition it covers holds the durability point
+/// it brings it to (`Partition::start_sync`).
 struct SyncInFlight {
     io: IoId,
     scope: crate::io::SyncScope,
-    points: Vec<(PartitionKey, crate::log::SyncPoint)>,
 }
 
 /// The broker. See the crate docs.
@@ -62,21 +63,18 @@ pub struct Broker {
     /// The time of the input being handled (ms since the UNIX epoch).
     now_ms: i64,
     booted: bool,
-    outputs: VecDeque<Output>,
+    /// Outputs for the driver, and the I/O ids.
+    outbox: Outbox,
     conns: BTreeMap<ConnId, Conn>,
+    /// The topics, which hold their partitions and all their state.
     topics: Topics,
-    next_io: IoId,
-    /// Partitions with disk operations not yet covered by a sync.
-    dirty: BTreeSet<PartitionKey>,
     sync_in_flight: Option<SyncInFlight>,
-    /// Partitions a `SyncScope::Logs` sync covered since the last `All`
-    /// one that did: they may hold unsynced index appends, which an `All`
-    /// sync covers (even when they are not dirty), a failed sync has them
-    /// repair, and a clean stop syncs.
-    index_lagging: BTreeSet<PartitionKey>,
-    /// Partitions whose due checkpoint waits for an `All` sync; the next
-    /// sync is one, and its completion writes them.
-    checkpoints_after_index_sync: BTreeSet<PartitionKey>,
+    /// A disk operation of a partition that no longer exists (a deleted
+    /// topic's directories, one no topic owns) that no started sync covers:
+    /// a sync is wanted. A deleted partition's own flags go with it: its
+    /// deletion is such an operation, and the next sync to start would have
+    /// forgotten them.
+    gone_dirty: bool,
     /// The next sync is a `SyncScope::All` one, even with nothing dirty;
     /// until one completes OK.
     all_sync_wanted: bool,
@@ -109,16 +107,9 @@ pub struct Broker {
     init_waiting: Vec<(RequestCtx, InitProducerIdRequest)>,
     /// The transaction coordinator's ids.
     txns: Txns,
-    /// Open and aborted transactions per partition (absent: none ever).
-    partition_txns: BTreeMap<PartitionKey, PartitionTxns>,
-    /// Producer state per partition; a missing entry is rebuilt from the
-    /// log's tail on first use (after a restart or a cut log).
-    producer_states: BTreeMap<PartitionKey, ProducerStates>,
     next_producer_expiry_ms: i64,
     /// The start-up until the broker serves (`recovery`).
     booting: Option<recovery::Boot>,
-    /// Partitions whose files failed a read: KAFKA_STORAGE_ERROR until a restart.
-    offline: BTreeSet<PartitionKey>,
     /// Recovery checkpoints (`crate::checkpoint`).
     checkpoints: Checkpoints,
     /// Requests waiting for reads of the log (`api::reads`).
@@ -150,16 +141,13 @@ impl Broker {
             config,
             now_ms: 0,
             booted: false,
-            outputs: VecDeque::new(),
+            outbox: Outbox::default(),
             conns: BTreeMap::new(),
             topics: Topics::default(),
-            next_io: 1,
-            dirty: BTreeSet::new(),
             sync_in_flight: None,
+            gone_dirty: false,
             unsynced_removals: BTreeMap::new(),
             parked_creates: Vec::new(),
-            index_lagging: BTreeSet::new(),
-            checkpoints_after_index_sync: BTreeSet::new(),
             all_sync_wanted: false,
             pending_meta: BTreeMap::new(),
             deferred: Vec::new(),
@@ -170,12 +158,9 @@ impl Broker {
             next_retention_check_ms: 0,
             producer_ids: ProducerIds::default(),
             init_waiting: Vec::new(),
-            producer_states: BTreeMap::new(),
             next_producer_expiry_ms: 0,
             txns: Txns::default(),
-            partition_txns: BTreeMap::new(),
             booting: None,
-            offline: BTreeSet::new(),
             checkpoints,
             reading: Default::default(),
             cleaner: Default::default(),
@@ -296,7 +281,7 @@ impl Broker {
         self.handle_timers();
         for (topic, prep) in self.topics.take_compression_changes() {
             let offer = Output::TopicCompression { topic, prep };
-            self.outputs.push_back(offer);
+            self.outbox.push(offer);
         }
         self.check_stopped();
     }
@@ -352,9 +337,10 @@ impl Broker {
                 self.request_sync();
             }
             // Aborted transactions below the new log starts are no longer fetched.
-            for (key, txns) in self.partition_txns.iter_mut() {
-                if let Some(log) = self.topics.partition_by_key(key) {
-                    txns.forget_below(log.log_start_offset());
+            for (_, partition) in self.topics.partitions_mut() {
+                let start = partition.log().log_start_offset();
+                if let Some(txns) = partition.txns_mut() {
+                    txns.forget_below(start);
                 }
             }
         }
@@ -362,8 +348,10 @@ impl Broker {
             let interval_ms = self.config.producer_id_expiration_check_interval_ms.max(1);
             self.next_producer_expiry_ms = self.now_ms + interval_ms;
             let expiration_ms = self.config.producer_id_expiration_ms;
-            for states in self.producer_states.values_mut() {
-                states.expire(self.now_ms, expiration_ms);
+            for (_, partition) in self.topics.partitions_mut() {
+                if let Some(states) = partition.producers_mut() {
+                    states.expire(self.now_ms, expiration_ms);
+                }
             }
         }
         self.groups.tick(self.now_ms);
@@ -401,25 +389,25 @@ impl Broker {
         if crate::txn::complete::write_owed_for_stop(self) {
             return;
         }
-        if !self.checkpoints.in_flight() {
+        if !self.checkpoint_in_flight() {
             let keys = self.topics.keys();
             self.write_due_checkpoints(keys, crate::checkpoint::Due::Now);
         }
         // Nothing is left unsynced at a clean stop, index appends included
         // (a roll's last time entry may come after the last checkpoint).
-        if !self.index_lagging.is_empty() {
+        if self.index_lagging() {
             self.request_all_sync();
         }
-        if !self.checkpoints.in_flight() && self.sync_in_flight.is_none() {
+        if !self.checkpoint_in_flight() && self.sync_in_flight.is_none() {
             self.stopped = true;
-            self.outputs.push_back(Output::Stopped);
+            self.outbox.push(Output::Stopped);
         }
     }
 
     // ---- polls --------------------------------------------------------------
 
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        self.outbox.pop()
     }
 
     /// The absolute time (ms since the UNIX epoch) at which the driver must

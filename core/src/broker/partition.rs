@@ -1,65 +1,16 @@
-//! What one partition's log, producer state and transaction state do
-//! together, for the API handlers and the transaction coordinator alike:
-//! appending a producer's batch or a marker, cutting all three back after a
-//! failed sync, and going offline after a failed read.
+//! One partition by its key, for the API handlers and the transaction
+//! coordinator: the lookups and the errors a client is answered with, and
+//! the calls into the `crate::partition::Partition` that holds the log,
+//! producer state and transaction state together.
 
 use bytes::Bytes;
 
 use super::Broker;
 use crate::batch::BatchHeader;
 use crate::io::FileRange;
-use crate::producer::{AppendCheck, MarkerFenced, ProducerError, ProducerStates};
+use crate::partition::{BatchAppended, MarkerRefused, Partition};
+use crate::producer::{AppendCheck, MarkerFenced, ProducerError};
 use crate::topics::PartitionKey;
-
-/// Why a marker was not appended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum MarkerRefused {
-    /// The partition is gone (its topic deleted): nothing left to mark.
-    Gone,
-    /// The partition is offline after a failed read: try again (it comes
-    /// back with a restart, which carries the decision out anyway).
-    Offline,
-}
-
-/// Where a producer's batch landed.
-pub(crate) struct BatchAppended {
-    pub base_offset: i64,
-    pub last_offset: i64,
-    pub log_append_time_ms: i64,
-    pub log_start_offset: i64,
-}
-
-/// One partition as a handler reads it: its log and its transaction state.
-pub(crate) struct PartitionView<'a> {
-    pub log: &'a crate::log::PartitionLog,
-    pub txns: Option<&'a crate::txn::PartitionTxns>,
-    pub producers: Option<&'a ProducerStates>,
-}
-
-impl PartitionView<'_> {
-    /// The first offset of the oldest open transaction, or the high
-    /// watermark. Never below the log start: a transaction that began below
-    /// a start DeleteRecords moved stays open, and its first offset counts
-    /// as the log start, as Kafka's UnifiedLog.maybeIncrementFirstUnstableOffset
-    /// takes max(first unstable offset, log start offset).
-    pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.log.high_watermark();
-        let start = self.log.log_start_offset();
-        self.txns
-            .and_then(|t| t.first_unstable_offset())
-            .map_or(hw, |first| first.max(start).min(hw))
-    }
-
-    /// What a reader may see up to: the LSO under read_committed, else the
-    /// high watermark.
-    pub fn read_bound(&self, read_committed: bool) -> i64 {
-        if read_committed {
-            self.last_stable_offset()
-        } else {
-            self.log.high_watermark()
-        }
-    }
-}
 
 impl Broker {
     /// A partition to read or write, or the error a client is answered with:
@@ -68,17 +19,12 @@ impl Broker {
         &self,
         topic: &str,
         partition: i32,
-    ) -> Result<PartitionView<'_>, kafka_protocol::ResponseError> {
+    ) -> Result<&Partition, kafka_protocol::ResponseError> {
         let key = self.partition_key(topic, partition)?;
-        let log = self
+        Ok(self
             .topics
-            .partition_by_key(&key)
-            .expect("checked by partition_key");
-        Ok(PartitionView {
-            txns: self.partition_txns.get(&key),
-            producers: self.producer_states.get(&key),
-            log,
-        })
+            .get_partition(&key)
+            .expect("checked by partition_key"))
     }
 
     /// The key of a partition to read or write, or the error a client is
@@ -95,7 +41,7 @@ impl Broker {
             .filter(|_| self.topics.partition(topic, partition).is_some())
             .ok_or(ResponseError::UnknownTopicOrPartition)?;
         let key = t.key(partition);
-        if self.offline.contains(&key) {
+        if self.is_offline(&key) {
             return Err(ResponseError::KafkaStorageError);
         }
         Ok(key)
@@ -103,14 +49,16 @@ impl Broker {
 
     /// Whether the partition is offline after a failed read.
     pub(crate) fn is_offline(&self, key: &PartitionKey) -> bool {
-        self.offline.contains(key)
+        self.topics
+            .get_partition(key)
+            .is_some_and(Partition::is_offline)
     }
 
     /// Whether `producer_id` has a transaction open in the partition.
     pub(crate) fn has_ongoing_txn(&self, key: &PartitionKey, producer_id: i64) -> bool {
-        self.partition_txns
-            .get(key)
-            .is_some_and(|t| t.is_ongoing(producer_id))
+        self.topics
+            .get_partition(key)
+            .is_some_and(|p| p.has_ongoing_txn(producer_id))
     }
 
     /// Checks a producer's batch against the partition's producer state.
@@ -119,7 +67,11 @@ impl Broker {
         key: &PartitionKey,
         header: &BatchHeader,
     ) -> Result<AppendCheck, ProducerError> {
-        self.producer_states_mut(key).check(header)
+        match self.topics.get_partition_mut(key) {
+            Some(partition) => partition.check_producer(header),
+            // A partition gone has no producers: what a fresh state says.
+            None => crate::producer::ProducerStates::default().check(header),
+        }
     }
 
     /// Appends a producer's batch, checked, to a partition: the log, the
@@ -131,46 +83,18 @@ impl Broker {
         bytes: Bytes,
         log_append_time: bool,
     ) -> BatchAppended {
-        let now_ms = self.now_ms;
-        let (log, counters) = self
+        let (partition, counters) = self
             .topics
             .partition_and_counters_mut(key)
             .expect("checked by the caller");
         counters.produced(bytes.len(), header.records_count);
-        let info = log.append(bytes, now_ms, log_append_time);
-        let log_start_offset = log.log_start_offset();
-        if header.has_producer_id() {
-            // The producer's last timestamp is its batch's (Kafka's
-            // ProducerStateEntry.lastTimestamp: what DescribeProducers shows
-            // and producer.id.expiration.ms counts from), the same before and
-            // after a restart rebuilds it from the log.
-            let batch_timestamp_ms = if log_append_time {
-                now_ms
-            } else {
-                header.max_timestamp
-            };
-            self.producer_states_mut(key).record(
-                header,
-                info.base_offset,
-                info.last_offset,
-                batch_timestamp_ms,
-            );
-        }
-        if header.is_transactional() {
-            self.partition_txns
-                .entry(key.clone())
-                .or_default()
-                .on_data(header.producer_id, info.base_offset);
-        }
-        for op in info.ops {
-            self.emit_disk(key.clone(), op);
-        }
-        BatchAppended {
-            base_offset: info.base_offset,
-            last_offset: info.last_offset,
-            log_append_time_ms: info.log_append_time_ms,
-            log_start_offset,
-        }
+        partition.append_batch(
+            header,
+            bytes,
+            self.now_ms,
+            log_append_time,
+            &mut self.outbox,
+        )
     }
 
     /// Checks a marker a coordinator asks for (WriteTxnMarkers) against the
@@ -182,38 +106,22 @@ impl Broker {
         epoch: i16,
         coordinator_epoch: i32,
     ) -> Result<(), MarkerFenced> {
-        match self.producer_states.get(key) {
-            Some(states) => states.check_marker(producer_id, epoch, coordinator_epoch),
+        match self.topics.get_partition(key) {
+            Some(partition) => partition.check_marker(producer_id, epoch, coordinator_epoch),
             None => Ok(()),
         }
     }
 
     /// Whether `producer_id`'s transaction is closed on this partition at
-    /// `epoch`, durably: nothing of it open, no marker of it that a failed
-    /// sync could still cut away, and a batch of `epoch` or later seen (its
-    /// marker, or earlier data of the same epoch, in which case a marker
-    /// would close nothing). A marker there would change nothing but a
-    /// fenced producer's epoch, which this requires to be seen already.
+    /// `epoch`, durably (`Partition::txn_closed_at`); not on a partition gone.
     pub(crate) fn txn_closed_at(&self, key: &PartitionKey, producer_id: i64, epoch: i16) -> bool {
-        if self.offline.contains(key) {
-            return false;
-        }
-        let open = self
-            .partition_txns
-            .get(key)
-            .is_some_and(|t| t.is_ongoing(producer_id) || t.has_unsynced_marker(producer_id));
-        let seen = self
-            .producer_states
-            .get(key)
-            .and_then(|s| s.epoch(producer_id));
-        !open && seen.is_some_and(|e| e >= epoch)
+        self.topics
+            .get_partition(key)
+            .is_some_and(|p| p.txn_closed_at(producer_id, epoch))
     }
 
     /// Appends a transaction marker of `producer_id` to a partition and
-    /// returns its offset. An abort of a transaction that wrote here is
-    /// booked in the segment's `.txnindex`; a marker of a producer with no
-    /// transaction open here changes no transaction state (Kafka's
-    /// appendEndTxnMarker completes no transaction then).
+    /// returns its offset (`Partition::append_marker`).
     pub(crate) fn append_marker(
         &mut self,
         key: &PartitionKey,
@@ -222,37 +130,18 @@ impl Broker {
         coordinator_epoch: i32,
         commit: bool,
     ) -> Result<i64, MarkerRefused> {
-        if self.offline.contains(key) {
-            return Err(MarkerRefused::Offline);
-        }
-        let now_ms = self.now_ms;
-        let log = self
+        let partition = self
             .topics
-            .partition_mut_by_key(key)
+            .get_partition_mut(key)
             .ok_or(MarkerRefused::Gone)?;
-        let mut info = log.append(
-            crate::control::build(producer_id, epoch, commit, coordinator_epoch, now_ms),
-            now_ms,
-            false,
-        );
-        let aborted = self
-            .partition_txns
-            .entry(key.clone())
-            .or_default()
-            .on_marker(producer_id, commit, info.base_offset);
-        if let Some(aborted) = aborted {
-            let log = self
-                .topics
-                .partition_mut_by_key(key)
-                .expect("appended above");
-            info.ops.push(log.append_aborted(&aborted));
-        }
-        self.producer_states_mut(key)
-            .record_marker(producer_id, epoch, coordinator_epoch, now_ms);
-        for op in info.ops {
-            self.emit_disk(key.clone(), op);
-        }
-        Ok(info.base_offset)
+        partition.append_marker(
+            producer_id,
+            epoch,
+            coordinator_epoch,
+            commit,
+            self.now_ms,
+            &mut self.outbox,
+        )
     }
 
     /// A Fetch response sent `bytes` bytes and `records` offsets of `topic`
@@ -264,99 +153,22 @@ impl Broker {
     }
 
     /// Moves a partition's log start to `offset` (DeleteRecords, once meta.db
-    /// holds it), deletes the segments wholly below it, and returns the log
-    /// start now (larger than `offset` if retention got further meanwhile).
-    ///
-    /// Producer state stays as it is: since KIP-360 Kafka keeps a producer
-    /// whose batches were all deleted until producer.id.expiration.ms
-    /// (ProducerStateManager.onLogStartOffsetIncremented drops only completed
-    /// transactions whose marker is below the start, which we forget when
-    /// their marker is durable), so an idempotent producer is not answered
-    /// UNKNOWN_PRODUCER_ID after its records go. Open transactions stay open;
-    /// the stable offset counts from the start (`last_stable_offset`).
+    /// holds it) and returns the log start now (`Partition::move_log_start`);
+    /// `None` for a partition gone.
     pub(crate) fn move_log_start(&mut self, key: &PartitionKey, offset: i64) -> Option<i64> {
-        let log = self.topics.partition_mut_by_key(key)?;
-        log.log_start_stored(offset);
-        let ops = log.increment_log_start(offset);
-        let start = log.log_start_offset();
-        assert!(start >= offset, "the log start never moves back");
-        // Aborted transactions wholly below the start are no longer fetched.
-        if let Some(txns) = self.partition_txns.get_mut(key) {
-            txns.forget_below(start);
-        }
-        for op in ops {
-            self.emit_disk(key.clone(), op);
-        }
-        Some(start)
-    }
-
-    /// The partition's producer state (empty for a partition never written).
-    fn producer_states_mut(&mut self, key: &PartitionKey) -> &mut ProducerStates {
-        self.producer_states.entry(key.clone()).or_default()
-    }
-
-    /// After a failed sync: cuts the partition back to its high watermark, its
-    /// producer and transaction state with it, and emits the cut (and the
-    /// repair of the index files of the segment kept).
-    pub(super) fn truncate_to_durable(&mut self, key: &PartitionKey) {
-        let Some(log) = self.topics.partition_by_key(key) else {
-            return;
-        };
-        let hw = log.high_watermark();
-        let hw_segment = log.high_watermark_position().segment_base;
-        let aborted_kept = match self.partition_txns.get_mut(key) {
-            Some(txns) => {
-                txns.truncate_above(hw);
-                txns.aborted_in(hw_segment, i64::MAX)
-            }
-            None => Vec::new(),
-        };
-        if let Some(states) = self.producer_states.get_mut(key) {
-            states.truncate_above(hw);
-        }
-        let log = self
-            .topics
-            .partition_mut_by_key(key)
-            .expect("present above");
-        let ops = log.truncate_to_durable(&aborted_kept);
-        for op in ops {
-            self.emit_disk(key.clone(), op);
-        }
-        // Index appends of earlier segments a `SyncScope::Logs` sync left
-        // unsynced: the failure may have taken them too.
-        let unsynced = self
-            .topics
-            .partition_by_key(key)
-            .map(|log| log.segments_with_unsynced_indexes())
-            .unwrap_or_default();
-        for base in unsynced.into_iter().filter(|b| *b != hw_segment) {
-            self.repair_indexes(key, base);
-        }
+        let partition = self.topics.get_partition_mut(key)?;
+        Some(partition.move_log_start(offset, &mut self.outbox))
     }
 
     /// Repairs a segment's index files from memory (after a failed sync).
     pub(super) fn repair_indexes(&mut self, key: &PartitionKey, segment_base: i64) {
-        let Some(log) = self.topics.partition_mut_by_key(key) else {
-            return;
-        };
-        let Some((from, to)) = log.segment_span(segment_base) else {
-            return;
-        };
-        let aborted = self
-            .partition_txns
-            .get(key)
-            .map(|t| t.aborted_in(from, to))
-            .unwrap_or_default();
-        let ops = log.repair_indexes(segment_base, &aborted);
-        for op in ops {
-            self.emit_disk(key.clone(), op);
+        if let Some(partition) = self.topics.get_partition_mut(key) {
+            partition.repair_indexes(segment_base, &mut self.outbox);
         }
     }
 
-    /// A partition whose files failed a read answers KAFKA_STORAGE_ERROR
-    /// until a restart (Kafka takes the failed log dir offline). A read of a
-    /// segment the log no longer holds (retention or a topic deletion got
-    /// there first) is a race, not a failed disk: the reader was answered
+    /// A read of `range` failed (`Partition::read_failed`). A read of a
+    /// partition gone is a race, not a failed disk: the reader was answered
     /// with an error or a closed connection, and nothing goes offline.
     pub(super) fn take_offline(&mut self, range: &FileRange) {
         let dir = &range.dir;
@@ -364,11 +176,10 @@ impl Broker {
             return;
         };
         let key = topic.key(dir.partition);
-        let held = self
-            .topics
-            .partition_by_key(&key)
-            .is_some_and(|log| log.holds(range));
-        if held && self.offline.insert(key) {
+        let Some(partition) = self.topics.get_partition_mut(&key) else {
+            return;
+        };
+        if partition.read_failed(range) {
             tracing::error!(dir = %dir.dir_name(), "partition offline until restart");
         }
     }

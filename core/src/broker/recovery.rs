@@ -32,10 +32,10 @@ use crate::checkpoint::{self, CheckpointRecord, Due};
 use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDir};
 use crate::limits;
 use crate::log::recovery::LogRecovery;
+use crate::partition::PartitionTxns;
 use crate::produce_checks::ProduceChecks;
 use crate::producer::ProducerStates;
 use crate::topics::PartitionKey;
-use crate::txn::PartitionTxns;
 
 /// Times a failing recovery read is tried before its partition goes offline.
 const RECOVERY_READ_TRIES: u32 = 3;
@@ -327,7 +327,10 @@ pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>
             } else {
                 tracing::error!(dir = %range.dir.dir_name(), "partition offline until restart");
                 boot.partitions.remove(&key);
-                b.offline.insert(key);
+                let partition = b.topics.get_partition_mut(&key);
+                partition
+                    .expect("a recovering partition exists")
+                    .set_offline();
             }
         }
     }
@@ -351,11 +354,9 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
     let mut txns = part.txns;
     txns.mark_durable(hw);
     txns.forget_below(log_start);
-    b.topics.install(&key, log);
-    b.producer_states.insert(key.clone(), part.producers);
-    b.partition_txns.insert(key.clone(), txns);
-    b.checkpoints.booted(
-        key.clone(),
+    let partition = b.topics.install(&key, log);
+    partition.install_state(part.producers, txns);
+    *partition.checkpoint_mut() = crate::checkpoint::CheckpointState::booted(
         part.checkpoint_offset,
         log_start,
         part.cleaner_first_dirty_offset,

@@ -175,7 +175,7 @@ impl Broker {
         };
         for frame in conn.finish(ctx.seq, frame) {
             let conn = ctx.conn;
-            self.outputs.push_back(match frame {
+            self.outbox.push(match frame {
                 Frame::Bytes(frame) => Output::Response { conn, frame },
                 Frame::Parts(parts) => Output::ResponseParts { conn, parts },
             });
@@ -187,7 +187,7 @@ impl Broker {
         self.forget_sasl_deadline(conn);
         if self.conns.remove(&conn).is_some() {
             self.waiting_fetches.retain(|f| f.ctx.conn != conn);
-            self.outputs.push_back(Output::Close { conn });
+            self.outbox.push(Output::Close { conn });
         }
     }
 }

@@ -97,7 +97,7 @@ impl Broker {
     pub(super) fn handle_sasl_token(&mut self, conn: ConnId, token: Bytes) {
         match self.sasl_authenticate(conn, &token) {
             Step::Continue(reply) | Step::Done { token: reply, .. } => {
-                self.outputs.push_back(Output::Response {
+                self.outbox.push(Output::Response {
                     conn,
                     frame: Bytes::from(reply),
                 });
@@ -164,7 +164,7 @@ impl Broker {
                 if let Some(deadline_ms) = c.auth_deadline_ms.take() {
                     self.sasl_deadlines.remove(&(deadline_ms, conn));
                 }
-                self.outputs.push_back(Output::Authenticated { conn });
+                self.outbox.push(Output::Authenticated { conn });
             }
             Step::Failed(why) => {
                 tracing::warn!(conn, host = %c.client_host, "SASL authentication failed: {why}");

@@ -48,16 +48,14 @@ impl Broker {
         Some(self.topics.get(topic)?.cleanup_config(&self.config))
     }
 
-    /// Forgets a deleted topic: its partitions' producer and transaction
-    /// state, offline marks and checkpoints go, and its directories are
-    /// deleted.
+    /// Forgets a deleted topic: its partitions go with all they hold, and
+    /// its directories are deleted.
     pub(crate) fn forget_topic(&mut self, name: &str, id: &Uuid) {
-        self.producer_states.retain(|key, _| key.id != *id);
-        self.partition_txns.retain(|key, _| key.id != *id);
-        self.offline.retain(|key| key.id != *id);
-        self.checkpoints.forget_topic(id);
-        for (key, op) in self.topics.remove(name) {
-            self.emit_disk(key, op);
+        if let Some(topic) = self.topics.remove(name) {
+            assert_eq!(topic.id, *id, "the incarnation deleted is the one stored");
+            for (key, op) in topic.delete_ops() {
+                self.emit_disk(key, op);
+            }
         }
         // The next sync started covers the removal (`start_sync`).
         self.unsynced_removals.insert(name.to_string(), None);

@@ -58,10 +58,7 @@ impl Disk {
     fn apply_one(&mut self, op: &DiskOp) {
         match op {
             DiskOp::Read { .. } => panic!("reads are served by the test, not applied"),
-            DiskOp::AppendCleaned { .. }
-            | DiskOp::Clean { .. }
-            | DiskOp::Rename { .. }
-            | DiskOp::DiscardStaged { .. } => {
+            DiskOp::AppendCleaned { .. } | DiskOp::Rename { .. } | DiskOp::DiscardStaged { .. } => {
                 panic!("the log alone never cleans (the broker's cleaner does)")
             }
             DiskOp::Sync { scope, .. } => {

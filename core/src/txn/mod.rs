@@ -13,13 +13,12 @@
 pub mod boot;
 pub mod complete;
 pub mod coordinator;
-pub mod partition;
 pub mod record;
 pub mod state;
 pub mod timers;
 pub mod write;
 
+pub use crate::partition::{AbortedTxn, PartitionTxns};
 pub use coordinator::{TxnEntry, Txns};
-pub use partition::{AbortedTxn, PartitionTxns};
 pub use record::{TxnRecord, TxnState};
 pub use state::Next;

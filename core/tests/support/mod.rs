@@ -44,7 +44,7 @@ pub struct World {
     pub pending_syncs: VecDeque<(IoId, SyncScope)>,
     pub pending_meta: VecDeque<(IoId, Vec<MetaOp>)>,
     pub pending_reads: VecDeque<(IoId, FileRange)>,
-    /// The log cleaner's jobs (`DiskOp::Clean`), run when I/O completes.
+    /// The log cleaner's jobs (`Output::Clean`), run when I/O completes.
     pub pending_cleaner_work: VecDeque<(IoId, CleanerWork)>,
     /// Inputs the world owes the broker (a response whose file range failed).
     pending_inputs: VecDeque<Input>,
@@ -276,9 +276,7 @@ impl World {
                 self.reads_log.push(range.clone());
                 self.pending_reads.push_back((io, range));
             }
-            Output::Disk(DiskOp::Clean { io, work }) => {
-                self.pending_cleaner_work.push_back((io, work))
-            }
+            Output::Clean { io, work } => self.pending_cleaner_work.push_back((io, work)),
             Output::Disk(op) => {
                 if let DiskOp::Sync { io, scope } = op {
                     self.pending_syncs.push_back((io, scope));

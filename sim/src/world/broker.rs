@@ -171,42 +171,37 @@ impl World {
                 let cut_after = match &op {
                     DiskOp::AppendCleaned {
                         dir, segment_base, ..
-                    }
-                    | DiskOp::Clean {
-                        work:
-                            CleanerWork {
-                                dir,
-                                segment_base,
-                                task: CleanerTask::Clean { .. },
-                                ..
-                            },
-                        ..
-                    } => self
-                        .failed_swap
-                        .as_ref()
-                        .is_some_and(|(d, b)| d == dir && b == segment_base),
+                    } => self.swap_failed_at(dir, *segment_base),
                     _ => false,
                 };
                 if let DiskOp::AppendBatch { batch, .. } = &op {
                     self.marker_unsynced |= holds_control_batch(batch);
                 }
-                let summary = match op {
-                    DiskOp::Clean { io, work } => self.disk_clean(io, work),
-                    op => self.disk.apply(op, &mut self.rng),
-                };
+                let summary = self.disk.apply(op, &mut self.rng);
                 self.note(format!("disk {summary}"));
                 if let Some(io) = sync_io {
                     self.schedule_sync(io);
                 }
-                if let Some((false, power)) = kill {
-                    self.kill_at_cleaner_op(format!("just after {summary}"), power);
-                } else if cut_after {
-                    // FailSwapSync's story: the failed swap is not durable,
-                    // and a new pass stages files under its base.
-                    self.failed_swap = None;
-                    let what = format!("just after {summary}, its base's swap not durable");
-                    self.kill_at_cleaner_op(what, true);
+                self.after_cleaner_op(kill, cut_after, summary);
+            }
+            // Carried out in order with the disk ops, as net's driver does;
+            // a cleaning job (not a mapping one) is where the copy's appends
+            // are, so it is a kill point as `AppendCleaned` is.
+            Output::Clean { io, work } => {
+                let cleaning = matches!(work.task, CleanerTask::Clean { .. });
+                let kill = if cleaning {
+                    self.cleaner_kill_with(CLEANER_KILL_AT_APPEND_P)
+                } else {
+                    None
+                };
+                if let Some((true, power)) = kill {
+                    let what = format!("just before {}", describe_cleaner_job(io, &work));
+                    return self.kill_at_cleaner_op(what, power);
                 }
+                let cut_after = cleaning && self.swap_failed_at(&work.dir, work.segment_base);
+                let summary = self.disk_clean(io, work);
+                self.note(format!("disk {summary}"));
+                self.after_cleaner_op(kill, cut_after, summary);
             }
             Output::Meta { io, ops } => {
                 let decision = txn_state_written(&ops, b"\"state\":\"Prepare");
@@ -266,25 +261,45 @@ impl World {
             return Some((self.own_rng.random_bool(0.5), true));
         }
         let p = match op {
-            DiskOp::AppendCleaned { .. }
-            | DiskOp::Clean {
-                work:
-                    CleanerWork {
-                        task: CleanerTask::Clean { .. },
-                        ..
-                    },
-                ..
-            } => CLEANER_KILL_AT_APPEND_P,
+            DiskOp::AppendCleaned { .. } => CLEANER_KILL_AT_APPEND_P,
             DiskOp::Rename { .. } => CLEANER_KILL_AT_RENAME_P,
             DiskOp::DiscardStaged { .. } => CLEANER_KILL_AT_DISCARD_P,
             _ => return None,
         };
+        self.cleaner_kill_with(p)
+    }
+
+    /// Whether an armed kill-during-clean strikes at a cleaner op whose
+    /// chance is `p`: `(before, power)`.
+    fn cleaner_kill_with(&mut self, p: f64) -> Option<(bool, bool)> {
         // From its own generator (`FaultKind::own_draws`).
         if !self.armed.contains(&FaultKind::KillDuringClean) || !self.own_rng.random_bool(p) {
             return None;
         }
         self.armed.remove(&FaultKind::KillDuringClean);
         Some((self.own_rng.random_bool(0.5), self.own_rng.random_bool(0.5)))
+    }
+
+    /// Whether a cleaner write at `dir`/`segment_base` is the one
+    /// FailSwapSync's story cuts after.
+    fn swap_failed_at(&self, dir: &PartitionDir, segment_base: i64) -> bool {
+        self.failed_swap
+            .as_ref()
+            .is_some_and(|(d, b)| d == dir && *b == segment_base)
+    }
+
+    /// After a cleaner op (`summary`) was carried out: a kill drawn for
+    /// just after it, or FailSwapSync's cut.
+    fn after_cleaner_op(&mut self, kill: Option<(bool, bool)>, cut_after: bool, summary: String) {
+        if let Some((false, power)) = kill {
+            self.kill_at_cleaner_op(format!("just after {summary}"), power);
+        } else if cut_after {
+            // FailSwapSync's story: the failed swap is not durable,
+            // and a new pass stages files under its base.
+            self.failed_swap = None;
+            let what = format!("just after {summary}, its base's swap not durable");
+            self.kill_at_cleaner_op(what, true);
+        }
     }
 
     /// The process dies at a cleaner op (`what`); the outputs the core gave
@@ -825,13 +840,18 @@ fn describe_cleaner_op(op: &DiskOp) -> String {
         DiskOp::DiscardStaged { dir, segment_base } => {
             format!("discard staged {}/{segment_base}", dir.dir_name())
         }
-        DiskOp::Clean { io, work } => format!(
-            "clean#{io} {} {:?}",
-            file(&work.dir, work.segment_base, SegmentFile::Log),
-            work.task
-        ),
         other => format!("{other:?}"),
     }
+}
+
+/// `clean#12 sim-topic-0/00000000000000000042.log Clean { .. }`.
+fn describe_cleaner_job(io: IoId, work: &CleanerWork) -> String {
+    format!(
+        "clean#{io} {}/{} {:?}",
+        work.dir.dir_name(),
+        SegmentFile::Log.file_name(work.segment_base),
+        work.task
+    )
 }
 
 /// `sim-topic-0/00000000000000000042.log [100, +4096)`.

@@ -51,7 +51,7 @@ pub enum Event {
         io: IoId,
         result: Result<Bytes, IoError>,
     },
-    /// A `DiskOp::Clean` job completes; it was carried out when issued.
+    /// An `Output::Clean` job completes; it was carried out when issued.
     CleanerDone {
         gen: u64,
         io: IoId,

@@ -1,5 +1,5 @@
 //! The log cleaner's CPU work, done beside the core rather than in it: the
-//! driver runs `run` when it carries out a `DiskOp::Clean` (net on a thread
+//! driver runs `run` when it carries out an `Output::Clean` (net on a thread
 //! of its own, the simulator at once against its disk model) and hands the
 //! outcome back as `Input::CleanerDone`. Kafka runs its cleaner on threads
 //! of their own for the same reason (LogCleaner's CleanerThread): mapping
