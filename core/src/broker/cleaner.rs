@@ -345,6 +345,21 @@ impl Broker {
         self.topics.partition_by_key(&pass.key).is_some()
     }
 
+    /// After a completion the pass waited for (a job, a sync): whether it
+    /// goes on. Its partition gone (the topic deleted) ends it; a stopping
+    /// broker stops it (`cleaner_stop_pass`).
+    fn cleaner_pass_goes_on(&mut self) -> bool {
+        if !self.pass_partition_alive() {
+            self.cleaner.pass = None;
+            return false;
+        }
+        if self.shutting_down {
+            self.cleaner_stop_pass();
+            return false;
+        }
+        true
+    }
+
     /// Whether span `i` of the pass is still in the log as the pass read it
     /// (DeleteRecords deletes the segments below the new log start at once;
     /// retention waits for the pass).
@@ -437,12 +452,8 @@ impl Broker {
             self.cleaner.next_check_ms = self.cleaner.next_check_ms.min(self.now_ms);
             return;
         }
-        if !self.pass_partition_alive() {
-            self.cleaner.pass = None;
+        if !self.cleaner_pass_goes_on() {
             return;
-        }
-        if self.shutting_down {
-            return self.cleaner_stop_pass();
         }
         let pass = self.cleaner.pass.as_mut().expect("checked");
         pass.bytes_read += outcome.bytes_read;
@@ -624,12 +635,8 @@ impl Broker {
             return;
         }
         pass.sync_from = None;
-        if !self.pass_partition_alive() {
-            self.cleaner.pass = None;
+        if !self.cleaner_pass_goes_on() {
             return;
-        }
-        if self.shutting_down {
-            return self.cleaner_stop_pass();
         }
         let pass = self.cleaner.pass.as_mut().expect("checked");
         let (i, done) = match &pass.step {

@@ -185,6 +185,16 @@ impl World {
         self.disk.read(range)
     }
 
+    /// A read the driver carries out: EIO while `fail_reads` says so (each
+    /// failure uses one up), else the bytes as a reader sees them now.
+    fn read_or_injected_failure(&mut self, range: &FileRange) -> Result<Bytes, IoError> {
+        if self.fail_reads > 0 {
+            self.fail_reads -= 1;
+            return Err(IoError("injected EIO".into()));
+        }
+        self.read_range(range)
+    }
+
     /// The live segment files as a reader sees them, by name.
     pub fn files(&self) -> BTreeMap<LiveKey, &SimFile> {
         self.disk
@@ -293,12 +303,7 @@ impl World {
         let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
         let reads: Vec<_> = self.pending_reads.drain(..).collect();
         for (io, range) in reads {
-            let result = if self.fail_reads > 0 {
-                self.fail_reads -= 1;
-                Err(IoError("injected EIO".into()))
-            } else {
-                self.read_range(&range)
-            };
+            let result = self.read_or_injected_failure(&range);
             self.handle_now(Input::ReadDone { io, result });
         }
         let works: Vec<_> = self.pending_cleaner_work.drain(..).collect();
@@ -632,11 +637,7 @@ impl CleanerFiles for WorldCleanerFiles<'_> {
             len,
         };
         self.world.reads_log.push(range.clone());
-        if self.world.fail_reads > 0 {
-            self.world.fail_reads -= 1;
-            return Err(IoError("injected EIO".into()));
-        }
-        self.world.read_range(&range)
+        self.world.read_or_injected_failure(&range)
     }
 
     fn append_cleaned(&mut self, bytes: Bytes) -> Result<(), IoError> {
