@@ -35,7 +35,7 @@ pub(crate) struct Conn {
     /// certificate's principal, or `User:ANONYMOUS`) and when SASL succeeds.
     pub(crate) principal: Option<String>,
     /// On a SASL listener, until authenticated: when it is closed if it
-    /// has not authenticated (`Broker::sasl_tick`).
+    /// has not authenticated (`Core::sasl_tick`).
     pub(crate) auth_deadline_ms: Option<i64>,
 }
 

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod config;
 mod conn;
 pub mod control;
+mod core_state;
 pub mod group;
 pub mod io;
 pub mod limits;
@@ -49,8 +50,9 @@ extern crate self as doze_core;
 mod simdisk;
 
 pub use boundary::{Input, Output};
-pub use broker::{meta_entry, Broker, CleanerProgress};
+pub use broker::{Broker, CleanerProgress};
 pub use config::{BrokerConfig, PlantedBug};
+pub use core_state::meta_entry;
 pub use io::{
     BootState, ConnId, DiskOp, FileRange, FileStage, FramePart, IoError, IoId, MetaOp,
     PartitionDir, SegmentFile, SyncScope,

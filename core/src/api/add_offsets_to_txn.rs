@@ -14,27 +14,31 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
 use crate::txn::write::{self, Reply, Then};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: AddOffsetsToTxnRequest) {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
-    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id)
+    {
         return answer(
-            b,
+            b.core,
             &ctx,
             Some(ResponseError::TransactionalIdAuthorizationFailed),
         );
     }
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, &group) {
-        return answer(b, &ctx, Some(ResponseError::GroupAuthorizationFailed));
+    if !b.core.authorized(&ctx, Op::Read, resource::GROUP, &group) {
+        return answer(b.core, &ctx, Some(ResponseError::GroupAuthorizationFailed));
     }
     let entry = match check_owner(
-        b.txns(),
+        b.core.txns(),
         &id,
         req.producer_id.0,
         req.producer_epoch,
@@ -42,28 +46,32 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddOffsetsToTxnReques
         ctx.version,
     ) {
         Ok(entry) => entry,
-        Err(e) => return answer(b, &ctx, Some(e)),
+        Err(e) => return answer(b.core, &ctx, Some(e)),
     };
     let current = entry.record.clone();
     if group.is_empty() {
-        return answer(b, &ctx, Some(ResponseError::InvalidGroupId));
+        return answer(b.core, &ctx, Some(ResponseError::InvalidGroupId));
     }
     if entry.busy() || current.state.is_prepare() {
-        return answer(b, &ctx, Some(ResponseError::ConcurrentTransactions));
+        return answer(b.core, &ctx, Some(ResponseError::ConcurrentTransactions));
     }
     if current.state == TxnState::Ongoing && current.groups.contains(&group) {
-        return answer(b, &ctx, None);
+        return answer(b.core, &ctx, None);
     }
-    let next = current.prepare_add_group(group, b.now_ms());
-    let reply: Reply = Box::new(move |b, stored| {
+    let next = current.prepare_add_group(group, b.core.now_ms());
+    let reply: Reply = Box::new(move |stored| {
         let error = stored.is_none().then_some(ResponseError::NotCoordinator);
-        answer(b, &ctx, error)
+        (ctx, response(error))
     });
-    write::store(b, &id, next, Vec::new(), Then::Answer(reply));
+    write::store(b.core, &id, next, Vec::new(), Then::Answer(reply));
 }
 
-fn answer(b: &mut Broker, ctx: &RequestCtx, error: Option<ResponseError>) {
+fn answer(b: &mut Core, ctx: &RequestCtx, error: Option<ResponseError>) {
+    b.respond(ctx, response(error));
+}
+
+fn response(error: Option<ResponseError>) -> ResponseKind {
     let response =
         AddOffsetsToTxnResponse::default().with_error_code(error.map_or(0, |e| e.code()));
-    b.respond(ctx, ResponseKind::AddOffsetsToTxn(response));
+    ResponseKind::AddOffsetsToTxn(response)
 }

@@ -9,7 +9,7 @@
 //! before the answer. Partitions of unknown topics get
 //! UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, as
 //! KafkaApis answers. (Each partition's transaction state is rebuilt at
-//! start-up from its own log, `broker::recovery`.)
+//! start-up from its own log, `core_state::recovery`.)
 //!
 //! ACL: WRITE on the transactional id (else every partition
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic: a topic
@@ -25,31 +25,37 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: AddPartitionsToTxnRequest) {
     let id = req.v3_and_below_transactional_id.0.to_string();
     let asked: Vec<(String, i32)> = req
         .v3_and_below_topics
         .iter()
         .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p)))
         .collect();
-    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id)
+    {
         let e = ResponseError::TransactionalIdAuthorizationFailed;
-        return b.respond(
+        return b.core.respond(
             &ctx,
             ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))),
         );
     }
-    let unwritable = b.unauthorized_topics(&ctx, Op::Write, asked.iter().map(|(t, _)| t.as_str()));
+    let unwritable =
+        b.core
+            .unauthorized_topics(&ctx, Op::Write, asked.iter().map(|(t, _)| t.as_str()));
     let refused: Vec<Option<ResponseError>> = asked
         .iter()
         .map(|(t, p)| {
             let unknown = b
+                .core
                 .topics()
                 .get(t)
                 .is_none_or(|topic| *p < 0 || *p as usize >= topic.partitions.len());
@@ -64,7 +70,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
         .collect();
     if refused.iter().any(Option::is_some) {
         let not_attempted = |i: usize| refused[i].or(Some(ResponseError::OperationNotAttempted));
-        return b.respond(
+        return b.core.respond(
             &ctx,
             ResponseKind::AddPartitionsToTxn(response(&asked, not_attempted)),
         );
@@ -72,7 +78,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     let pid = req.v3_and_below_producer_id.0;
     let epoch = req.v3_and_below_producer_epoch;
     let entry = match check_owner(
-        b.txns(),
+        b.core.txns(),
         &id,
         pid,
         epoch,
@@ -81,7 +87,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     ) {
         Ok(entry) => entry,
         Err(e) => {
-            return b.respond(
+            return b.core.respond(
                 &ctx,
                 ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))),
             )
@@ -90,7 +96,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     let current = entry.record.clone();
     if entry.busy() || current.state.is_prepare() {
         let e = ResponseError::ConcurrentTransactions;
-        return b.respond(
+        return b.core.respond(
             &ctx,
             ResponseKind::AddPartitionsToTxn(response(&asked, |_| Some(e))),
         );
@@ -98,16 +104,16 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AddPartitionsToTxnReq
     let ok = response(&asked, |_| None);
     if current.state == TxnState::Ongoing && asked.iter().all(|tp| current.partitions.contains(tp))
     {
-        return b.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
+        return b.core.respond(&ctx, ResponseKind::AddPartitionsToTxn(ok));
     }
-    let next = current.prepare_add_partitions(asked.iter().cloned(), b.now_ms());
-    write::store(b, &id, next, Vec::new(), answer_stored(ctx, ok));
+    let next = current.prepare_add_partitions(asked.iter().cloned(), b.core.now_ms());
+    write::store(b.core, &id, next, Vec::new(), answer_stored(ctx, ok));
 }
 
 /// Once the record is stored: `ok`; not stored: NOT_COORDINATOR for every
 /// partition.
 fn answer_stored(ctx: RequestCtx, ok: AddPartitionsToTxnResponse) -> Then {
-    Then::Answer(Box::new(move |b, stored| {
+    Then::Answer(Box::new(move |stored| {
         let mut response = ok;
         if stored.is_none() {
             let not_coordinator = ResponseError::NotCoordinator.code();
@@ -117,7 +123,7 @@ fn answer_stored(ctx: RequestCtx, ok: AddPartitionsToTxnResponse) -> Then {
                 }
             }
         }
-        b.respond(&ctx, ResponseKind::AddPartitionsToTxn(response));
+        (ctx, ResponseKind::AddPartitionsToTxn(response))
     }))
 }
 

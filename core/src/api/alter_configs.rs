@@ -15,9 +15,10 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::config_writes::{self, Answer, Entry, Mode, Resource};
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AlterConfigsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: AlterConfigsRequest) {
     let resources = req
         .resources
         .iter()
@@ -34,7 +35,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AlterConfigsRequest) 
     config_writes::handle(b, ctx, Mode::Replace, resources, req.validate_only, respond);
 }
 
-fn respond(b: &mut Broker, ctx: &RequestCtx, answers: Vec<Answer>) {
+fn respond(b: &mut Core, ctx: &RequestCtx, answers: Vec<Answer>) {
     let responses = answers
         .into_iter()
         .map(|a| {

@@ -22,7 +22,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::io::MetaOp;
 use crate::security::acl::{resource, Op};
 use crate::security::scram::{self, Credential, Mechanism};
@@ -40,8 +40,10 @@ pub struct PendingAlterScram {
     changes: Vec<(String, Change)>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AlterUserScramCredentialsRequest) {
-    let allowed = b.authorized(&ctx, Op::Alter, resource::CLUSTER, "kafka-cluster");
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: AlterUserScramCredentialsRequest) {
+    let allowed = b
+        .core
+        .authorized(&ctx, Op::Alter, resource::CLUSTER, "kafka-cluster");
     // Per user: the first error, and the changes.
     let mut errors: BTreeMap<String, (ResponseError, String)> = BTreeMap::new();
     let mut changes: BTreeMap<String, Vec<Change>> = BTreeMap::new();
@@ -101,7 +103,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AlterUserScramCredent
         };
         match upsert {
             None => {
-                if b.security().credential(&user, mechanism).is_none() {
+                if b.core.security().credential(&user, mechanism).is_none() {
                     fail(
                         &mut errors,
                         &user,
@@ -176,7 +178,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: AlterUserScramCredent
     b.emit_meta(ops, ApiWrite::AlterScram(pending));
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingAlterScram, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingAlterScram, stored: bool) {
     let PendingAlterScram {
         ctx,
         mut response,
@@ -185,9 +187,9 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingAlterScram, stored: bool) {
     if stored {
         for (user, change) in changes {
             match change {
-                Change::Upsert(m, c) => b.security_mut().set_credential(user, m, c),
+                Change::Upsert(m, c) => b.core.security_mut().set_credential(user, m, c),
                 Change::Delete(m) => {
-                    b.security_mut().remove_credential(&user, m);
+                    b.core.security_mut().remove_credential(&user, m);
                 }
             }
         }
@@ -204,5 +206,6 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingAlterScram, stored: bool) {
             ));
         }
     }
-    b.respond(&ctx, ResponseKind::AlterUserScramCredentials(response));
+    b.core
+        .respond(&ctx, ResponseKind::AlterUserScramCredentials(response));
 }

@@ -12,7 +12,7 @@ use kafka_protocol::protocol::Encodable;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::versions::SUPPORTED;
 
 fn listing() -> ApiVersionsResponse {
@@ -28,15 +28,15 @@ fn listing() -> ApiVersionsResponse {
     ApiVersionsResponse::default().with_api_keys(keys)
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, _req: ApiVersionsRequest) {
-    b.respond(&ctx, ResponseKind::ApiVersions(listing()));
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, _req: ApiVersionsRequest) {
+    b.core.respond(&ctx, ResponseKind::ApiVersions(listing()));
 }
 
-pub(crate) fn respond_unsupported(b: &mut Broker, ctx: RequestCtx) {
+pub(crate) fn respond_unsupported(b: &mut Cx, ctx: RequestCtx) {
     let body = listing().with_error_code(ResponseError::UnsupportedVersion.code());
     let mut buf = BytesMut::new();
     body.encode(&mut buf, 0)
         .expect("a v0 ApiVersions body always encodes");
     // Response header v0 (correlation id only) whatever version was asked.
-    b.respond_raw(&ctx, buf.freeze());
+    b.core.respond_raw(&ctx, buf.freeze());
 }

@@ -35,7 +35,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use kafka_protocol::ResponseError;
 
 use super::{create_topics, ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::io::MetaOp;
 use crate::meta::{self, TopicRecord};
 use crate::security::acl::{resource, Op};
@@ -93,7 +94,7 @@ pub(crate) struct Answer {
 }
 
 /// Writes the response of the API that asked, from its answers.
-pub(crate) type Respond = fn(&mut Broker, &RequestCtx, Vec<Answer>);
+pub(crate) type Respond = fn(&mut Core, &RequestCtx, Vec<Answer>);
 
 pub struct PendingConfigs {
     ctx: RequestCtx,
@@ -112,7 +113,7 @@ fn refuse(error: ResponseError, message: impl Into<String>) -> Refusal {
 /// Checks every resource, stores the changed topics, and answers through
 /// `respond` (at once, or when meta.db has the changes).
 pub(crate) fn handle(
-    b: &mut Broker,
+    b: &mut Cx,
     ctx: RequestCtx,
     mode: Mode,
     resources: Vec<Resource>,
@@ -134,7 +135,7 @@ pub(crate) fn handle(
                 "Each resource must appear at most once.",
             ))
         } else {
-            check(b, &ctx, mode, r)
+            check(b.core, &ctx, mode, r)
         };
         let error = match checked {
             Ok(Some(record)) if !validate_only => {
@@ -151,7 +152,7 @@ pub(crate) fn handle(
         });
     }
     if topics.is_empty() {
-        return respond(b, &ctx, answers);
+        return respond(b.core, &ctx, answers);
     }
     let ops = topics
         .iter()
@@ -161,7 +162,7 @@ pub(crate) fn handle(
         })
         .collect();
     for (_, name, _) in &topics {
-        b.mark_topic_busy(name);
+        b.core.mark_topic_busy(name);
     }
     b.emit_meta(
         ops,
@@ -180,7 +181,7 @@ pub(crate) fn handle(
 /// forwarding it to the controller, which authorizes first; a BROKER_LOGGER
 /// is authorized first, on the broker.
 fn check(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     mode: Mode,
     r: &Resource,
@@ -239,11 +240,11 @@ fn check(
     }
 }
 
-fn may_alter_cluster_configs(b: &Broker, ctx: &RequestCtx) -> bool {
+fn may_alter_cluster_configs(b: &Core, ctx: &RequestCtx) -> bool {
     b.authorized(ctx, Op::AlterConfigs, resource::CLUSTER, "kafka-cluster")
 }
 
-fn check_broker_id(b: &Broker, name: &str) -> Result<(), Refusal> {
+fn check_broker_id(b: &Core, name: &str) -> Result<(), Refusal> {
     let id = b.config().node_id;
     if name.is_empty() || name == id.to_string() {
         return Ok(());
@@ -285,7 +286,7 @@ fn check_entries(mode: Mode, r: &Resource) -> Result<(), Refusal> {
 }
 
 fn check_topic(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     mode: Mode,
     r: &Resource,
@@ -356,7 +357,7 @@ fn check_topic(
 /// The meta.db write completed: the stored configs are put in force, and the
 /// request is answered (a failed write answers UNKNOWN_SERVER_ERROR for the
 /// topics it held, and nothing changes).
-pub(crate) fn apply(b: &mut Broker, pending: PendingConfigs, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingConfigs, stored: bool) {
     let PendingConfigs {
         ctx,
         mut answers,
@@ -364,7 +365,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingConfigs, stored: bool) {
         respond,
     } = pending;
     for (at, name, record) in topics {
-        b.unmark_topic_busy(&name);
+        b.core.unmark_topic_busy(&name);
         if !stored {
             answers[at].error = Some(refuse(
                 ResponseError::UnknownServerError,
@@ -375,11 +376,12 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingConfigs, stored: bool) {
         // The topic was busy while the write was in flight, so nothing
         // deleted or replaced it meanwhile.
         let same_topic = b
+            .core
             .topics()
             .get(&name)
             .is_some_and(|t| t.record.id == record.id);
         assert!(same_topic, "topic {name} changed under its config write");
-        b.set_topic_configs(&name, record);
+        b.core.set_topic_configs(&name, record);
     }
-    respond(b, &ctx, answers);
+    respond(b.core, &ctx, answers);
 }

@@ -13,7 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{self, AclBinding, Op};
 use crate::security::store;
 
@@ -29,8 +29,8 @@ fn result(code: i16, message: Option<String>) -> AclCreationResult {
         .with_error_message(message.map(StrBytes::from_string))
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateAclsRequest) {
-    let refusal = b.acl_admin_refusal(&ctx, Op::Alter);
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: CreateAclsRequest) {
+    let refusal = b.core.acl_admin_refusal(&ctx, Op::Alter);
     let mut response = CreateAclsResponse::default();
     let mut bindings = Vec::new();
     for c in req.creations {
@@ -71,7 +71,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateAclsRequest) {
     b.emit_meta(ops, ApiWrite::CreateAcls(pending));
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingCreateAcls, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingCreateAcls, stored: bool) {
     let PendingCreateAcls {
         ctx,
         mut response,
@@ -79,7 +79,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCreateAcls, stored: bool) {
     } = pending;
     if stored {
         for binding in bindings {
-            b.security_mut().acls.insert(binding);
+            b.core.security_mut().acls.insert(binding);
         }
     } else {
         for r in response.results.iter_mut().filter(|r| r.error_code == 0) {
@@ -87,5 +87,5 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCreateAcls, stored: bool) {
             r.error_message = Some(StrBytes::from_static_str("the ACL could not be stored"));
         }
     }
-    b.respond(&ctx, ResponseKind::CreateAcls(response));
+    b.core.respond(&ctx, ResponseKind::CreateAcls(response));
 }

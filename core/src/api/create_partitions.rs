@@ -12,7 +12,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::io::MetaOp;
 use crate::limits;
 use crate::meta::{self, TopicRecord};
@@ -24,7 +25,7 @@ pub struct PendingGrow {
     topics: Vec<(String, TopicRecord)>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: CreatePartitionsRequest) {
     let mut response = CreatePartitionsResponse::default();
     let mut grown = Vec::new();
     for t in &req.topics {
@@ -36,13 +37,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
             response.results.push(result);
             continue;
         }
-        if !b.authorized(&ctx, Op::Alter, resource::TOPIC, &name) {
+        if !b.core.authorized(&ctx, Op::Alter, resource::TOPIC, &name) {
             result.error_code = ResponseError::TopicAuthorizationFailed.code();
             response.results.push(result);
             continue;
         }
         match check(
-            b,
+            b.core,
             &name,
             t.count,
             t.assignments
@@ -59,10 +60,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
         response.results.push(result);
     }
     if grown.is_empty() {
-        return b.respond(&ctx, ResponseKind::CreatePartitions(response));
+        return b
+            .core
+            .respond(&ctx, ResponseKind::CreatePartitions(response));
     }
     for (n, _) in &grown {
-        b.mark_topic_busy(n);
+        b.core.mark_topic_busy(n);
     }
     let ops = grown
         .iter()
@@ -84,7 +87,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreatePartitionsReque
 type Assignments = Option<Vec<Vec<kafka_protocol::messages::BrokerId>>>;
 
 fn check(
-    b: &Broker,
+    b: &Core,
     name: &str,
     count: i32,
     assignments: Assignments,
@@ -129,9 +132,9 @@ fn check(
     })
 }
 
-pub(crate) fn apply(b: &mut Broker, mut pending: PendingGrow, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, mut pending: PendingGrow, stored: bool) {
     for (name, record) in pending.topics {
-        b.unmark_topic_busy(&name);
+        b.core.unmark_topic_busy(&name);
         if !stored {
             for r in pending
                 .response
@@ -145,14 +148,15 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingGrow, stored: bool) {
             continue;
         }
         let same_topic = b
+            .core
             .topics()
             .get(&name)
             .is_some_and(|t| t.record.id == record.id);
         if same_topic {
-            b.grow_topic(&name, record);
+            b.core.grow_topic(&name, record);
         }
     }
-    b.respond(
+    b.core.respond(
         &pending.ctx,
         ResponseKind::CreatePartitions(pending.response),
     );

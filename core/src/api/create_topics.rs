@@ -22,7 +22,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::io::MetaOp;
 use crate::limits;
 use crate::meta::{self, TopicRecord};
@@ -71,12 +72,12 @@ pub fn validate_name(name: &str) -> Result<(), String> {
 
 /// Builds the record of a new topic.
 pub(crate) fn new_record(
-    b: &mut Broker,
+    b: &mut Cx,
     name: &str,
     partitions: i32,
     configs: BTreeMap<String, String>,
 ) -> TopicRecord {
-    let id = b.new_topic_id(name);
+    let id = b.core.new_topic_id(name);
     TopicRecord {
         id: id.hyphenated().to_string(),
         partitions,
@@ -85,13 +86,13 @@ pub(crate) fn new_record(
 }
 
 /// Stores `topics` in meta.db; `origin` is answered when that completes.
-pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRecord)>) {
+pub(crate) fn store(b: &mut Cx, origin: Origin, topics: Vec<(String, TopicRecord)>) {
     assert!(!topics.is_empty(), "store of no topics");
     for (name, _) in &topics {
-        b.mark_topic_busy(name);
+        b.core.mark_topic_busy(name);
     }
     let pending = PendingCreate { origin, topics };
-    if waits_for_removal(b, &pending) {
+    if waits_for_removal(b.core, &pending) {
         return b.park_create(pending);
     }
     emit(b, pending);
@@ -104,7 +105,7 @@ pub(crate) fn store(b: &mut Broker, origin: Origin, topics: Vec<(String, TopicRe
 /// waits for the sync that covers the removal. (Kafka tells the two apart
 /// by the topic id in each directory's partition.metadata: LogManager.loadLog
 /// drops a stray log.)
-fn waits_for_removal(b: &Broker, pending: &PendingCreate) -> bool {
+fn waits_for_removal(b: &Core, pending: &PendingCreate) -> bool {
     pending
         .topics
         .iter()
@@ -112,7 +113,7 @@ fn waits_for_removal(b: &Broker, pending: &PendingCreate) -> bool {
 }
 
 /// Writes the records of a creation whose names are marked busy.
-fn emit(b: &mut Broker, pending: PendingCreate) {
+fn emit(b: &mut Cx, pending: PendingCreate) {
     let ops = pending
         .topics
         .iter()
@@ -126,9 +127,9 @@ fn emit(b: &mut Broker, pending: PendingCreate) {
 
 /// A sync made some topics' removal durable: the creations that waited
 /// for it are stored now (or wait on, for a removal still unsynced).
-pub(crate) fn removals_synced(b: &mut Broker) {
+pub(crate) fn removals_synced(b: &mut Cx) {
     for pending in b.take_parked_creates() {
-        if waits_for_removal(b, &pending) {
+        if waits_for_removal(b.core, &pending) {
             b.park_create(pending);
         } else {
             emit(b, pending);
@@ -136,7 +137,7 @@ pub(crate) fn removals_synced(b: &mut Broker) {
     }
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: CreateTopicsRequest) {
     let mut response = CreateTopicsResponse::default();
     let mut to_create = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
@@ -146,15 +147,18 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) 
         .filter(|t| !seen.insert(t.name.0.to_string()))
         .map(|t| t.name.0.to_string())
         .collect();
-    let may_create_any = b.authorized(&ctx, Op::Create, resource::CLUSTER, "kafka-cluster");
+    let may_create_any = b
+        .core
+        .authorized(&ctx, Op::Create, resource::CLUSTER, "kafka-cluster");
     for topic in &req.topics {
         let name = topic.name.0.to_string();
         let mut result = CreatableTopicResult::default()
             .with_name(topic.name.clone())
             .with_num_partitions(-1)
             .with_replication_factor(-1);
-        let may_create = may_create_any || b.authorized(&ctx, Op::Create, resource::TOPIC, &name);
-        let checked = check(b, topic, &duplicates, may_create, to_create.len());
+        let may_create =
+            may_create_any || b.core.authorized(&ctx, Op::Create, resource::TOPIC, &name);
+        let checked = check(b.core, topic, &duplicates, may_create, to_create.len());
         match checked {
             Err((error, message)) => {
                 result.error_code = error.code();
@@ -163,10 +167,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) 
             Ok((partitions, configs)) => {
                 // Without DESCRIBE_CONFIGS, Kafka's ControllerApis.createTopics
                 // answers TOPIC_AUTHORIZATION_FAILED in topic_config_error_code.
-                if b.authorized(&ctx, Op::DescribeConfigs, resource::TOPIC, &name) {
+                if b.core
+                    .authorized(&ctx, Op::DescribeConfigs, resource::TOPIC, &name)
+                {
                     result.num_partitions = partitions;
                     result.replication_factor = 1;
-                    result.configs = Some(describe(b, &configs));
+                    result.configs = Some(describe(b.core, &configs));
                 } else {
                     result.configs = Some(Vec::new());
                     result.topic_config_error_code = ResponseError::TopicAuthorizationFailed.code();
@@ -181,7 +187,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) 
         response.topics.push(result);
     }
     if to_create.is_empty() {
-        return b.respond(&ctx, ResponseKind::CreateTopics(response));
+        return b.core.respond(&ctx, ResponseKind::CreateTopics(response));
     }
     store(b, Origin::CreateTopics { ctx, response }, to_create);
 }
@@ -189,7 +195,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: CreateTopicsRequest) 
 type Checked = Result<(i32, BTreeMap<String, String>), (ResponseError, String)>;
 
 fn check(
-    b: &Broker,
+    b: &Core,
     topic: &kafka_protocol::messages::create_topics_request::CreatableTopic,
     duplicates: &std::collections::BTreeSet<String>,
     may_create: bool,
@@ -278,7 +284,7 @@ fn check(
 
 /// The topic's configs as CreateTopics v5+ reports them: every one, as
 /// DescribeConfigs shows them.
-fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
+fn describe(b: &Core, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     topic_config::TOPIC_CONFIGS
         .iter()
         .map(|spec| {
@@ -291,11 +297,11 @@ fn describe(b: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTo
         .collect()
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingCreate, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingCreate, stored: bool) {
     for (name, record) in &pending.topics {
-        b.unmark_topic_busy(name);
+        b.core.unmark_topic_busy(name);
         if stored {
-            b.add_topic(name, record.clone());
+            b.core.add_topic(name, record.clone());
         }
     }
     match pending.origin {
@@ -310,7 +316,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCreate, stored: bool) {
                     }
                 }
             }
-            b.respond(&ctx, ResponseKind::CreateTopics(response));
+            b.core.respond(&ctx, ResponseKind::CreateTopics(response));
         }
         Origin::Metadata { ctx, request } => super::metadata::respond(b, ctx, request, false),
     }

@@ -17,7 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{AclBinding, AclFilter, Op};
 use crate::security::store;
 
@@ -27,8 +27,8 @@ pub struct PendingDeleteAcls {
     bindings: Vec<AclBinding>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteAclsRequest) {
-    let refusal = b.acl_admin_refusal(&ctx, Op::Alter);
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DeleteAclsRequest) {
+    let refusal = b.core.acl_admin_refusal(&ctx, Op::Alter);
     let mut response = DeleteAclsResponse::default();
     let mut taken: BTreeSet<AclBinding> = BTreeSet::new();
     for f in req.filters {
@@ -49,6 +49,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteAclsRequest) {
             permission: f.permission_type,
         };
         let matched: Vec<AclBinding> = b
+            .core
             .security()
             .acls
             .matching(&filter)
@@ -83,7 +84,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteAclsRequest) {
     b.emit_meta(ops, ApiWrite::DeleteAcls(pending));
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteAcls, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingDeleteAcls, stored: bool) {
     let PendingDeleteAcls {
         ctx,
         mut response,
@@ -91,7 +92,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteAcls, stored: bool) {
     } = pending;
     if stored {
         for binding in &bindings {
-            b.security_mut().acls.remove(binding);
+            b.core.security_mut().acls.remove(binding);
         }
     } else {
         for r in &mut response.filter_results {
@@ -104,5 +105,5 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteAcls, stored: bool) {
             }
         }
     }
-    b.respond(&ctx, ResponseKind::DeleteAcls(response));
+    b.core.respond(&ctx, ResponseKind::DeleteAcls(response));
 }

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse, Respon
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
 use crate::security::acl::{resource, Op};
@@ -28,13 +28,16 @@ pub struct PendingDeleteGroups {
     groups: Vec<(String, Vec<TopicPartition>)>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DeleteGroupsRequest) {
     let mut response = DeleteGroupsResponse::default();
     let mut deleting = Vec::new();
     let mut refused = Vec::new();
     for name in req.groups_names {
         let group_id = name.0.to_string();
-        if !b.authorized(&ctx, Op::Delete, resource::GROUP, &group_id) {
+        if !b
+            .core
+            .authorized(&ctx, Op::Delete, resource::GROUP, &group_id)
+        {
             refused.push(
                 DeletableGroupResult::default()
                     .with_group_id(name)
@@ -42,9 +45,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) 
             );
             continue;
         }
-        let code = match b.groups().check_delete_group(&group_id) {
+        let code = match b.core.groups().check_delete_group(&group_id) {
             Ok(()) => {
-                let keys = b.groups_mut().begin_delete_group(&group_id);
+                let keys = b.core.groups_mut().begin_delete_group(&group_id);
                 deleting.push((group_id, keys));
                 0
             }
@@ -77,14 +80,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteGroupsRequest) 
     b.emit_meta(ops, ApiWrite::DeleteGroups(pending));
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteGroups, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingDeleteGroups, stored: bool) {
     let PendingDeleteGroups {
         ctx,
         mut response,
         groups,
     } = pending;
     for (group_id, keys) in &groups {
-        b.groups_mut().end_delete_group(group_id, keys, stored);
+        b.core.groups_mut().end_delete_group(group_id, keys, stored);
         if !stored {
             for r in response
                 .results
@@ -95,5 +98,5 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteGroups, stored: bool) 
             }
         }
     }
-    b.respond(&ctx, ResponseKind::DeleteGroups(response));
+    b.core.respond(&ctx, ResponseKind::DeleteGroups(response));
 }

@@ -31,7 +31,7 @@
 //! are busy: admin requests naming them (another DeleteRecords among them)
 //! wait, so meta.db never holds an older start than memory.
 //!
-//! The producer state is kept (see `Broker::move_log_start`). franz-go's kfake
+//! The producer state is kept (see `Core::move_log_start`). franz-go's kfake
 //! (pkg/kfake/21_delete_records.go) answers OFFSET_OUT_OF_RANGE below the
 //! current start and keeps the start in memory only; Kafka does neither.
 //!
@@ -50,7 +50,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::io::MetaOp;
 use crate::meta::{self, LogStartRecord};
 use crate::security::acl::{resource, Op};
@@ -83,19 +84,19 @@ enum Decision {
     Move(PartitionKey, i64),
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteRecordsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DeleteRecordsRequest) {
     let asked = gather(&req);
     let mut response = DeleteRecordsResponse::default();
     let mut moves = Vec::new();
     for (ti, (name, partitions)) in asked.iter().enumerate() {
-        let deletable = b.authorized(&ctx, Op::Delete, resource::TOPIC, name);
+        let deletable = b.core.authorized(&ctx, Op::Delete, resource::TOPIC, name);
         let mut results = Vec::with_capacity(partitions.len());
         for (pi, &(partition, offset)) in partitions.iter().enumerate() {
             let result = DeleteRecordsPartitionResult::default()
                 .with_partition_index(partition)
                 .with_low_watermark(INVALID_LOW_WATERMARK);
             let decision = if deletable {
-                decide(b, name, partition, offset)
+                decide(b.core, name, partition, offset)
             } else {
                 Decision::Refused(ResponseError::TopicAuthorizationFailed)
             };
@@ -116,14 +117,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteRecordsRequest)
         );
     }
     if moves.is_empty() {
-        return b.respond(&ctx, ResponseKind::DeleteRecords(response));
+        return b.core.respond(&ctx, ResponseKind::DeleteRecords(response));
     }
     let topics: BTreeSet<String> = moves
         .iter()
         .map(|(_, _, k, _)| k.topic.to_string())
         .collect();
     for name in &topics {
-        b.mark_topic_busy(name);
+        b.core.mark_topic_busy(name);
     }
     let ops = moves
         .iter()
@@ -143,7 +144,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteRecordsRequest)
     );
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteRecords, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingDeleteRecords, stored: bool) {
     let PendingDeleteRecords {
         ctx,
         mut response,
@@ -151,7 +152,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteRecords, stored: bool)
         moves,
     } = pending;
     for name in &topics {
-        b.unmark_topic_busy(name);
+        b.core.unmark_topic_busy(name);
     }
     for (ti, pi, key, offset) in moves {
         let result = &mut response.topics[ti].partitions[pi];
@@ -162,6 +163,7 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteRecords, stored: bool)
         // The topic was busy, so it is still there (a partition gone offline
         // meanwhile has its start stored, and moves in memory too).
         let start = b
+            .core
             .move_log_start(&key, offset)
             .expect("a busy topic is not deleted");
         result.low_watermark = start;
@@ -170,11 +172,11 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingDeleteRecords, stored: bool)
         // The deleted segments ride the next sync (the stored start is what
         // matters: a deletion a crash undoes is redone by the next
         // retention check after the restart).
-        b.request_sync();
+        b.core.request_sync();
         // A fetch waiting below the new start is answered OFFSET_OUT_OF_RANGE.
         super::fetch::wake(b, true);
     }
-    b.respond(&ctx, ResponseKind::DeleteRecords(response));
+    b.core.respond(&ctx, ResponseKind::DeleteRecords(response));
 }
 
 /// The request's partitions by topic, in first-seen order; a partition
@@ -207,7 +209,7 @@ fn gather(req: &DeleteRecordsRequest) -> Vec<(String, Vec<(i32, i64)>)> {
 
 /// Checks one partition's offset, as Partition.deleteRecordsOnLeader and
 /// UnifiedLog.maybeIncrementLogStartOffset do.
-fn decide(b: &Broker, topic: &str, partition: i32, offset: i64) -> Decision {
+fn decide(b: &Core, topic: &str, partition: i32, offset: i64) -> Decision {
     let part = match b.partition_view(topic, partition) {
         Ok(part) => part,
         Err(e) => return Decision::Refused(e),

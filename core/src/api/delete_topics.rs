@@ -19,7 +19,8 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
 use crate::meta;
@@ -34,7 +35,7 @@ pub struct PendingDelete {
     offsets: Vec<(String, TopicPartition)>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DeleteTopicsRequest) {
     // Both forms name topics; v6 may give an id instead of a name.
     let asked: Vec<(Option<String>, Uuid)> = if ctx.version >= 6 {
         req.topics
@@ -47,20 +48,23 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
             .map(|n| (Some(n.0.to_string()), Uuid::nil()))
             .collect()
     };
-    let may_delete_any = b.authorized(&ctx, Op::Delete, resource::CLUSTER, "kafka-cluster");
+    let may_delete_any = b
+        .core
+        .authorized(&ctx, Op::Delete, resource::CLUSTER, "kafka-cluster");
     let mut response = DeleteTopicsResponse::default();
     let mut topics = Vec::new();
     for (name, id) in asked {
         let found = match &name {
-            Some(n) => b.topics().get(n).map(|t| (n.clone(), t.id)),
+            Some(n) => b.core.topics().get(n).map(|t| (n.clone(), t.id)),
             None => b
+                .core
                 .topics()
                 .iter()
                 .find(|(_, t)| t.id == id)
                 .map(|(n, t)| (n.clone(), t.id)),
         };
         if !may_delete_any {
-            if let Some(refused) = refusal(b, &ctx, name.as_deref(), found.as_ref(), id) {
+            if let Some(refused) = refusal(b.core, &ctx, name.as_deref(), found.as_ref(), id) {
                 response.responses.push(refused);
                 continue;
             }
@@ -83,10 +87,10 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
         response.responses.push(result);
     }
     if topics.is_empty() {
-        return b.respond(&ctx, ResponseKind::DeleteTopics(response));
+        return b.core.respond(&ctx, ResponseKind::DeleteTopics(response));
     }
     for (n, _) in &topics {
-        b.mark_topic_busy(n);
+        b.core.mark_topic_busy(n);
     }
     let mut ops: Vec<MetaOp> = topics
         .iter()
@@ -98,10 +102,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
     // offsets go with it.
     let mut offsets = Vec::new();
     for (n, id) in &topics {
-        let partitions = b.topics().get(n).map_or(0, |t| t.partitions.len() as i32);
+        let partitions = b
+            .core
+            .topics()
+            .get(n)
+            .map_or(0, |t| t.partitions.len() as i32);
         ops.extend(crate::checkpoint::delete_ops(id, partitions));
         ops.extend(meta::log_start_delete_ops(id, partitions));
-        offsets.extend(b.groups().offsets_of_topic(n));
+        offsets.extend(b.core.groups().offsets_of_topic(n));
     }
     ops.extend(offsets.iter().map(|(group, (t, p))| MetaOp::Delete {
         key: offset_key(group, t, *p),
@@ -123,7 +131,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DeleteTopicsRequest) 
 /// DESCRIBE is refused whether it exists or not; by id, an unknown id stays
 /// UNKNOWN_TOPIC_ID and a refused topic it may not DESCRIBE goes unnamed.
 fn refusal(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     name: Option<&str>,
     found: Option<&(String, Uuid)>,
@@ -150,12 +158,12 @@ fn refusal(
     }
 }
 
-pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, mut pending: PendingDelete, stored: bool) {
     for (name, id) in &pending.topics {
-        b.unmark_topic_busy(name);
-        let still_there = b.topics().get(name).is_some_and(|t| t.id == *id);
+        b.core.unmark_topic_busy(name);
+        let still_there = b.core.topics().get(name).is_some_and(|t| t.id == *id);
         if stored && still_there {
-            b.forget_topic(name, id);
+            b.core.forget_topic(name, id);
         } else if !stored {
             for r in pending.response.responses.iter_mut() {
                 if r.name.as_ref().is_some_and(|n| n.0.as_str() == name) {
@@ -166,11 +174,14 @@ pub(crate) fn apply(b: &mut Broker, mut pending: PendingDelete, stored: bool) {
         }
     }
     if stored {
-        b.groups_mut().end_topic_offsets_delete(&pending.offsets);
-        b.request_sync();
+        b.core
+            .groups_mut()
+            .end_topic_offsets_delete(&pending.offsets);
+        b.core.request_sync();
         // Produce and WriteTxnMarkers requests waiting on a deleted
         // partition are answered now.
         b.complete_durable_writes();
     }
-    b.respond(&pending.ctx, ResponseKind::DeleteTopics(pending.response));
+    b.core
+        .respond(&pending.ctx, ResponseKind::DeleteTopics(pending.response));
 }

@@ -14,16 +14,16 @@ use kafka_protocol::messages::{DescribeAclsRequest, DescribeAclsResponse, Respon
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{AclFilter, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeAclsRequest) {
-    let refusal = b.acl_admin_refusal(&ctx, Op::Describe);
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeAclsRequest) {
+    let refusal = b.core.acl_admin_refusal(&ctx, Op::Describe);
     if let Some((error, message)) = refusal {
         let response = DescribeAclsResponse::default()
             .with_error_code(error.code())
             .with_error_message(Some(StrBytes::from_static_str(message)));
-        return b.respond(&ctx, ResponseKind::DescribeAcls(response));
+        return b.core.respond(&ctx, ResponseKind::DescribeAcls(response));
     }
     let filter = AclFilter {
         resource_type: req.resource_type_filter,
@@ -35,7 +35,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeAclsRequest) 
         permission: req.permission_type,
     };
     let mut by_resource: BTreeMap<(i8, String, i8), Vec<AclDescription>> = BTreeMap::new();
-    for binding in b.security().acls.matching(&filter) {
+    for binding in b.core.security().acls.matching(&filter) {
         by_resource
             .entry((
                 binding.resource_type,
@@ -62,5 +62,5 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeAclsRequest) 
         })
         .collect();
     let response = DescribeAclsResponse::default().with_resources(resources);
-    b.respond(&ctx, ResponseKind::DescribeAcls(response));
+    b.core.respond(&ctx, ResponseKind::DescribeAcls(response));
 }

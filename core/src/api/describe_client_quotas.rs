@@ -13,11 +13,11 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, _req: DescribeClientQuotasRequest) {
-    let response = if b.authorized(
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, _req: DescribeClientQuotasRequest) {
+    let response = if b.core.authorized(
         &ctx,
         Op::DescribeConfigs,
         resource::CLUSTER,
@@ -31,5 +31,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, _req: DescribeClientQuotas
                 "Cluster authorization failed.",
             )))
     };
-    b.respond(&ctx, ResponseKind::DescribeClientQuotas(response));
+    b.core
+        .respond(&ctx, ResponseKind::DescribeClientQuotas(response));
 }

@@ -14,13 +14,13 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 
 const ENDPOINT_BROKERS: i8 = 1;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeClusterRequest) {
-    let (host, port) = b.advertised_address(ctx.conn);
-    let config = b.config();
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeClusterRequest) {
+    let (host, port) = b.core.advertised_address(ctx.conn);
+    let config = b.core.config();
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(req.endpoint_type)
         .with_cluster_id(StrBytes::from_string(config.cluster_id.clone()))
@@ -34,5 +34,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeClusterReques
             .with_host(StrBytes::from_string(host))
             .with_port(port)];
     }
-    b.respond(&ctx, ResponseKind::DescribeCluster(response));
+    b.core
+        .respond(&ctx, ResponseKind::DescribeCluster(response));
 }

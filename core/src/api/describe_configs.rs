@@ -25,8 +25,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::config::BrokerConfig;
+use crate::core_state::Core;
 use crate::security::acl::{resource, Op};
 use crate::topic_config::{self, Source, Synonym, TOPIC_CONFIGS};
 
@@ -41,7 +42,7 @@ struct Asked {
     documentation: bool,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeConfigsRequest) {
     let asked = Asked {
         synonyms: req.include_synonyms,
         // The field is not in v1-v2: the answer has no room for it.
@@ -50,12 +51,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsReques
     let results = req
         .resources
         .iter()
-        .map(|r| match refusal(b, &ctx, r) {
+        .map(|r| match refusal(b.core, &ctx, r) {
             Some(refused) => refused,
-            None => describe(b, r, asked),
+            None => describe(b.core, r, asked),
         })
         .collect();
-    b.respond(
+    b.core.respond(
         &ctx,
         ResponseKind::DescribeConfigs(DescribeConfigsResponse::default().with_results(results)),
     );
@@ -64,7 +65,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeConfigsReques
 /// The answer for a resource the ACLs refuse, if they do (Kafka's
 /// ConfigHelper: the error, its text, no configs).
 fn refusal(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     r: &kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
 ) -> Option<DescribeConfigsResult> {
@@ -184,7 +185,7 @@ fn broker_entry<'a>(
 }
 
 fn describe(
-    b: &Broker,
+    b: &Core,
     r: &kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
     asked: Asked,
 ) -> DescribeConfigsResult {

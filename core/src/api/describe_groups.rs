@@ -17,7 +17,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::group::State;
 use crate::security::acl::{resource, Op};
 
@@ -32,18 +33,21 @@ fn text(s: &str) -> StrBytes {
 }
 
 /// The bits of the group operations the principal may do on `group`.
-fn authorized_operations(b: &Broker, ctx: &RequestCtx, group: &str) -> i32 {
+fn authorized_operations(b: &Core, ctx: &RequestCtx, group: &str) -> i32 {
     GROUP_OPERATIONS
         .iter()
         .filter(|op| b.authorized(ctx, **op, resource::GROUP, group))
         .fold(0, |bits, op| bits | (1 << op.code()))
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeGroupsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeGroupsRequest) {
     let mut refused = Vec::new();
     let mut groups = Vec::with_capacity(req.groups.len());
     for id in req.groups {
-        if !b.authorized(&ctx, Op::Describe, resource::GROUP, id.0.as_str()) {
+        if !b
+            .core
+            .authorized(&ctx, Op::Describe, resource::GROUP, id.0.as_str())
+        {
             // DescribeGroupsResponse.groupError: "" state and protocol.
             refused.push(
                 DescribedGroup::default()
@@ -54,14 +58,14 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeGroupsRequest
             continue;
         }
         let operations = if req.include_authorized_operations {
-            authorized_operations(b, &ctx, id.0.as_str())
+            authorized_operations(b.core, &ctx, id.0.as_str())
         } else {
             OPERATIONS_NOT_ASKED
         };
         let described = DescribedGroup::default()
             .with_group_id(id.clone())
             .with_authorized_operations(operations);
-        let Some(g) = b.groups().group(id.0.as_str()).filter(|g| !g.deleting) else {
+        let Some(g) = b.core.groups().group(id.0.as_str()).filter(|g| !g.deleting) else {
             let mut dead = described.with_group_state(StrBytes::from_static_str("Dead"));
             if ctx.version >= 6 {
                 dead.error_code = ResponseError::GroupIdNotFound.code();
@@ -99,7 +103,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeGroupsRequest
         );
     }
     refused.extend(groups);
-    b.respond(
+    b.core.respond(
         &ctx,
         ResponseKind::DescribeGroups(DescribeGroupsResponse::default().with_groups(refused)),
     );

@@ -18,14 +18,14 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeProducersRequest) {
     let mut topics = Vec::new();
     for t in &req.topics {
         let name = t.name.0.to_string();
-        let readable = b.authorized(&ctx, Op::Read, resource::TOPIC, &name);
+        let readable = b.core.authorized(&ctx, Op::Read, resource::TOPIC, &name);
         let mut partitions = Vec::new();
         for &p in &t.partition_indexes {
             let mut pr = PartitionResponse::default().with_partition_index(p);
@@ -35,7 +35,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
                 partitions.push(pr);
                 continue;
             }
-            let part = match b.partition_view(&name, p) {
+            let part = match b.core.partition_view(&name, p) {
                 Ok(part) => part,
                 Err(e) => {
                     pr.error_code = e.code();
@@ -68,7 +68,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeProducersRequ
                 .with_partitions(partitions),
         );
     }
-    b.respond(
+    b.core.respond(
         &ctx,
         ResponseKind::DescribeProducers(DescribeProducersResponse::default().with_topics(topics)),
     );

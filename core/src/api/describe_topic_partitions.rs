@@ -45,7 +45,8 @@ use uuid::Uuid;
 
 use super::metadata::topic_name;
 use super::{create_topics, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::limits::DESCRIBE_TOPIC_PARTITIONS_MAX;
 use crate::security::acl::{resource, Op};
 
@@ -61,17 +62,18 @@ const TOPIC_OPERATIONS: [Op; 8] = [
     Op::AlterConfigs,
 ];
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTopicPartitionsRequest) {
-    let response = match describe(b, &ctx, &req) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeTopicPartitionsRequest) {
+    let response = match describe(b.core, &ctx, &req) {
         Ok(response) => response,
         Err(()) => invalid_request(&req),
     };
-    b.respond(&ctx, ResponseKind::DescribeTopicPartitions(response));
+    b.core
+        .respond(&ctx, ResponseKind::DescribeTopicPartitions(response));
 }
 
 /// The answer, or `Err` for a cursor Kafka refuses.
 fn describe(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     req: &DescribeTopicPartitionsRequest,
 ) -> Result<DescribeTopicPartitionsResponse, ()> {
@@ -172,7 +174,7 @@ fn missing_topic(name: &str) -> DescribeTopicPartitionsResponseTopic {
         .with_topic_id(Uuid::nil())
 }
 
-fn partition(b: &Broker, index: i32) -> DescribeTopicPartitionsResponsePartition {
+fn partition(b: &Core, index: i32) -> DescribeTopicPartitionsResponsePartition {
     let node = BrokerId(b.config().node_id);
     DescribeTopicPartitionsResponsePartition::default()
         .with_partition_index(index)
@@ -186,7 +188,7 @@ fn partition(b: &Broker, index: i32) -> DescribeTopicPartitionsResponsePartition
 }
 
 /// The bits of the topic operations the principal may do on `name`.
-fn authorized_operations(b: &Broker, ctx: &RequestCtx, name: &str) -> i32 {
+fn authorized_operations(b: &Core, ctx: &RequestCtx, name: &str) -> i32 {
     TOPIC_OPERATIONS
         .iter()
         .filter(|op| b.authorized(ctx, **op, resource::TOPIC, name))

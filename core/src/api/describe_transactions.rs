@@ -17,10 +17,10 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeTransactionsRequest) {
     let states = req
         .transactional_ids
         .iter()
@@ -29,7 +29,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
             // defaults (producer id, epoch and start time 0; seen in
             // conformance), not with -1s.
             let base = TransactionState::default().with_transactional_id(id.clone());
-            if !b.authorized(
+            if !b.core.authorized(
                 &ctx,
                 Op::Describe,
                 resource::TRANSACTIONAL_ID,
@@ -41,13 +41,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
             if id.0.is_empty() {
                 return base.with_error_code(ResponseError::InvalidRequest.code());
             }
-            let Some(entry) = b.txns().get(id.0.as_str()) else {
+            let Some(entry) = b.core.txns().get(id.0.as_str()) else {
                 return base.with_error_code(ResponseError::TransactionalIdNotFound.code());
             };
             let r = &entry.record;
             let mut topics: Vec<TopicData> = Vec::new();
             for (t, p) in &r.partitions {
-                if !b.authorized(&ctx, Op::Describe, resource::TOPIC, t) {
+                if !b.core.authorized(&ctx, Op::Describe, resource::TOPIC, t) {
                     continue;
                 }
                 match topics.iter_mut().find(|d| d.topic.0.as_str() == t) {
@@ -68,5 +68,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeTransactionsR
         })
         .collect();
     let response = DescribeTransactionsResponse::default().with_transaction_states(states);
-    b.respond(&ctx, ResponseKind::DescribeTransactions(response));
+    b.core
+        .respond(&ctx, ResponseKind::DescribeTransactions(response));
 }

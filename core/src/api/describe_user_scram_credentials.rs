@@ -18,17 +18,22 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeUserScramCredentialsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: DescribeUserScramCredentialsRequest) {
     let mut response = DescribeUserScramCredentialsResponse::default();
-    if !b.authorized(&ctx, Op::Describe, resource::CLUSTER, "kafka-cluster") {
+    if !b
+        .core
+        .authorized(&ctx, Op::Describe, resource::CLUSTER, "kafka-cluster")
+    {
         response.error_code = ResponseError::ClusterAuthorizationFailed.code();
         response.error_message = Some(StrBytes::from_static_str("Cluster authorization failed."));
-        return b.respond(&ctx, ResponseKind::DescribeUserScramCredentials(response));
+        return b
+            .core
+            .respond(&ctx, ResponseKind::DescribeUserScramCredentials(response));
     }
-    let users = b.security().users();
+    let users = b.core.security().users();
     let infos = |list: &Vec<(crate::security::scram::Mechanism, i32)>| {
         list.iter()
             .map(|(m, iterations)| {
@@ -65,5 +70,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: DescribeUserScramCred
         response.results.push(result);
     }
     response.results.dedup_by(|a, b| a.user == b.user);
-    b.respond(&ctx, ResponseKind::DescribeUserScramCredentials(response));
+    b.core
+        .respond(&ctx, ResponseKind::DescribeUserScramCredentials(response));
 }

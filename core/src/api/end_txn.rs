@@ -24,15 +24,18 @@ use kafka_protocol::messages::{ApiKey, EndTxnRequest, EndTxnResponse, ProducerId
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::TxnState;
 use crate::txn::write::{self, Then};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: EndTxnRequest) {
     let id = req.transactional_id.0.to_string();
-    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id)
+    {
         return answer(
             b,
             &ctx,
@@ -41,7 +44,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
         );
     }
     let entry = match check_owner(
-        b.txns(),
+        b.core.txns(),
         &id,
         req.producer_id.0,
         req.producer_epoch,
@@ -58,8 +61,8 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     let ids = Some((record.producer_id, record.producer_epoch));
     match (record.state, req.committed) {
         (TxnState::Ongoing, commit) => {
-            let decided = record.prepare_decision(commit, b.now_ms());
-            write::store(b, &id, decided, Vec::new(), Then::Decided { ctx });
+            let decided = record.prepare_decision(commit, b.core.now_ms());
+            write::store(b.core, &id, decided, Vec::new(), Then::Decided { ctx });
         }
         (TxnState::PrepareCommit | TxnState::PrepareAbort, _) => {
             // Not busy yet prepared cannot be: a stored decision is always being carried out.
@@ -74,19 +77,19 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: EndTxnRequest) {
     }
 }
 
-fn answer_ok(b: &mut Broker, ctx: &RequestCtx, ids: Option<(i64, i16)>) {
+fn answer_ok(b: &mut Cx, ctx: &RequestCtx, ids: Option<(i64, i16)>) {
     let (pid, epoch) = ids.unwrap_or((-1, -1));
     let response = EndTxnResponse::default()
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch);
-    b.respond(ctx, ResponseKind::EndTxn(response));
+    b.core.respond(ctx, ResponseKind::EndTxn(response));
 }
 
-fn answer(b: &mut Broker, ctx: &RequestCtx, error: ResponseError, ids: Option<(i64, i16)>) {
+fn answer(b: &mut Cx, ctx: &RequestCtx, error: ResponseError, ids: Option<(i64, i16)>) {
     let (pid, epoch) = ids.unwrap_or((-1, -1));
     let response = EndTxnResponse::default()
         .with_error_code(error.code())
         .with_producer_id(ProducerId(pid))
         .with_producer_epoch(epoch);
-    b.respond(ctx, ResponseKind::EndTxn(response));
+    b.core.respond(ctx, ResponseKind::EndTxn(response));
 }

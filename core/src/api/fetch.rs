@@ -31,7 +31,8 @@ use kafka_protocol::ResponseError;
 
 use super::reads::{self, Gathered, Parked};
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::io::FileRange;
 use crate::limits;
 use crate::log::{Locate, LogPosition, ReadError};
@@ -47,20 +48,20 @@ pub struct WaitingFetch {
     gathered: Gathered,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: FetchRequest) {
     if req.session_id != 0 {
         let response = FetchResponse::default()
             .with_error_code(ResponseError::FetchSessionIdNotFound.code())
             .with_session_id(0);
-        return b.respond(&ctx, ResponseKind::Fetch(response));
+        return b.core.respond(&ctx, ResponseKind::Fetch(response));
     }
     if req.session_epoch > 0 {
         let response = FetchResponse::default()
             .with_error_code(ResponseError::InvalidFetchSessionEpoch.code())
             .with_session_id(0);
-        return b.respond(&ctx, ResponseKind::Fetch(response));
+        return b.core.respond(&ctx, ResponseKind::Fetch(response));
     }
-    let unreadable = unreadable_topics(b, &ctx, &req);
+    let unreadable = unreadable_topics(b.core, &ctx, &req);
     let refused_whole = !req.topics.is_empty()
         && (req.topics.iter()).all(|t| unreadable.contains(t.topic.0.as_str()));
     let wait_ms = if refused_whole {
@@ -68,12 +69,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FetchRequest) {
     } else {
         (req.max_wait_ms as i64).clamp(0, limits::FETCH_WAIT_MS_MAX)
     };
-    let deadline_ms = b.now_ms() + wait_ms;
+    let deadline_ms = b.core.now_ms() + wait_ms;
     resume(b, ctx, req, deadline_ms, Gathered::refusing(unreadable));
 }
 
 /// The topics the principal may not READ.
-fn unreadable_topics(b: &Broker, ctx: &RequestCtx, req: &FetchRequest) -> BTreeSet<String> {
+fn unreadable_topics(b: &Core, ctx: &RequestCtx, req: &FetchRequest) -> BTreeSet<String> {
     let names: BTreeSet<&str> = req.topics.iter().map(|t| t.topic.0.as_str()).collect();
     names
         .into_iter()
@@ -85,15 +86,15 @@ fn unreadable_topics(b: &Broker, ctx: &RequestCtx, req: &FetchRequest) -> BTreeS
 /// Builds the response with what the request has read so far: answers it,
 /// parks it for more reads, or lets it wait for data.
 pub(crate) fn resume(
-    b: &mut Broker,
+    b: &mut Cx,
     ctx: RequestCtx,
     req: FetchRequest,
     deadline_ms: i64,
     gathered: Gathered,
 ) {
-    match build(b, &req, &gathered) {
+    match build(b.core, &req, &gathered) {
         Err(needs) => reads::park(b, ctx, Parked::Fetch { req, deadline_ms }, gathered, needs),
-        Ok(built) if built.satisfies(&req) || b.now_ms() >= deadline_ms => {
+        Ok(built) if built.satisfies(&req) || b.core.now_ms() >= deadline_ms => {
             respond(b, &ctx, &req, built)
         }
         Ok(_) => b.park_fetch(WaitingFetch {
@@ -105,9 +106,9 @@ pub(crate) fn resume(
     }
 }
 
-fn respond(b: &mut Broker, ctx: &RequestCtx, req: &FetchRequest, built: Built) {
+fn respond(b: &mut Cx, ctx: &RequestCtx, req: &FetchRequest, built: Built) {
     if built.files.is_empty() {
-        return b.respond(ctx, ResponseKind::Fetch(built.response));
+        return b.core.respond(ctx, ResponseKind::Fetch(built.response));
     }
     match super::fetch_frame::encode(
         ctx.correlation_id,
@@ -117,29 +118,36 @@ fn respond(b: &mut Broker, ctx: &RequestCtx, req: &FetchRequest, built: Built) {
     ) {
         Ok(parts) => {
             for (ti, bytes, records) in built.sent {
-                b.count_fetched(&req.topics[ti].topic.0, bytes, records);
+                b.core
+                    .count_fetched(&req.topics[ti].topic.0, bytes, records);
             }
-            b.respond_parts(ctx, parts)
+            b.core.respond_parts(ctx, parts)
         }
         Err(e) => {
             // Our bug, but the client must not hang: close and say why.
             tracing::error!(version = ctx.version, "cannot encode fetch response: {e:#}");
-            b.close(ctx.conn);
+            b.core.close(ctx.conn);
         }
     }
 }
 
 /// Answers waiting fetches that now have enough data (`data_changed`) or
 /// whose deadline has passed.
-pub(crate) fn wake(b: &mut Broker, data_changed: bool) {
+pub(crate) fn wake(b: &mut Cx, data_changed: bool) {
     let mut i = 0;
-    while let Some(waiting) = b.waiting_fetch(i) {
-        let expired = b.now_ms() >= waiting.deadline_ms;
+    loop {
+        // A response may close its connection, and what that connection
+        // had parked goes at once.
+        b.catch_up();
+        let Some(waiting) = b.waiting_fetch(i) else {
+            break;
+        };
+        let expired = b.core.now_ms() >= waiting.deadline_ms;
         if !expired && !data_changed {
             i += 1;
             continue;
         }
-        match build(b, &waiting.req, &waiting.gathered) {
+        match build(b.core, &waiting.req, &waiting.gathered) {
             Ok(built) if expired || built.satisfies(&waiting.req) => {
                 let waiting = b.unpark_fetch(i);
                 respond(b, &waiting.ctx, &waiting.req, built);
@@ -186,7 +194,7 @@ enum Records {
 }
 
 /// The response, or the ranges to read before it can be built.
-fn build(b: &Broker, req: &FetchRequest, gathered: &Gathered) -> Result<Built, Vec<FileRange>> {
+fn build(b: &Core, req: &FetchRequest, gathered: &Gathered) -> Result<Built, Vec<FileRange>> {
     let read_committed = req.isolation_level == READ_COMMITTED;
     let max_bytes = (req.max_bytes.max(0) as usize).min(limits::FETCH_RESPONSE_BYTES_MAX);
     let mut total = 0usize;

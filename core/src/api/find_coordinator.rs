@@ -19,7 +19,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::security::acl::{resource, Op};
 
 const KEY_TYPE_GROUP: i8 = 0;
@@ -28,7 +29,7 @@ const KEY_TYPE_TRANSACTION: i8 = 1;
 /// Why the coordinator of `key` is not given, as KafkaApis.getCoordinator
 /// decides: the error and, for an unserved key type, a message.
 fn refusal(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     key_type: i8,
     key: &str,
@@ -62,10 +63,10 @@ fn error_text(error: ResponseError) -> Option<String> {
     Some(text.to_string())
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FindCoordinatorRequest) {
-    let (host, port) = b.advertised_address(ctx.conn);
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: FindCoordinatorRequest) {
+    let (host, port) = b.core.advertised_address(ctx.conn);
     let host = StrBytes::from_string(host);
-    let node_id = BrokerId(b.config().node_id);
+    let node_id = BrokerId(b.core.config().node_id);
     let mut response = FindCoordinatorResponse::default();
     if ctx.version >= 4 {
         response.coordinators = req
@@ -73,7 +74,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FindCoordinatorReques
             .iter()
             .map(|key| {
                 let c = Coordinator::default().with_key(key.clone());
-                match refusal(b, &ctx, req.key_type, key) {
+                match refusal(b.core, &ctx, req.key_type, key) {
                     None => c
                         .with_node_id(node_id)
                         .with_host(host.clone())
@@ -87,7 +88,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FindCoordinatorReques
             })
             .collect();
     } else {
-        response = match refusal(b, &ctx, req.key_type, &req.key) {
+        response = match refusal(b.core, &ctx, req.key_type, &req.key) {
             None => response
                 .with_node_id(node_id)
                 .with_host(host)
@@ -99,5 +100,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: FindCoordinatorReques
                 .with_port(-1),
         };
     }
-    b.respond(&ctx, ResponseKind::FindCoordinator(response));
+    b.core
+        .respond(&ctx, ResponseKind::FindCoordinator(response));
 }

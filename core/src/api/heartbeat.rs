@@ -12,18 +12,21 @@ use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse, ResponseKind
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: HeartbeatRequest) {
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: HeartbeatRequest) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str())
+    {
         let code = ResponseError::GroupAuthorizationFailed.code();
         let response = HeartbeatResponse::default().with_error_code(code);
-        return b.respond(&ctx, ResponseKind::Heartbeat(response));
+        return b.core.respond(&ctx, ResponseKind::Heartbeat(response));
     }
-    let now_ms = b.now_ms();
+    let now_ms = b.core.now_ms();
     let instance_id = req.group_instance_id.as_ref().map(|s| s.as_str());
-    let error = b.groups_mut().heartbeat(
+    let error = b.core.groups_mut().heartbeat(
         now_ms,
         req.group_id.0.as_str(),
         req.generation_id,
@@ -31,7 +34,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: HeartbeatRequest) {
         instance_id,
     );
     let code = error.map_or(0, |e| e.code());
-    b.respond(
+    b.core.respond(
         &ctx,
         ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),
     );

@@ -19,9 +19,10 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::config_writes::{self, Answer, Entry, Mode, Resource};
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: IncrementalAlterConfigsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: IncrementalAlterConfigsRequest) {
     let resources = req
         .resources
         .iter()
@@ -49,7 +50,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: IncrementalAlterConfi
     );
 }
 
-fn respond(b: &mut Broker, ctx: &RequestCtx, answers: Vec<Answer>) {
+fn respond(b: &mut Core, ctx: &RequestCtx, answers: Vec<Answer>) {
     let responses = answers
         .into_iter()
         .map(|a| {

@@ -34,51 +34,61 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::fenced_error;
 use crate::txn::record::{epoch_exhausted, TxnRecord, TxnState};
 use crate::txn::write::{self, Reply, Then};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: InitProducerIdRequest) {
     let Some(id) = req.transactional_id.as_ref().map(|t| t.0.to_string()) else {
-        let may_write = b.authorized(
+        let may_write = b.core.authorized(
             &ctx,
             Op::IdempotentWrite,
             resource::CLUSTER,
             "kafka-cluster",
-        ) || b.authorized_by_resource_type(&ctx, Op::Write, resource::TOPIC);
+        ) || b
+            .core
+            .authorized_by_resource_type(&ctx, Op::Write, resource::TOPIC);
         if !may_write {
-            return error(b, &ctx, ResponseError::ClusterAuthorizationFailed);
+            return error(b.core, &ctx, ResponseError::ClusterAuthorizationFailed);
         }
         return give_id(b, ctx, req);
     };
-    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
-        return error(b, &ctx, ResponseError::TransactionalIdAuthorizationFailed);
+    if !b
+        .core
+        .authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id)
+    {
+        return error(
+            b.core,
+            &ctx,
+            ResponseError::TransactionalIdAuthorizationFailed,
+        );
     }
     if id.is_empty() {
-        return error(b, &ctx, ResponseError::InvalidRequest);
+        return error(b.core, &ctx, ResponseError::InvalidRequest);
     }
     if req.transaction_timeout_ms <= 0
-        || req.transaction_timeout_ms > b.config().transaction_max_timeout_ms
+        || req.transaction_timeout_ms > b.core.config().transaction_max_timeout_ms
     {
-        return error(b, &ctx, ResponseError::InvalidTransactionTimeout);
+        return error(b.core, &ctx, ResponseError::InvalidTransactionTimeout);
     }
-    if b.txns().is_creating(&id) {
-        return error(b, &ctx, ResponseError::ConcurrentTransactions);
+    if b.core.txns().is_creating(&id) {
+        return error(b.core, &ctx, ResponseError::ConcurrentTransactions);
     }
     let expected = (ctx.version >= 3 && req.producer_id.0 != -1)
         .then_some((req.producer_id.0, req.producer_epoch));
-    let now_ms = b.now_ms();
-    let Some(entry) = b.txns().get(&id) else {
-        let Some(pid) = b.take_producer_id() else {
+    let now_ms = b.core.now_ms();
+    let Some(entry) = b.core.txns().get(&id) else {
+        let Some(pid) = b.core.take_producer_id() else {
             return b.await_id_block(ctx, req);
         };
         let next = TxnRecord::create(pid, req.transaction_timeout_ms, now_ms);
-        return write::store(b, &id, next, Vec::new(), answer_stored(ctx));
+        return write::store(b.core, &id, next, Vec::new(), answer_stored(ctx));
     };
     if entry.busy() {
-        return error(b, &ctx, ResponseError::ConcurrentTransactions);
+        return error(b.core, &ctx, ResponseError::ConcurrentTransactions);
     }
     let current = entry.record.clone();
     if let Some((pid, epoch)) = expected {
@@ -86,25 +96,29 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
             || pid == current.producer_id
             || (pid == current.previous_producer_id && epoch_exhausted(epoch));
         if !valid {
-            return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version));
+            return error(
+                b.core,
+                &ctx,
+                fenced_error(ApiKey::InitProducerId, ctx.version),
+            );
         }
     }
     match current.state {
         TxnState::PrepareCommit | TxnState::PrepareAbort => {
-            error(b, &ctx, ResponseError::ConcurrentTransactions)
+            error(b.core, &ctx, ResponseError::ConcurrentTransactions)
         }
         TxnState::Ongoing => {
             let next = current.prepare_fence_and_abort(now_ms);
             // Stored, the abort is under way: the client retries.
-            let reply: Reply = Box::new(move |b, stored| {
+            let reply: Reply = Box::new(move |stored| {
                 let e = match stored {
                     Some(_) => ResponseError::ConcurrentTransactions,
                     None => ResponseError::NotCoordinator,
                 };
-                error(b, &ctx, e)
+                (ctx, error_response(e))
             });
             let then = Then::Fenced { reply: Some(reply) };
-            write::store(b, &id, next, Vec::new(), then);
+            write::store(b.core, &id, next, Vec::new(), then);
         }
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
             let timeout_ms = req.transaction_timeout_ms;
@@ -112,7 +126,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                 && expected.is_none_or(|(_, e)| e == current.producer_epoch)
             {
                 // TransactionMetadata.prepareProducerIdRotation.
-                let Some(pid) = b.take_producer_id() else {
+                let Some(pid) = b.core.take_producer_id() else {
                     return b.await_id_block(ctx, req);
                 };
                 let last_epoch = if expected.is_some() {
@@ -132,12 +146,16 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
                         (current.producer_epoch, current.last_producer_epoch)
                     }
                     Some(_) => {
-                        return error(b, &ctx, fenced_error(ApiKey::InitProducerId, ctx.version))
+                        return error(
+                            b.core,
+                            &ctx,
+                            fenced_error(ApiKey::InitProducerId, ctx.version),
+                        )
                     }
                 };
                 current.prepare_epoch_bump(timeout_ms, epoch, last, now_ms)
             };
-            write::store(b, &id, next, Vec::new(), answer_stored(ctx));
+            write::store(b.core, &id, next, Vec::new(), answer_stored(ctx));
         }
     }
 }
@@ -145,40 +163,44 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest
 /// Once the record is stored: its producer id and epoch; not stored:
 /// NOT_COORDINATOR.
 fn answer_stored(ctx: RequestCtx) -> Then {
-    Then::Answer(Box::new(move |b, stored| match stored {
+    Then::Answer(Box::new(move |stored| match stored {
         Some(r) => {
             let response = InitProducerIdResponse::default()
                 .with_producer_id(ProducerId(r.producer_id))
                 .with_producer_epoch(r.producer_epoch);
-            b.respond(&ctx, ResponseKind::InitProducerId(response));
+            (ctx, ResponseKind::InitProducerId(response))
         }
-        None => error(b, &ctx, ResponseError::NotCoordinator),
+        None => (ctx, error_response(ResponseError::NotCoordinator)),
     }))
 }
 
-fn error(b: &mut Broker, ctx: &RequestCtx, error: ResponseError) {
+fn error(b: &mut Core, ctx: &RequestCtx, error: ResponseError) {
+    b.respond(ctx, error_response(error));
+}
+
+fn error_response(error: ResponseError) -> ResponseKind {
     let response = InitProducerIdResponse::default()
         .with_error_code(error.code())
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
-    b.respond(ctx, ResponseKind::InitProducerId(response));
+    ResponseKind::InitProducerId(response)
 }
 
 /// Answers an idempotent producer with a fresh id, or waits for a block.
-fn give_id(b: &mut Broker, ctx: RequestCtx, req: InitProducerIdRequest) {
-    let Some(id) = b.take_producer_id() else {
+fn give_id(b: &mut Cx, ctx: RequestCtx, req: InitProducerIdRequest) {
+    let Some(id) = b.core.take_producer_id() else {
         return b.await_id_block(ctx, req);
     };
     let response = InitProducerIdResponse::default()
         .with_producer_id(ProducerId(id))
         .with_producer_epoch(0);
-    b.respond(&ctx, ResponseKind::InitProducerId(response));
+    b.core.respond(&ctx, ResponseKind::InitProducerId(response));
 }
 
 /// The id block the waiting requests asked for is stored: they run again;
 /// or it is not: they fail with NOT_COORDINATOR, which clients retry.
 pub(crate) fn block_stored(
-    b: &mut Broker,
+    b: &mut Cx,
     waiting: Vec<(RequestCtx, InitProducerIdRequest)>,
     stored: bool,
 ) {
@@ -186,7 +208,7 @@ pub(crate) fn block_stored(
         if stored {
             handle(b, ctx, req);
         } else {
-            error(b, &ctx, ResponseError::NotCoordinator);
+            error(b.core, &ctx, ResponseError::NotCoordinator);
         }
     }
 }

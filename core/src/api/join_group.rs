@@ -16,16 +16,19 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::group::{join_error, JoinArgs, Protocol};
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: JoinGroupRequest) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str())
+    {
         // JoinGroupRequest.getErrorResponse: the protocol name is "" before v7.
         let response = join_error("", ResponseError::GroupAuthorizationFailed)
             .with_protocol_name((ctx.version < 7).then(StrBytes::default));
-        return b.respond(&ctx, ResponseKind::JoinGroup(response));
+        return b.core.respond(&ctx, ResponseKind::JoinGroup(response));
     }
     let rebalance_timeout_ms = if ctx.version == 0 || req.rebalance_timeout_ms < 0 {
         req.session_timeout_ms
@@ -37,7 +40,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
         member_id: req.member_id.to_string(),
         instance_id: req.group_instance_id.map(|s| s.to_string()),
         client_id: ctx.client_id.to_string(),
-        client_host: b.client_host(ctx.conn),
+        client_host: b.core.client_host(ctx.conn),
         session_timeout_ms: req.session_timeout_ms,
         rebalance_timeout_ms,
         protocol_type: req.protocol_type.to_string(),
@@ -50,7 +53,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: JoinGroupRequest) {
             })
             .collect(),
     };
-    let now_ms = b.now_ms();
-    b.groups_mut().join(now_ms, ctx, args);
-    b.flush_group_answers();
+    let now_ms = b.core.now_ms();
+    b.core.groups_mut().join(now_ms, ctx, args);
+    b.core.flush_group_answers();
 }

@@ -14,14 +14,17 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse, ResponseKi
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: LeaveGroupRequest) {
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: LeaveGroupRequest) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str())
+    {
         let code = ResponseError::GroupAuthorizationFailed.code();
         let response = LeaveGroupResponse::default().with_error_code(code);
-        return b.respond(&ctx, ResponseKind::LeaveGroup(response));
+        return b.core.respond(&ctx, ResponseKind::LeaveGroup(response));
     }
     let leaving: Vec<(String, Option<String>)> = if ctx.version < 3 {
         vec![(req.member_id.to_string(), None)]
@@ -36,11 +39,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: LeaveGroupRequest) {
             })
             .collect()
     };
-    let now_ms = b.now_ms();
+    let now_ms = b.core.now_ms();
     let result = b
+        .core
         .groups_mut()
         .leave(now_ms, req.group_id.0.as_str(), &leaving);
-    b.flush_group_answers();
+    b.core.flush_group_answers();
     let mut response = LeaveGroupResponse::default();
     match result {
         Err(error) => response.error_code = error.code(),
@@ -59,5 +63,5 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: LeaveGroupRequest) {
                 .collect();
         }
     }
-    b.respond(&ctx, ResponseKind::LeaveGroup(response));
+    b.core.respond(&ctx, ResponseKind::LeaveGroup(response));
 }

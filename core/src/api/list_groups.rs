@@ -13,21 +13,28 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse, R
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 
 const GROUP_TYPE: &str = "classic";
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListGroupsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: ListGroupsRequest) {
     let wanted = |filter: &[StrBytes], value: &str| {
         filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
     };
-    let sees_all = b.authorized(&ctx, Op::Describe, resource::CLUSTER, "kafka-cluster");
+    let sees_all = b
+        .core
+        .authorized(&ctx, Op::Describe, resource::CLUSTER, "kafka-cluster");
     let groups = b
+        .core
         .groups()
         .groups()
         .filter(|g| !g.deleting)
-        .filter(|g| sees_all || b.authorized(&ctx, Op::Describe, resource::GROUP, &g.id))
+        .filter(|g| {
+            sees_all
+                || b.core
+                    .authorized(&ctx, Op::Describe, resource::GROUP, &g.id)
+        })
         .filter(|g| {
             wanted(&req.states_filter, g.state.name()) && wanted(&req.types_filter, GROUP_TYPE)
         })
@@ -41,7 +48,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListGroupsRequest) {
                 .with_group_type(StrBytes::from_static_str(GROUP_TYPE))
         })
         .collect();
-    b.respond(
+    b.core.respond(
         &ctx,
         ResponseKind::ListGroups(ListGroupsResponse::default().with_groups(groups)),
     );

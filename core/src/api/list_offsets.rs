@@ -22,7 +22,7 @@ use kafka_protocol::ResponseError;
 
 use super::reads::{self, Gathered, Parked};
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::io::FileRange;
 use crate::log::{ReadError, TimeSearch};
 use crate::security::acl::{resource, Op};
@@ -32,18 +32,18 @@ const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 const READ_COMMITTED: i8 = 1;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: ListOffsetsRequest) {
     let undescribable = req
         .topics
         .iter()
         .map(|t| t.name.0.to_string())
-        .filter(|name| !b.authorized(&ctx, Op::Describe, resource::TOPIC, name))
+        .filter(|name| !b.core.authorized(&ctx, Op::Describe, resource::TOPIC, name))
         .collect();
     resume(b, ctx, req, Gathered::refusing(undescribable));
 }
 
 /// Answers with what the request has read so far, or parks it for more.
-pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, gathered: Gathered) {
+pub(crate) fn resume(b: &mut Cx, ctx: RequestCtx, req: ListOffsetsRequest, gathered: Gathered) {
     let read_committed = req.isolation_level == READ_COMMITTED;
     let mut needs: Vec<FileRange> = Vec::new();
     let mut topics = Vec::with_capacity(req.topics.len());
@@ -62,7 +62,7 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
                 if refused {
                     return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
                 }
-                let part = match b.partition_view(name, p.partition_index) {
+                let part = match b.core.partition_view(name, p.partition_index) {
                     Ok(part) => part,
                     Err(e) => return base.with_error_code(e.code()),
                 };
@@ -110,7 +110,7 @@ pub(crate) fn resume(b: &mut Broker, ctx: RequestCtx, req: ListOffsetsRequest, g
     if !needs.is_empty() {
         return reads::park(b, ctx, Parked::ListOffsets(req), gathered, needs);
     }
-    b.respond(
+    b.core.respond(
         &ctx,
         ResponseKind::ListOffsets(ListOffsetsResponse::default().with_topics(topics)),
     );

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 use crate::txn::record::TxnState;
 
@@ -27,7 +27,7 @@ const STATES: [TxnState; 6] = [
     TxnState::CompleteAbort,
 ];
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListTransactionsRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: ListTransactionsRequest) {
     let mut response = ListTransactionsResponse::default();
     let mut wanted_states = Vec::new();
     for name in &req.state_filters {
@@ -41,9 +41,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListTransactionsReque
     } else {
         -1
     };
-    let now_ms = b.now_ms();
-    for (id, entry) in b.txns().iter() {
-        if !b.authorized(&ctx, Op::Describe, resource::TRANSACTIONAL_ID, id) {
+    let now_ms = b.core.now_ms();
+    for (id, entry) in b.core.txns().iter() {
+        if !b
+            .core
+            .authorized(&ctx, Op::Describe, resource::TRANSACTIONAL_ID, id)
+        {
             continue;
         }
         let r = &entry.record;
@@ -65,5 +68,6 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ListTransactionsReque
                 .with_transaction_state(StrBytes::from_static_str(r.state.name())),
         );
     }
-    b.respond(&ctx, ResponseKind::ListTransactions(response));
+    b.core
+        .respond(&ctx, ResponseKind::ListTransactions(response));
 }

@@ -25,20 +25,21 @@ use kafka_protocol::ResponseError;
 
 use super::create_topics::{self, Origin};
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::security::acl::{resource, Op};
 
 /// "Authorized operations not asked for" (Kafka's Integer.MIN_VALUE).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: MetadataRequest) {
     respond(b, ctx, req, true);
 }
 
 /// Answers `req`, first creating missing topics when `may_create` and allowed.
-pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may_create: bool) {
+pub(crate) fn respond(b: &mut Cx, ctx: RequestCtx, req: MetadataRequest, may_create: bool) {
     let allow_create =
-        b.config().auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
+        b.core.config().auto_create_topics && (ctx.version < 4 || req.allow_auto_topic_creation);
     // v0: an empty list means all topics; v1+: null means all topics.
     let asked: Option<Vec<String>> = match &req.topics {
         None => None,
@@ -49,16 +50,16 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
                 .collect(),
         ),
     };
-    let names = asked.clone().unwrap_or_else(|| b.topics().names());
-    let refused = refused_topics(b, &ctx, &names, asked.is_some() && allow_create);
+    let names = asked.clone().unwrap_or_else(|| b.core.topics().names());
+    let refused = refused_topics(b.core, &ctx, &names, asked.is_some() && allow_create);
     if may_create && allow_create {
         if let Some(names) = &asked {
             let mut new = Vec::new();
             for name in names.iter().filter(|name| !refused.contains(*name)) {
-                let exists = b.topics().get(name).is_some() || b.topics().is_busy(name);
+                let exists = b.core.topics().get(name).is_some() || b.core.topics().is_busy(name);
                 let duplicate = new.iter().any(|(n, _)| n == name);
                 if !exists && !duplicate && create_topics::validate_name(name).is_ok() {
-                    let partitions = b.config().default_partitions;
+                    let partitions = b.core.config().default_partitions;
                     let record = create_topics::new_record(b, name, partitions, BTreeMap::new());
                     new.push((name.clone(), record));
                 }
@@ -75,11 +76,11 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
         .filter_map(|name| match refused.contains(name) {
             true if asked.is_none() => None,
             true => Some(refused_topic(name)),
-            false => Some(describe_topic(b, name)),
+            false => Some(describe_topic(b.core, name)),
         })
         .collect();
-    let (host, port) = b.advertised_address(ctx.conn);
-    let config = b.config();
+    let (host, port) = b.core.advertised_address(ctx.conn);
+    let config = b.core.config();
     let broker = MetadataResponseBroker::default()
         .with_node_id(BrokerId(config.node_id))
         .with_host(StrBytes::from_string(host))
@@ -90,7 +91,7 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
         .with_controller_id(BrokerId(config.node_id))
         .with_cluster_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
         .with_topics(topics);
-    b.respond(&ctx, ResponseKind::Metadata(response));
+    b.core.respond(&ctx, ResponseKind::Metadata(response));
 }
 
 /// The topics of `names` the ACLs refuse: those the principal may not
@@ -98,7 +99,7 @@ pub(crate) fn respond(b: &mut Broker, ctx: RequestCtx, req: MetadataRequest, may
 /// (CREATE on the cluster, else on the topic; Kafka asks only when a
 /// described topic is missing).
 fn refused_topics(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     names: &[String],
     auto_create: bool,
@@ -131,7 +132,7 @@ fn refused_topic(name: &str) -> MetadataResponseTopic {
         .with_topic_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
 }
 
-fn describe_topic(b: &Broker, name: &str) -> MetadataResponseTopic {
+fn describe_topic(b: &Core, name: &str) -> MetadataResponseTopic {
     let topic_name = TopicName(StrBytes::from_string(name.to_string()));
     let base = MetadataResponseTopic::default()
         .with_name(Some(topic_name))

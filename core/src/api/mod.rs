@@ -1,11 +1,11 @@
 //! One file per Kafka API key, each opening with the versions it serves and
 //! how it behaves. Handlers stay thin: each reads as a recipe from request to
-//! response through the broker's methods (the log, the coordinators, the
-//! bookkeeping of parked requests), never its fields.
+//! response through its context (`Cx`): the core's methods (the log, the
+//! coordinators) and the bookkeeping of parked requests, never their fields.
+//! Nothing here names the broker above; nothing below names `api`.
 
+use crate::core_state::Core;
 use kafka_protocol::messages::RequestKind;
-
-use crate::broker::Broker;
 
 pub mod add_offsets_to_txn;
 pub mod add_partitions_to_txn;
@@ -33,6 +33,7 @@ pub mod end_txn;
 pub mod fetch;
 pub mod fetch_frame;
 pub mod find_coordinator;
+mod frame;
 pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
@@ -45,6 +46,7 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
+pub(crate) mod parked;
 pub mod produce;
 pub(crate) mod reads;
 pub mod sasl_authenticate;
@@ -54,10 +56,12 @@ pub mod txn_offset_commit;
 pub mod write_txn_markers;
 
 pub use crate::request::RequestCtx;
+pub(crate) use frame::handle_frame;
+pub(crate) use parked::{Cx, Parked};
 
 /// What to do when an API handler's own meta.db write completes (Ok or not).
-/// The broker's other writes (producer id blocks, transactional ids,
-/// checkpoints) are `broker::MetaAction`s.
+/// The core's own writes (producer id blocks, transactional ids,
+/// checkpoints) are `core_state::MetaAction`s.
 pub enum ApiWrite {
     CreateTopics(create_topics::PendingCreate),
     DeleteTopics(delete_topics::PendingDelete),
@@ -129,7 +133,7 @@ fn txn_ids(request: &RequestKind) -> Vec<&str> {
 /// still preparing), or an OffsetFetch of a group it commits offsets to
 /// (which would not show them yet). Such a request waits for that write,
 /// one meta.db write at most (txn/complete.rs says why).
-fn waits_for_settling(b: &Broker, request: &RequestKind) -> bool {
+fn waits_for_settling(b: &Core, request: &RequestKind) -> bool {
     let txns = b.txns();
     if !txns.completing().any(|(_, c)| c.settling()) && !txns.any_flushing() {
         return false; // the common case: nothing settling, nothing to look up
@@ -155,15 +159,15 @@ fn waits_for_settling(b: &Broker, request: &RequestKind) -> bool {
     }
 }
 
-pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
-    if waits_for_settling(b, &request) {
+pub(crate) fn dispatch(b: &mut Cx, ctx: RequestCtx, request: RequestKind) {
+    if waits_for_settling(b.core, &request) {
         return b.defer_until_stored(ctx, request);
     }
     if let Some(names) = admin_topics(&request) {
         // A v6 DeleteTopics by id is resolved when it runs; any change in
         // flight defers it, to keep the order simple.
         let by_id = matches!(&request, RequestKind::DeleteTopics(r) if r.topics.iter().any(|t| t.name.is_none()));
-        let topics = b.topics();
+        let topics = b.core.topics();
         let busy = names.iter().any(|n| topics.is_busy(n)) || (by_id && topics.busy_count() > 0);
         if busy {
             return b.defer_until_stored(ctx, request);
@@ -225,7 +229,7 @@ pub(crate) fn dispatch(b: &mut Broker, ctx: RequestCtx, request: RequestKind) {
 }
 
 /// An API handler's meta.db write completed: the handler finishes.
-pub(crate) fn apply_meta(b: &mut Broker, write: ApiWrite, stored: bool) {
+pub(crate) fn apply_meta(b: &mut Cx, write: ApiWrite, stored: bool) {
     match write {
         ApiWrite::CreateTopics(p) => create_topics::apply(b, p, stored),
         ApiWrite::DeleteTopics(p) => delete_topics::apply(b, p, stored),

@@ -23,7 +23,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse, Respon
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::group::{offset_key, OffsetRecord, TopicPartition};
 use crate::io::MetaOp;
 use crate::limits;
@@ -38,14 +38,18 @@ pub struct PendingCommit {
     records: Vec<(TopicPartition, OffsetRecord)>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: OffsetCommitRequest) {
     let group_id = req.group_id.0.to_string();
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, &group_id) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Read, resource::GROUP, &group_id)
+    {
         let response = every_partition(&req, ResponseError::GroupAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::OffsetCommit(response));
+        return b.core.respond(&ctx, ResponseKind::OffsetCommit(response));
     }
     let unreadable =
-        b.unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
+        b.core
+            .unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
     let readable_left = req
         .topics
         .iter()
@@ -53,11 +57,11 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
     if !req.topics.is_empty() && !readable_left {
         // KafkaApis answers at once when no topic is left to commit.
         let response = every_partition(&req, ResponseError::TopicAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::OffsetCommit(response));
+        return b.core.respond(&ctx, ResponseKind::OffsetCommit(response));
     }
     let instance_id = req.group_instance_id.as_ref().map(|s| s.as_str());
-    let now_ms = b.now_ms();
-    let checked = b.groups_mut().check_commit(
+    let now_ms = b.core.now_ms();
+    let checked = b.core.groups_mut().check_commit(
         now_ms,
         &group_id,
         req.generation_id_or_member_epoch,
@@ -75,7 +79,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
     for topic in &req.topics {
         let name = topic.name.0.to_string();
         let readable = !unreadable.contains(&name);
-        let known = b.topics().get(&name).is_some();
+        let known = b.core.topics().get(&name).is_some();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let metadata = p
@@ -115,7 +119,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
         );
     }
     if records.is_empty() {
-        return b.respond(&ctx, ResponseKind::OffsetCommit(response));
+        return b.core.respond(&ctx, ResponseKind::OffsetCommit(response));
     }
     let ops = records
         .iter()
@@ -124,7 +128,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetCommitRequest) 
             value: meta::encode(record),
         })
         .collect();
-    b.groups_mut().begin_commit(&group_id, &records);
+    b.core.groups_mut().begin_commit(&group_id, &records);
     b.emit_meta(
         ops,
         ApiWrite::OffsetCommit(PendingCommit {
@@ -159,7 +163,7 @@ fn every_partition(req: &OffsetCommitRequest, error: ResponseError) -> OffsetCom
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingCommit, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingCommit, stored: bool) {
     let PendingCommit {
         ctx,
         mut response,
@@ -179,8 +183,9 @@ pub(crate) fn apply(b: &mut Broker, pending: PendingCommit, stored: bool) {
             }
         }
     }
-    let now_ms = b.now_ms();
-    b.groups_mut()
+    let now_ms = b.core.now_ms();
+    b.core
+        .groups_mut()
         .end_commit(now_ms, &group_id, records, stored);
-    b.respond(&ctx, ResponseKind::OffsetCommit(response));
+    b.core.respond(&ctx, ResponseKind::OffsetCommit(response));
 }

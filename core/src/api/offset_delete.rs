@@ -19,7 +19,7 @@ use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse, Respon
 use kafka_protocol::ResponseError;
 
 use super::{ApiWrite, RequestCtx};
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::group::{offset_key, TopicPartition};
 use crate::io::MetaOp;
 use crate::security::acl::{resource, Op};
@@ -31,24 +31,28 @@ pub struct PendingOffsetDelete {
     deleted: Vec<TopicPartition>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: OffsetDeleteRequest) {
     let group_id = req.group_id.0.to_string();
-    let refusal = if !b.authorized(&ctx, Op::Delete, resource::GROUP, &group_id) {
+    let refusal = if !b
+        .core
+        .authorized(&ctx, Op::Delete, resource::GROUP, &group_id)
+    {
         Err(ResponseError::GroupAuthorizationFailed)
     } else {
-        b.groups().check_offset_delete(&group_id)
+        b.core.groups().check_offset_delete(&group_id)
     };
     if let Err(error) = refusal {
         let response = OffsetDeleteResponse::default().with_error_code(error.code());
-        return b.respond(&ctx, ResponseKind::OffsetDelete(response));
+        return b.core.respond(&ctx, ResponseKind::OffsetDelete(response));
     }
     let unreadable =
-        b.unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
+        b.core
+            .unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
     let mut response = OffsetDeleteResponse::default();
     let mut deleted = Vec::new();
     for topic in &req.topics {
         let name = topic.name.0.to_string();
-        let subscribed = b.groups().is_subscribed_to(&group_id, &name);
+        let subscribed = b.core.groups().is_subscribed_to(&group_id, &name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
             let tp = (name.clone(), p.partition_index);
@@ -56,10 +60,15 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) 
                 ResponseError::TopicAuthorizationFailed.code()
             } else if subscribed {
                 ResponseError::GroupSubscribedToTopic.code()
-            } else if b.topics().partition(&name, p.partition_index).is_none() {
+            } else if b
+                .core
+                .topics()
+                .partition(&name, p.partition_index)
+                .is_none()
+            {
                 ResponseError::UnknownTopicOrPartition.code()
             } else {
-                if b.groups().has_offset(&group_id, &tp) {
+                if b.core.groups().has_offset(&group_id, &tp) {
                     deleted.push(tp);
                 }
                 0
@@ -77,7 +86,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) 
         );
     }
     if deleted.is_empty() {
-        return b.respond(&ctx, ResponseKind::OffsetDelete(response));
+        return b.core.respond(&ctx, ResponseKind::OffsetDelete(response));
     }
     let ops = deleted
         .iter()
@@ -96,17 +105,18 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetDeleteRequest) 
     );
 }
 
-pub(crate) fn apply(b: &mut Broker, pending: PendingOffsetDelete, stored: bool) {
+pub(crate) fn apply(b: &mut Cx, pending: PendingOffsetDelete, stored: bool) {
     let PendingOffsetDelete {
         ctx,
         mut response,
         group_id,
         deleted,
     } = pending;
-    b.groups_mut()
+    b.core
+        .groups_mut()
         .end_offset_delete(&group_id, &deleted, stored);
     if !stored {
         response.error_code = ResponseError::CoordinatorNotAvailable.code();
     }
-    b.respond(&ctx, ResponseKind::OffsetDelete(response));
+    b.core.respond(&ctx, ResponseKind::OffsetDelete(response));
 }

@@ -25,7 +25,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
+use crate::core_state::Core;
 use crate::group::Coordinator;
 use crate::security::acl::{resource, Op};
 use crate::txn::Txns;
@@ -85,7 +86,7 @@ fn fetch_group(
 /// One group's answer as KafkaApis gives it: the group's error code and
 /// the answers the principal may see.
 fn answer_group(
-    b: &Broker,
+    b: &Core,
     ctx: &RequestCtx,
     group_id: &str,
     topics: Option<Vec<(TopicName, Vec<i32>)>>,
@@ -124,7 +125,7 @@ fn answer_group(
     (0, answers)
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: OffsetFetchRequest) {
     let mut response = OffsetFetchResponse::default();
     if ctx.version >= 8 {
         for g in req.groups {
@@ -133,8 +134,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let (code, answers) =
-                answer_group(b, &ctx, g.group_id.0.as_str(), topics, req.require_stable);
+            let (code, answers) = answer_group(
+                b.core,
+                &ctx,
+                g.group_id.0.as_str(),
+                topics,
+                req.require_stable,
+            );
             let topics = answers
                 .into_iter()
                 .map(|(name, parts)| {
@@ -167,8 +173,13 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
                 .map(|t| (t.name, t.partition_indexes))
                 .collect()
         });
-        let (code, answers) =
-            answer_group(b, &ctx, req.group_id.0.as_str(), topics, req.require_stable);
+        let (code, answers) = answer_group(
+            b.core,
+            &ctx,
+            req.group_id.0.as_str(),
+            topics,
+            req.require_stable,
+        );
         response.error_code = code;
         response.topics = answers
             .into_iter()
@@ -190,5 +201,5 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: OffsetFetchRequest) {
             })
             .collect();
     }
-    b.respond(&ctx, ResponseKind::OffsetFetch(response));
+    b.core.respond(&ctx, ResponseKind::OffsetFetch(response));
 }

@@ -50,8 +50,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
+use crate::api::Cx;
 use crate::batch::{self, BatchError};
-use crate::broker::Broker;
+use crate::core_state::Core;
 use crate::limits;
 use crate::produce_checks::{self, Rebuild, Verdict};
 use crate::producer::{AppendCheck, ProducerError};
@@ -68,19 +69,19 @@ pub struct PendingProduce {
     waits: Vec<(PartitionKey, i64, usize, usize)>,
 }
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: ProduceRequest) {
     // Refused by the ACLs, an acks=0 request closes the connection: that is
     // how Kafka tells a producer that waits for no answer.
-    if has_transactional_batch(&req) && !may_write_transactional_id(b, &ctx, &req) {
+    if has_transactional_batch(&req) && !may_write_transactional_id(b.core, &ctx, &req) {
         if req.acks == 0 {
-            return b.close(ctx.conn);
+            return b.core.close(ctx.conn);
         }
         let response = error_response(&req, ResponseError::TransactionalIdAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::Produce(response));
+        return b.core.respond(&ctx, ResponseKind::Produce(response));
     }
     if !matches!(req.acks, -1..=1) {
         let response = error_response(&req, ResponseError::InvalidRequiredAcks);
-        return b.respond(&ctx, ResponseKind::Produce(response));
+        return b.core.respond(&ctx, ResponseKind::Produce(response));
     }
     // Read beside the core by the driver (`Input::CheckedFrame`); a frame
     // handed in without them, or a request deferred and handled again, is
@@ -96,12 +97,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
     let mut waits = Vec::new();
     let mut refused_a_topic = false;
     for (name, partitions) in produce_checks::entries_by_partition(&req) {
-        let writable = b.authorized(&ctx, Op::Write, resource::TOPIC, name);
+        let writable = b.core.authorized(&ctx, Op::Write, resource::TOPIC, name);
         refused_a_topic |= !writable;
         // Not the decoded name: it is a slice of the request frame, which a
         // response waiting for its fsync would keep whole (every batch of
         // the request) until then. A known topic lends its own.
-        let owned_name = b.topics().get(name).map_or_else(
+        let owned_name = b.core.topics().get(name).map_or_else(
             || StrBytes::from_string(name.to_owned()),
             |t| t.name_bytes.clone(),
         );
@@ -151,6 +152,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
                     }
                     if refusal.by_log {
                         pr.log_start_offset = b
+                            .core
                             .partition_view(name, part.index)
                             .map_or(-1, |view| view.log().log_start_offset());
                     }
@@ -161,25 +163,26 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: ProduceRequest) {
         response.responses.push(topic_response);
     }
     if !waits.is_empty() {
-        b.request_sync();
+        b.core.request_sync();
     }
     if req.acks == 0 && refused_a_topic {
-        return b.close(ctx.conn);
+        return b.core.close(ctx.conn);
     }
     if req.acks == 0 {
-        return b.respond_none(&ctx);
+        return b.core.respond_none(&ctx);
     }
     if waits.is_empty() {
-        return b.respond(&ctx, ResponseKind::Produce(response));
+        return b.core.respond(&ctx, ResponseKind::Produce(response));
     }
     // A duplicate of durable data needs no sync: answer it now.
     let durable = |(key, last_offset, _, _): &(PartitionKey, i64, usize, usize)| {
-        b.topics()
+        b.core
+            .topics()
             .partition_by_key(key)
             .is_some_and(|log| log.high_watermark() > *last_offset)
     };
     if waits.iter().all(durable) {
-        return b.respond(&ctx, ResponseKind::Produce(response));
+        return b.core.respond(&ctx, ResponseKind::Produce(response));
     }
     b.park_produce(PendingProduce {
         ctx,
@@ -202,7 +205,7 @@ fn has_transactional_batch(req: &ProduceRequest) -> bool {
 /// WRITE on the request's transactional id. With the authorizer on, none at
 /// all is refused too (Kafka refuses it even with no authorizer; doze then
 /// leaves it to the transaction checks).
-fn may_write_transactional_id(b: &Broker, ctx: &RequestCtx, req: &ProduceRequest) -> bool {
+fn may_write_transactional_id(b: &Core, ctx: &RequestCtx, req: &ProduceRequest) -> bool {
     match &req.transactional_id {
         Some(id) => b.authorized(ctx, Op::Write, resource::TRANSACTIONAL_ID, &id.0),
         None => !b.authorizer_enabled(),
@@ -269,11 +272,7 @@ struct CoreWork {
     rebuild_bytes: usize,
 }
 
-fn append_partition(
-    b: &mut Broker,
-    entry: PartitionEntry<'_>,
-    left: &mut CoreWork,
-) -> AppendResult {
+fn append_partition(b: &mut Cx, entry: PartitionEntry<'_>, left: &mut CoreWork) -> AppendResult {
     let PartitionEntry {
         topic_name,
         partition,
@@ -281,14 +280,14 @@ fn append_partition(
         verdict,
         rebuild,
     } = entry;
-    let Some(topic) = b.topics().get(topic_name) else {
+    let Some(topic) = b.core.topics().get(topic_name) else {
         return Err(refused(ResponseError::UnknownTopicOrPartition, None));
     };
     if partition < 0 || partition as usize >= topic.partitions.len() {
         return Err(refused(ResponseError::UnknownTopicOrPartition, None));
     }
     let key = topic.key(partition);
-    if b.is_offline(&key) {
+    if b.core.is_offline(&key) {
         return Err(refused(ResponseError::KafkaStorageError, None));
     }
     let Some(records) = records else {
@@ -311,7 +310,7 @@ fn append_partition(
     } = topic.append;
     let rules = RecordRules {
         bounds: (!log_append_time).then(|| TimestampBounds {
-            now_ms: b.now_ms(),
+            now_ms: b.core.now_ms(),
             before_max_ms: timestamp_before_max_ms,
             after_max_ms: timestamp_after_max_ms,
         }),
@@ -381,9 +380,9 @@ fn append_partition(
         bytes = batch::with_create_time_max(&bytes, records_max_ms);
         header = batch::parse_header(&bytes).expect("a rewritten valid batch");
     }
-    check_transaction(b, &key, topic_name, partition, &header)?;
+    check_transaction(b.core, &key, topic_name, partition, &header)?;
     if header.has_producer_id() {
-        match b.check_producer(&key, &header) {
+        match b.core.check_producer(&key, &header) {
             Ok(AppendCheck::Append) => {}
             Ok(AppendCheck::Duplicate {
                 first_offset,
@@ -391,6 +390,7 @@ fn append_partition(
             }) => {
                 // Answered once the original is durable, like any append.
                 let log_start_offset = b
+                    .core
                     .topics()
                     .partition_by_key(&key)
                     .expect("exists")
@@ -421,7 +421,7 @@ fn append_partition(
             }
         }
     }
-    let appended = b.append_batch(&key, &header, bytes, log_append_time);
+    let appended = b.core.append_batch(&key, &header, bytes, log_append_time);
     Ok(Appended {
         key,
         base_offset: appended.base_offset,
@@ -459,7 +459,7 @@ fn check_size(
 /// producer with a transaction open here is INVALID_TXN_STATE
 /// (ProducerAppendInfo.appendDataBatch).
 fn check_transaction(
-    b: &Broker,
+    b: &Core,
     key: &PartitionKey,
     topic: &str,
     partition: i32,

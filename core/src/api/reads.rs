@@ -12,13 +12,12 @@
 //! answers KAFKA_STORAGE_ERROR and goes offline until a restart, as Kafka
 //! takes a log dir that failed a read offline.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest};
 
-use super::RequestCtx;
-use crate::broker::Broker;
+use super::{Cx, RequestCtx};
 use crate::io::{FileRange, IoError, IoId};
 use crate::log::Reads;
 
@@ -61,79 +60,43 @@ pub(crate) struct Reading {
     awaiting: BTreeSet<IoId>,
 }
 
-/// The requests waiting for reads, and the reads in flight.
+/// The requests waiting for reads (the reads in flight are the core's:
+/// `core_state::RequestReads`).
 #[derive(Default)]
 pub(crate) struct ReadingRequests {
     requests: Vec<Reading>,
-    in_flight: BTreeMap<IoId, FileRange>,
-    by_range: BTreeMap<FileRange, IoId>,
-    /// Reads in flight of a segment the cleaner has since replaced: their
-    /// bytes are of the old file and are not handed to anyone.
-    stale: BTreeSet<IoId>,
 }
 
 impl ReadingRequests {
-    pub fn is_request_read(&self, io: IoId) -> bool {
-        self.in_flight.contains_key(&io)
-    }
-
     pub fn forget_conn(&mut self, conn: crate::io::ConnId) {
         self.requests.retain(|r| r.ctx.conn != conn);
     }
 
-    /// The read in flight for `range`, if one is.
-    pub fn in_flight_for(&self, range: &FileRange) -> Option<IoId> {
-        self.by_range.get(range).copied()
-    }
-
     /// The cleaner swapped a new file in for a segment: what requests read
-    /// of the old one is dropped (they read again, at the new positions),
-    /// and the reads of it in flight are not given out when they complete.
+    /// of the old one is dropped (they read again, at the new positions).
     pub fn forget_segment(&mut self, dir: &crate::io::PartitionDir, segment_base: i64) {
         let of_segment = |r: &FileRange| r.dir == *dir && r.segment_base == segment_base;
         for r in &mut self.requests {
             r.gathered.reads.retain(|range, _| !of_segment(range));
             r.gathered.failed.retain(|range| !of_segment(range));
         }
-        for (io, range) in &self.in_flight {
-            if of_segment(range) {
-                self.stale.insert(*io);
-                self.by_range.remove(range);
-            }
-        }
-    }
-
-    /// Whether read `io` was of a segment replaced since it was issued.
-    pub fn is_stale(&self, io: IoId) -> bool {
-        self.stale.contains(&io)
-    }
-
-    /// A read of `range` was issued as `io`.
-    pub fn issued(&mut self, io: IoId, range: FileRange) {
-        self.in_flight.insert(io, range.clone());
-        self.by_range.insert(range, io);
     }
 
     pub fn park(&mut self, reading: Reading) {
         self.requests.push(reading);
     }
 
-    /// Read `io` completed: every request waiting for it takes the bytes (or
-    /// notes the failure). Returns the range read and the requests that now
-    /// have all they asked for, in arrival order.
+    /// Read `io` of `range` completed: every request waiting for it takes
+    /// the bytes (or notes the failure), unless the read was `stale` (of a
+    /// segment replaced since). Returns the requests that now have all
+    /// they asked for, in arrival order.
     pub fn complete(
         &mut self,
         io: IoId,
+        range: FileRange,
+        stale: bool,
         result: &Result<Bytes, IoError>,
-    ) -> (FileRange, Vec<Reading>) {
-        let range = self.in_flight.remove(&io).expect("a request read");
-        let stale = self.stale.remove(&io);
-        if !stale {
-            self.by_range.remove(&range);
-        }
-        if let Err(e) = result {
-            tracing::error!(dir = %range.dir.dir_name(), segment = range.segment_base, "read failed: {}", e.0);
-        }
+    ) -> Vec<Reading> {
         let mut ready = Vec::new();
         let mut i = 0;
         while i < self.requests.len() {
@@ -154,13 +117,13 @@ impl ReadingRequests {
                 i += 1;
             }
         }
-        (range, ready)
+        ready
     }
 }
 
 /// Parks a request until `needs` are read.
 pub(crate) fn park(
-    b: &mut Broker,
+    b: &mut Cx,
     ctx: RequestCtx,
     parked: Parked,
     gathered: Gathered,
@@ -169,7 +132,7 @@ pub(crate) fn park(
     assert!(!needs.is_empty(), "a request parks for some read");
     let awaiting = needs
         .into_iter()
-        .map(|range| b.read_for_request(range))
+        .map(|range| b.core.read_for_request(range))
         .collect();
     b.park_reading(Reading {
         ctx,
@@ -180,7 +143,7 @@ pub(crate) fn park(
 }
 
 /// Requests whose reads are all in run again from the start, in arrival order.
-pub(crate) fn resume(b: &mut Broker, ready: Vec<Reading>) {
+pub(crate) fn resume(b: &mut Cx, ready: Vec<Reading>) {
     for r in ready {
         match r.parked {
             Parked::Fetch { req, deadline_ms } => {

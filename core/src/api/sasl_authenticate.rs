@@ -15,30 +15,34 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::sasl::{failure_message, Step};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SaslAuthenticateRequest) {
-    if !b.on_sasl_listener(ctx.conn) || b.sasl_done(ctx.conn) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: SaslAuthenticateRequest) {
+    if !b.core.on_sasl_listener(ctx.conn) || b.core.sasl_done(ctx.conn) {
         let response = SaslAuthenticateResponse::default()
             .with_error_code(ResponseError::IllegalSaslState.code())
             .with_error_message(Some(StrBytes::from_static_str(
                 "SaslAuthenticate request received outside a SASL exchange",
             )));
-        return b.respond(&ctx, ResponseKind::SaslAuthenticate(response));
+        return b
+            .core
+            .respond(&ctx, ResponseKind::SaslAuthenticate(response));
     }
-    let mechanism = b.sasl_mechanism(ctx.conn);
-    match b.sasl_authenticate(ctx.conn, &req.auth_bytes) {
+    let mechanism = b.core.sasl_mechanism(ctx.conn);
+    match b.core.sasl_authenticate(ctx.conn, &req.auth_bytes) {
         Step::Continue(token) | Step::Done { token, .. } => {
             let response = SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from(token));
-            b.respond(&ctx, ResponseKind::SaslAuthenticate(response));
+            b.core
+                .respond(&ctx, ResponseKind::SaslAuthenticate(response));
         }
         Step::Failed(_) => {
             let response = SaslAuthenticateResponse::default()
                 .with_error_code(ResponseError::SaslAuthenticationFailed.code())
                 .with_error_message(Some(StrBytes::from_string(failure_message(&mechanism))));
-            b.respond(&ctx, ResponseKind::SaslAuthenticate(response));
-            b.close(ctx.conn);
+            b.core
+                .respond(&ctx, ResponseKind::SaslAuthenticate(response));
+            b.core.close(ctx.conn);
         }
     }
 }

@@ -12,14 +12,18 @@ use kafka_protocol::messages::{ResponseKind, SaslHandshakeRequest, SaslHandshake
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SaslHandshakeRequest) {
-    let code = match b.sasl_handshake(ctx.conn, req.mechanism.as_str(), ctx.version) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: SaslHandshakeRequest) {
+    let code = match b
+        .core
+        .sasl_handshake(ctx.conn, req.mechanism.as_str(), ctx.version)
+    {
         Ok(()) => 0,
         Err(code) => code,
     };
     let mechanisms = b
+        .core
         .sasl_enabled_mechanisms()
         .iter()
         .map(|m| StrBytes::from_string(m.clone()))
@@ -27,5 +31,5 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SaslHandshakeRequest)
     let response = SaslHandshakeResponse::default()
         .with_error_code(code)
         .with_mechanisms(mechanisms);
-    b.respond(&ctx, ResponseKind::SaslHandshake(response));
+    b.core.respond(&ctx, ResponseKind::SaslHandshake(response));
 }

@@ -13,14 +13,17 @@ use kafka_protocol::messages::{ResponseKind, SyncGroupRequest};
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::group::{sync_error, SyncArgs};
 use crate::security::acl::{resource, Op};
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SyncGroupRequest) {
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str()) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: SyncGroupRequest) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Read, resource::GROUP, req.group_id.0.as_str())
+    {
         let response = sync_error(ResponseError::GroupAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::SyncGroup(response));
+        return b.core.respond(&ctx, ResponseKind::SyncGroup(response));
     }
     let args = SyncArgs {
         group_id: req.group_id.0.to_string(),
@@ -35,7 +38,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: SyncGroupRequest) {
             .map(|a| (a.member_id.to_string(), a.assignment))
             .collect(),
     };
-    let now_ms = b.now_ms();
-    b.groups_mut().sync(now_ms, ctx, args);
-    b.flush_group_answers();
+    let now_ms = b.core.now_ms();
+    b.core.groups_mut().sync(now_ms, ctx, args);
+    b.core.flush_group_answers();
 }

@@ -25,7 +25,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::Broker;
+use crate::api::Cx;
 use crate::security::acl::{resource, Op};
 use crate::txn::coordinator::check_owner;
 use crate::txn::record::{StagedOffset, TxnState};
@@ -34,19 +34,27 @@ use crate::txn::write::{self, Then};
 /// OffsetCommit version whose group errors TxnOffsetCommit v3 shares.
 const GROUP_CHECK_VERSION: i16 = 8;
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitRequest) {
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: TxnOffsetCommitRequest) {
     let id = req.transactional_id.0.to_string();
     let group = req.group_id.0.to_string();
-    if !b.authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id) {
+    if !b
+        .core
+        .authorized(&ctx, Op::Write, resource::TRANSACTIONAL_ID, &id)
+    {
         let response = every_partition(&req, ResponseError::TransactionalIdAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+        return b
+            .core
+            .respond(&ctx, ResponseKind::TxnOffsetCommit(response));
     }
-    if !b.authorized(&ctx, Op::Read, resource::GROUP, &group) {
+    if !b.core.authorized(&ctx, Op::Read, resource::GROUP, &group) {
         let response = every_partition(&req, ResponseError::GroupAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+        return b
+            .core
+            .respond(&ctx, ResponseKind::TxnOffsetCommit(response));
     }
     let unreadable =
-        b.unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
+        b.core
+            .unauthorized_topics(&ctx, Op::Read, req.topics.iter().map(|t| t.name.0.as_str()));
     let readable_left = req
         .topics
         .iter()
@@ -54,10 +62,12 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
     if !req.topics.is_empty() && !readable_left {
         // KafkaApis answers at once when no topic is left to commit.
         let response = every_partition(&req, ResponseError::TopicAuthorizationFailed);
-        return b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+        return b
+            .core
+            .respond(&ctx, ResponseKind::TxnOffsetCommit(response));
     }
     let owner = check_owner(
-        b.txns(),
+        b.core.txns(),
         &id,
         req.producer_id.0,
         req.producer_epoch,
@@ -80,8 +90,9 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
             (-1, String::new())
         };
         let instance = req.group_instance_id.as_ref().map(|s| s.to_string());
-        let now_ms = b.now_ms();
-        b.groups_mut()
+        let now_ms = b.core.now_ms();
+        b.core
+            .groups_mut()
             .check_commit(
                 now_ms,
                 &group,
@@ -108,11 +119,15 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
             if !readable {
                 code = ResponseError::TopicAuthorizationFailed.code();
             } else if current.is_some() && error.is_none() {
-                let known = b.topics().partition(&name, p.partition_index).is_some();
+                let known = b
+                    .core
+                    .topics()
+                    .partition(&name, p.partition_index)
+                    .is_some();
                 if known {
                     staged.push(StagedOffset {
                         topic: name.clone(),
-                        topic_id: b.topic_id_text(&name),
+                        topic_id: b.core.topic_id_text(&name),
                         partition: p.partition_index,
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,
@@ -136,20 +151,22 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: TxnOffsetCommitReques
     }
     match current {
         Some(current) if error.is_none() => write::store(
-            b,
+            b.core,
             &id,
             current.prepare_stage_offsets(&group, staged),
             Vec::new(),
             answer_stored(ctx, response),
         ),
-        _ => b.respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
+        _ => b
+            .core
+            .respond(&ctx, ResponseKind::TxnOffsetCommit(response)),
     }
 }
 
 /// Once the record is stored: `response`; not stored: NOT_COORDINATOR for
 /// every partition.
 fn answer_stored(ctx: RequestCtx, response: TxnOffsetCommitResponse) -> Then {
-    Then::Answer(Box::new(move |b, stored| {
+    Then::Answer(Box::new(move |stored| {
         let mut response = response;
         if stored.is_none() {
             let not_coordinator = ResponseError::NotCoordinator.code();
@@ -159,7 +176,7 @@ fn answer_stored(ctx: RequestCtx, response: TxnOffsetCommitResponse) -> Then {
                 }
             }
         }
-        b.respond(&ctx, ResponseKind::TxnOffsetCommit(response));
+        (ctx, ResponseKind::TxnOffsetCommit(response))
     }))
 }
 

@@ -57,7 +57,8 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::RequestCtx;
-use crate::broker::{Broker, MarkerRefused};
+use crate::api::Cx;
+use crate::core_state::MarkerRefused;
 use crate::producer::MarkerFenced;
 use crate::security::acl::{resource, Op};
 use crate::topics::{PartitionKey, Topics};
@@ -77,9 +78,12 @@ pub struct PendingMarkers {
 #[derive(Clone, Copy, Debug)]
 struct Slot(usize, usize, usize);
 
-pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: WriteTxnMarkersRequest) {
-    let allowed = b.authorized(&ctx, Op::Alter, resource::CLUSTER, CLUSTER_NAME)
-        || b.authorized(&ctx, Op::ClusterAction, resource::CLUSTER, CLUSTER_NAME);
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: WriteTxnMarkersRequest) {
+    let allowed = b
+        .core
+        .authorized(&ctx, Op::Alter, resource::CLUSTER, CLUSTER_NAME)
+        || b.core
+            .authorized(&ctx, Op::ClusterAction, resource::CLUSTER, CLUSTER_NAME);
     let mut response = WriteTxnMarkersResponse::default();
     let mut waits = Vec::new();
     for marker in &req.markers {
@@ -100,16 +104,16 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: WriteTxnMarkersReques
         }
     }
     if !waits.is_empty() {
-        b.request_sync();
+        b.core.request_sync();
     }
     let mut pending = PendingMarkers {
         ctx,
         response,
         waits,
     };
-    if pending.settle(b.topics()) {
+    if pending.settle(b.core.topics()) {
         let (ctx, response) = pending.answer();
-        return b.respond(&ctx, response);
+        return b.core.respond(&ctx, response);
     }
     b.park_markers(pending);
 }
@@ -117,7 +121,7 @@ pub(crate) fn handle(b: &mut Broker, ctx: RequestCtx, req: WriteTxnMarkersReques
 /// Checks and appends one partition's marker: where it landed, or the
 /// partition's error.
 fn write_marker(
-    b: &mut Broker,
+    b: &mut Cx,
     marker: &WritableTxnMarker,
     topic: &str,
     partition: i32,
@@ -126,14 +130,16 @@ fn write_marker(
     if producer_id < 0 || epoch < 0 {
         return Err(ResponseError::InvalidRequest);
     }
-    let key = b.partition_key(topic, partition)?;
-    b.check_marker(&key, producer_id, epoch, marker.coordinator_epoch)
+    let key = b.core.partition_key(topic, partition)?;
+    b.core
+        .check_marker(&key, producer_id, epoch, marker.coordinator_epoch)
         .map_err(|fenced| match fenced {
             MarkerFenced::ProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
             MarkerFenced::CoordinatorEpoch { .. } => ResponseError::TransactionCoordinatorFenced,
         })?;
     let commit = marker.transaction_result;
     let offset = b
+        .core
         .append_marker(&key, producer_id, epoch, marker.coordinator_epoch, commit)
         .map_err(|refused| match refused {
             MarkerRefused::Gone => ResponseError::UnknownTopicOrPartition,

@@ -6,13 +6,13 @@
 //!   markers (where the log does not hold them already), fsync, offsets,
 //!   complete;
 //! - per-partition transaction state comes with each partition's log
-//!   recovery (`broker::recovery`).
+//!   recovery (`core_state::recovery`).
 
 use super::record::{TxnRecord, TxnState};
-use crate::broker::Broker;
+use super::TxnHost;
 
 /// Loads every stored transactional id (in meta.db's order).
-pub(crate) fn load(b: &mut Broker, stored: Vec<(String, TxnRecord)>) {
+pub(crate) fn load(b: &mut dyn TxnHost, stored: Vec<(String, TxnRecord)>) {
     let now_ms = b.now_ms();
     for (id, mut record) in stored {
         if record.state == TxnState::Ongoing {
@@ -24,7 +24,7 @@ pub(crate) fn load(b: &mut Broker, stored: Vec<(String, TxnRecord)>) {
 
 /// Once the logs are recovered: the timers start, and the decisions stored
 /// before the stop are carried out.
-pub(crate) fn resume(b: &mut Broker) {
+pub(crate) fn resume(b: &mut dyn TxnHost) {
     let now_ms = b.now_ms();
     b.txns_mut().next_timeout_check_ms = now_ms + b.config().transaction_abort_check_interval_ms;
     b.txns_mut().next_expiry_check_ms =

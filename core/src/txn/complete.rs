@@ -59,12 +59,13 @@ use kafka_protocol::ResponseError;
 
 use super::record::TxnState;
 use super::write::{self, Then};
-use crate::broker::{Broker, MarkerRefused};
+use super::TxnHost;
 use crate::control;
 use crate::group::{offset_key, OffsetRecord};
 use crate::io::MetaOp;
 use crate::limits::{TXN_COMPLETE_OWED_MS, TXN_RETRY_BACKOFF_MS};
 use crate::meta;
+use crate::partition::MarkerRefused;
 use crate::request::RequestCtx;
 use crate::topics::PartitionKey;
 
@@ -108,7 +109,7 @@ impl Completion {
 }
 
 /// The completion of `id`, which must be under way.
-fn completion_mut<'a>(b: &'a mut Broker, id: &str) -> &'a mut Completion {
+fn completion_mut<'a>(b: &'a mut dyn TxnHost, id: &str) -> &'a mut Completion {
     b.txns_mut()
         .get_mut(id)
         .and_then(|e| e.completion.as_mut())
@@ -116,7 +117,7 @@ fn completion_mut<'a>(b: &'a mut Broker, id: &str) -> &'a mut Completion {
 }
 
 /// Starts carrying out the decision stored in `id`'s record.
-pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
+pub(crate) fn start(b: &mut dyn TxnHost, id: &str, responder: Option<RequestCtx>) {
     begin(b, id, responder, false);
 }
 
@@ -125,11 +126,11 @@ pub(crate) fn start(b: &mut Broker, id: &str, responder: Option<RequestCtx>) {
 /// durable by the boot sync). A process killed after the markers were
 /// written and before the Complete record was stored (it may be owed for
 /// up to `TXN_COMPLETE_OWED_MS`) so does not get every marker twice.
-pub(crate) fn resume(b: &mut Broker, id: &str) {
+pub(crate) fn resume(b: &mut dyn TxnHost, id: &str) {
     begin(b, id, None, true);
 }
 
-fn begin(b: &mut Broker, id: &str, responder: Option<RequestCtx>, skip_present: bool) {
+fn begin(b: &mut dyn TxnHost, id: &str, responder: Option<RequestCtx>, skip_present: bool) {
     let entry = b.txns().get(id).expect("a decided transaction");
     let record = &entry.record;
     assert!(
@@ -164,7 +165,7 @@ fn begin(b: &mut Broker, id: &str, responder: Option<RequestCtx>, skip_present: 
 }
 
 /// Appends the markers not yet appended, then checks progress.
-fn write_markers(b: &mut Broker, id: &str) {
+fn write_markers(b: &mut dyn TxnHost, id: &str) {
     let entry = b.txns().get(id).expect("a transaction being completed");
     let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
     let completion = entry.completion.as_ref().expect("being completed");
@@ -198,7 +199,7 @@ fn write_markers(b: &mut Broker, id: &str) {
 }
 
 /// Moves `id`'s completion forward as far as durability allows.
-fn progress(b: &mut Broker, id: &str) {
+fn progress(b: &mut dyn TxnHost, id: &str) {
     let Some(entry) = b.txns().get(id) else {
         return;
     };
@@ -246,7 +247,7 @@ fn progress(b: &mut Broker, id: &str) {
 }
 
 /// Stores the Complete record and, for a commit, the staged offsets, in one batch.
-fn store_complete(b: &mut Broker, id: &str) {
+fn store_complete(b: &mut dyn TxnHost, id: &str) {
     if offsets_wait_for_a_topic_change(b, id) {
         return answer_and_store_later(b, id);
     }
@@ -316,7 +317,7 @@ fn store_complete(b: &mut Broker, id: &str) {
 /// written now, it would land after a deletion that removes every group's
 /// offsets of the topic, and put this one back, for a topic created again
 /// under the name to start from.
-fn offsets_wait_for_a_topic_change(b: &Broker, id: &str) -> bool {
+fn offsets_wait_for_a_topic_change(b: &dyn TxnHost, id: &str) -> bool {
     let entry = b.txns().get(id).expect("exists");
     let completion = entry.completion.as_ref().expect("completing");
     completion.commit
@@ -331,7 +332,7 @@ fn offsets_wait_for_a_topic_change(b: &Broker, id: &str) -> bool {
 /// The outcome is durable (the decision with its offsets, the markers):
 /// EndTxn is answered, and the Complete record is tried again after
 /// `TXN_RETRY_BACKOFF_MS`.
-fn answer_and_store_later(b: &mut Broker, id: &str) {
+fn answer_and_store_later(b: &mut dyn TxnHost, id: &str) {
     let entry = b.txns_mut().get_mut(id).expect("exists");
     let (pid, epoch) = (entry.record.producer_id, entry.record.producer_epoch);
     let completion = entry.completion.as_mut().expect("completing");
@@ -347,7 +348,7 @@ fn answer_and_store_later(b: &mut Broker, id: &str) {
 
 /// EndTxn's decision could not be stored: NOT_COORDINATOR, which clients
 /// retry.
-pub(crate) fn not_decided(b: &mut Broker, ctx: &RequestCtx) {
+pub(crate) fn not_decided(b: &mut dyn TxnHost, ctx: &RequestCtx) {
     let response = EndTxnResponse::default()
         .with_error_code(ResponseError::NotCoordinator.code())
         .with_producer_id(ProducerId(-1))
@@ -357,7 +358,7 @@ pub(crate) fn not_decided(b: &mut Broker, ctx: &RequestCtx) {
 
 /// Markers durable, decision (and a commit's offsets) stored: the outcome
 /// survives any crash from here on, so EndTxn is answered now.
-fn answer(b: &mut Broker, responders: Vec<RequestCtx>, pid: i64, epoch: i16) {
+fn answer(b: &mut dyn TxnHost, responders: Vec<RequestCtx>, pid: i64, epoch: i16) {
     for ctx in responders {
         let response = EndTxnResponse::default()
             .with_producer_id(ProducerId(pid))
@@ -368,7 +369,7 @@ fn answer(b: &mut Broker, responders: Vec<RequestCtx>, pid: i64, epoch: i16) {
 
 /// The Complete record is stored (or not): finish, or retry.
 pub(crate) fn completed(
-    b: &mut Broker,
+    b: &mut dyn TxnHost,
     id: &str,
     applied: Vec<(String, (String, i32), OffsetRecord)>,
     stored: bool,
@@ -397,7 +398,7 @@ pub(crate) fn completed(
     );
 }
 
-fn retry_later(b: &mut Broker, id: &str) {
+fn retry_later(b: &mut dyn TxnHost, id: &str) {
     let at_ms = b.now_ms() + TXN_RETRY_BACKOFF_MS;
     let c = completion_mut(b, id);
     c.phase = Phase::RetryAt(at_ms);
@@ -412,7 +413,7 @@ fn retry_later(b: &mut Broker, id: &str) {
 }
 
 /// After every sync completion: completions waiting on markers move on.
-pub(crate) fn on_sync(b: &mut Broker) {
+pub(crate) fn on_sync(b: &mut dyn TxnHost) {
     let ids: Vec<String> = b
         .txns()
         .completing()
@@ -425,7 +426,7 @@ pub(crate) fn on_sync(b: &mut Broker) {
 }
 
 /// Timer: retries whose time has come.
-pub(crate) fn on_tick(b: &mut Broker) {
+pub(crate) fn on_tick(b: &mut dyn TxnHost) {
     let now_ms = b.now_ms();
     let due: Vec<(String, bool)> = b
         .txns()
@@ -448,7 +449,7 @@ pub(crate) fn on_tick(b: &mut Broker) {
 }
 
 /// The earliest retry time of any completion.
-pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
+pub(crate) fn next_retry_ms(b: &dyn TxnHost) -> Option<i64> {
     b.txns()
         .completing()
         .filter_map(|(_, c)| c.retry_at_ms())
@@ -459,7 +460,7 @@ pub(crate) fn next_retry_ms(b: &Broker) -> Option<i64> {
 /// its own (the meta worker flushes a queue of them once). An id with a
 /// write in flight is left: that write supersedes the decision, or, if it
 /// fails, the id is looked at again next time.
-pub(crate) fn write_owed(b: &mut Broker, now_ms: i64) {
+pub(crate) fn write_owed(b: &mut dyn TxnHost, now_ms: i64) {
     if b.txns().next_owed_write_ms.is_none_or(|at| at > now_ms) {
         return;
     }
@@ -475,14 +476,14 @@ pub(crate) fn write_owed(b: &mut Broker, now_ms: i64) {
 /// A stopping broker writes every owed Complete record it can (so the next
 /// start does not carry those decisions out again); returns whether any is
 /// still being written.
-pub(crate) fn write_owed_for_stop(b: &mut Broker) -> bool {
+pub(crate) fn write_owed_for_stop(b: &mut dyn TxnHost) -> bool {
     for id in b.txns().owed_idle() {
         write_owed_one(b, &id);
     }
     b.txns().any_flushing()
 }
 
-fn write_owed_one(b: &mut Broker, id: &str) {
+fn write_owed_one(b: &mut dyn TxnHost, id: &str) {
     b.txns_mut().owed_write_started(id);
     let next = b
         .txns()
@@ -495,7 +496,7 @@ fn write_owed_one(b: &mut Broker, id: &str) {
 
 /// An owed Complete record could not be stored: it stays owed and is
 /// tried again later, or, if the broker is stopping, left to start-up.
-pub(crate) fn owed_write_failed(b: &mut Broker, id: &str) {
+pub(crate) fn owed_write_failed(b: &mut dyn TxnHost, id: &str) {
     let now_ms = b.now_ms();
     if b.is_stopping() {
         b.txns_mut().clear_owed(id);

@@ -13,6 +13,7 @@
 pub mod boot;
 pub mod complete;
 pub mod coordinator;
+mod host;
 pub mod record;
 pub mod state;
 pub mod timers;
@@ -20,5 +21,6 @@ pub mod write;
 
 pub use crate::partition::{AbortedTxn, PartitionTxns};
 pub use coordinator::{TxnEntry, Txns};
+pub(crate) use host::TxnHost;
 pub use record::{TxnRecord, TxnState};
 pub use state::Next;

@@ -13,9 +13,9 @@ use super::coordinator::timed_out;
 use super::record::TxnRecord;
 use super::state::may_expire;
 use super::write::{self, Then};
-use crate::broker::Broker;
+use super::TxnHost;
 
-pub(crate) fn tick(b: &mut Broker) {
+pub(crate) fn tick(b: &mut dyn TxnHost) {
     let now_ms = b.now_ms();
     if now_ms >= b.txns().next_timeout_check_ms {
         b.txns_mut().next_timeout_check_ms =
@@ -60,7 +60,7 @@ pub(crate) fn tick(b: &mut Broker) {
     super::complete::write_owed(b, now_ms);
 }
 
-pub(crate) fn next_deadline_ms(b: &Broker) -> i64 {
+pub(crate) fn next_deadline_ms(b: &dyn TxnHost) -> i64 {
     let mut deadline_ms = b
         .txns()
         .next_timeout_check_ms

@@ -10,18 +10,20 @@
 use super::complete;
 use super::record::{self, TxnRecord};
 use super::state::{self, Next};
-use crate::broker::{Broker, MetaAction};
+use super::TxnHost;
 use crate::group::OffsetRecord;
 use crate::io::MetaOp;
 use crate::meta;
 use crate::request::RequestCtx;
+use kafka_protocol::messages::ResponseKind;
 
 /// A handler's answer once the write is done: given the stored record, or
-/// None when the write failed (the handler answers NOT_COORDINATOR).
-pub type Reply = Box<dyn FnOnce(&mut Broker, Option<&TxnRecord>) + Send>;
+/// None when the write failed (the handler answers NOT_COORDINATOR), the
+/// request to answer and its response.
+pub(crate) type Reply = Box<dyn FnOnce(Option<&TxnRecord>) -> (RequestCtx, ResponseKind) + Send>;
 
 /// What to do once the record is stored.
-pub enum Then {
+pub(crate) enum Then {
     /// InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit:
     /// answer.
     Answer(Reply),
@@ -49,7 +51,7 @@ pub struct TxnWrite {
 }
 
 /// Stores `next` for `id` (with `extra` ops in the same batch).
-pub(crate) fn store(b: &mut Broker, id: &str, next: Next, extra: Vec<MetaOp>, then: Then) {
+pub(crate) fn store(b: &mut dyn TxnHost, id: &str, next: Next, extra: Vec<MetaOp>, then: Then) {
     let current = b.txns().get(id).map(|e| e.record.state);
     assert_eq!(
         current,
@@ -64,18 +66,18 @@ pub(crate) fn store(b: &mut Broker, id: &str, next: Next, extra: Vec<MetaOp>, th
     }];
     ops.extend(extra);
     begin(b, id);
-    b.emit_meta(
+    b.emit_txn_meta(
         ops,
-        MetaAction::Txn(TxnWrite {
+        TxnWrite {
             id: id.to_string(),
             record: Some(record),
             then,
-        }),
+        },
     );
 }
 
 /// Deletes `id` from meta.db.
-pub(crate) fn delete(b: &mut Broker, id: &str) {
+pub(crate) fn delete(b: &mut dyn TxnHost, id: &str) {
     let current = b.txns().get(id).map(|e| e.record.state);
     assert!(
         current.is_some_and(state::may_expire),
@@ -85,17 +87,17 @@ pub(crate) fn delete(b: &mut Broker, id: &str) {
     let ops = vec![MetaOp::Delete {
         key: record::key(id),
     }];
-    b.emit_meta(
+    b.emit_txn_meta(
         ops,
-        MetaAction::Txn(TxnWrite {
+        TxnWrite {
             id: id.to_string(),
             record: None,
             then: Then::Expired,
-        }),
+        },
     );
 }
 
-fn begin(b: &mut Broker, id: &str) {
+fn begin(b: &mut dyn TxnHost, id: &str) {
     match b.txns_mut().get_mut(id) {
         Some(entry) => {
             assert!(
@@ -108,7 +110,7 @@ fn begin(b: &mut Broker, id: &str) {
     }
 }
 
-pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
+pub(crate) fn done(b: &mut dyn TxnHost, w: TxnWrite, stored: bool) {
     match b.txns_mut().get_mut(&w.id) {
         Some(entry) => entry.write_in_flight = false,
         None => b.txns_mut().unmark_creating(&w.id),
@@ -126,10 +128,14 @@ pub(crate) fn done(b: &mut Broker, w: TxnWrite, stored: bool) {
     }
     let stored_record = w.record.as_ref().filter(|_| stored);
     match w.then {
-        Then::Answer(reply) => reply(b, stored_record),
+        Then::Answer(reply) => {
+            let (ctx, response) = reply(stored_record);
+            b.respond(&ctx, response);
+        }
         Then::Fenced { reply } => {
             if let Some(reply) = reply {
-                reply(b, stored_record);
+                let (ctx, response) = reply(stored_record);
+                b.respond(&ctx, response);
             }
             if stored {
                 complete::start(b, &w.id, None);

@@ -2,7 +2,7 @@
 //! replacement segment it builds batch by batch, and swapping it in. The
 //! decisions per batch are `filter.rs` (Kafka's rules); the records inside
 //! a batch, `records.rs`. The pass itself (reads, syncs, renames, as the
-//! broker drives it) is `crate::broker::cleaner`.
+//! broker drives it) is `crate::core_state::cleaner`.
 //!
 //! Kafka cleans groups of segments into one; this cleaner replaces each
 //! segment by its cleaned copy under the same base offset, so segments

@@ -4,8 +4,7 @@
 
 use bytes::Bytes;
 
-use super::{recovery, Broker, SyncInFlight};
-use crate::api;
+use super::{recovery, Core, SyncInFlight};
 use crate::boundary::Output;
 use crate::checkpoint::{Due, PendingCheckpoint};
 use crate::group::{offset_key, TopicPartition};
@@ -14,10 +13,10 @@ use crate::producer::ids::ProducerIdsRecord;
 use crate::topics::PartitionKey;
 use crate::txn::write::TxnWrite;
 
-/// What to do when a meta.db write completes (Ok or not).
+/// What to do when a meta.db write the core started completes (Ok or not).
 pub(crate) enum MetaAction {
-    /// An API handler's own write, finished by `api::apply_meta`.
-    Api(api::ApiWrite),
+    /// An API handler's own write: the top finishes it (`MetaDone::Request`).
+    Request,
     /// A new block of producer ids, which InitProducerId requests wait for.
     ProducerIdBlock(ProducerIdsRecord),
     /// A transactional id's record (`txn::write`).
@@ -30,14 +29,29 @@ pub(crate) enum MetaAction {
     OffsetExpiry(Vec<(String, TopicPartition)>),
 }
 
-impl From<api::ApiWrite> for MetaAction {
-    fn from(write: api::ApiWrite) -> Self {
-        MetaAction::Api(write)
-    }
+/// What a completed meta.db write leaves for the top.
+pub(crate) enum MetaDone {
+    /// The core did all there was to do.
+    Done,
+    /// An API handler's own write: the handler finishes.
+    Request { stored: bool },
+    /// A block of producer ids: the InitProducerId requests that waited run.
+    IdBlock { stored: bool },
 }
 
-impl Broker {
-    pub(super) fn handle_sync_done(&mut self, io: IoId, result: Result<(), IoError>) {
+/// What a completed sync leaves for the top, beyond the core's own steps.
+pub(crate) struct SyncDone {
+    pub ok: bool,
+    /// It covered the boot sync (start-up may now serve).
+    pub boot: bool,
+}
+
+impl Core {
+    /// A sync completed: the partitions it covered move their durable
+    /// points, or, if it failed, are cut back to them. The steps that
+    /// follow are `boot_sync_done`, `removals_synced` and `after_sync`,
+    /// with the top's wake-ups in between.
+    pub(crate) fn sync_done(&mut self, io: IoId, result: Result<(), IoError>) -> SyncDone {
         let inflight = self.sync_in_flight.take();
         let inflight = inflight.expect("SyncDone without a sync in flight");
         assert_eq!(
@@ -67,21 +81,29 @@ impl Broker {
             Err(e) => {
                 // After a failed fsync the page cache cannot be trusted
                 // (fsyncgate): cut every partition back to what is known durable,
-                // fail whoever waited on the rest, and sync the cut itself:
-                // those the sync covered, those written since, and those
-                // with the index appends earlier syncs left for this one.
+                // fail whoever waited on the rest (the top), and sync the cut
+                // itself: those the sync covered, those written since, and
+                // those with the index appends earlier syncs left for this one.
                 tracing::error!("sync failed: {}; truncating to the durable point", e.0);
                 for (_, partition) in self.topics.partitions_mut() {
                     if partition.sync_failed() {
                         partition.truncate_to_durable(&mut self.outbox);
                     }
                 }
-                self.fail_undurable_writes();
             }
         }
-        if self.booting.as_ref().is_some_and(|b| b.is_boot_sync(io)) {
-            recovery::sync_done(self, ok);
-        }
+        let boot = self.booting.as_ref().is_some_and(|b| b.is_boot_sync(io));
+        SyncDone { ok, boot }
+    }
+
+    /// The boot sync completed: start-up serves, or syncs again.
+    pub(crate) fn boot_sync_done(&mut self, ok: bool) {
+        recovery::sync_done(self, ok);
+    }
+
+    /// Whether sync `io` made some topic removal durable (topic creations
+    /// that waited for it may go on).
+    pub(crate) fn removals_synced(&mut self, io: IoId, ok: bool) -> bool {
         let removals = self.unsynced_removals.len();
         if ok {
             self.unsynced_removals
@@ -94,31 +116,28 @@ impl Broker {
                 }
             }
         }
-        if self.unsynced_removals.len() < removals {
-            api::create_topics::removals_synced(self);
-        }
-        self.complete_durable_writes();
+        self.unsynced_removals.len() < removals
+    }
+
+    /// The core's last steps after a sync: transaction completions and the
+    /// cleaner go on.
+    pub(crate) fn after_sync(&mut self, io: IoId, ok: bool) {
         crate::txn::complete::on_sync(self);
         self.cleaner_sync_done(io, ok);
-        api::fetch::wake(self, true);
-        // What was appended meanwhile rides the next sync (the calls above
-        // may have started it already).
-        self.request_sync();
     }
 
-    pub(super) fn handle_read_done(&mut self, io: IoId, result: Result<Bytes, IoError>) {
-        if self.booting.as_ref().is_some_and(|b| b.is_boot_read(io)) {
-            return recovery::read_done(self, io, result);
-        }
-        assert!(
-            self.reading.is_request_read(io),
-            "ReadDone for a read nobody issued"
-        );
-        let ready = self.request_read_done(io, result);
-        api::reads::resume(self, ready);
+    /// Whether `io` is one of start-up's reads.
+    pub(crate) fn is_boot_read(&self, io: IoId) -> bool {
+        self.booting.as_ref().is_some_and(|b| b.is_boot_read(io))
     }
 
-    pub(super) fn handle_meta_done(&mut self, io: IoId, result: Result<(), IoError>) {
+    /// One of start-up's reads completed.
+    pub(crate) fn boot_read_done(&mut self, io: IoId, result: Result<Bytes, IoError>) {
+        recovery::read_done(self, io, result)
+    }
+
+    /// A meta.db write completed.
+    pub(crate) fn meta_done(&mut self, io: IoId, result: Result<(), IoError>) -> MetaDone {
         let action = self
             .pending_meta
             .remove(&io)
@@ -128,29 +147,28 @@ impl Broker {
         }
         let stored = result.is_ok();
         match action {
-            MetaAction::Api(write) => api::apply_meta(self, write, stored),
+            MetaAction::Request => return MetaDone::Request { stored },
             MetaAction::ProducerIdBlock(record) => {
-                let waiting = self.id_block_done(&record, stored);
-                api::init_producer_id::block_stored(self, waiting, stored);
+                self.producer_ids.block_done(&record, stored);
+                return MetaDone::IdBlock { stored };
             }
             MetaAction::Txn(w) => crate::txn::write::done(self, w, stored),
             MetaAction::Checkpoint(p) => self.checkpoint_written(p, stored),
             MetaAction::CheckpointDropped(key) => recovery::checkpoint_dropped(self, key, stored),
             MetaAction::OffsetExpiry(expired) => self.groups.end_expiry(&expired, stored),
         }
-        // Requests that waited for a meta.db change run again, in arrival order.
-        self.run_deferred();
+        MetaDone::Done
     }
 
     /// Asks the driver for a range of a segment file; `Input::ReadDone` answers.
-    pub(super) fn emit_read(&mut self, range: FileRange) -> IoId {
+    pub(crate) fn emit_read(&mut self, range: FileRange) -> IoId {
         let io = self.outbox.take_io();
         self.outbox.push(Output::Disk(DiskOp::Read { io, range }));
         io
     }
 
     /// The sync in flight, if any.
-    pub(super) fn sync_in_flight_io(&self) -> Option<IoId> {
+    pub(crate) fn sync_in_flight_io(&self) -> Option<IoId> {
         self.sync_in_flight.as_ref().map(|s| s.io)
     }
 
@@ -256,9 +274,10 @@ impl Broker {
     }
 
     /// Writes a batch to meta.db; `action` runs when it completes.
-    pub(crate) fn emit_meta(&mut self, ops: Vec<MetaOp>, action: impl Into<MetaAction>) {
+    pub(crate) fn emit_meta(&mut self, ops: Vec<MetaOp>, action: MetaAction) -> IoId {
         let io = self.outbox.take_io();
-        self.pending_meta.insert(io, action.into());
+        self.pending_meta.insert(io, action);
         self.outbox.push(Output::Meta { io, ops });
+        io
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::ApiKey;
 use sha2::{Digest, Sha256};
 
-use super::Broker;
+use super::Core;
 use crate::boundary::Output;
 use crate::io::ConnId;
 use crate::limits;
@@ -18,8 +18,8 @@ use crate::security::sasl::Step;
 use crate::security::store::SecurityStore;
 use crate::security::{Listener, ANONYMOUS};
 
-impl Broker {
-    pub(super) fn handle_connected(
+impl Core {
+    pub(crate) fn handle_connected(
         &mut self,
         conn: ConnId,
         client_host: String,
@@ -75,7 +75,7 @@ impl Broker {
     /// listener nothing but ApiVersions and the SASL requests before it
     /// has authenticated (Kafka's SaslServerAuthenticator closes the
     /// connection on anything else).
-    pub(super) fn sasl_allows(&self, conn: ConnId, api_key: ApiKey) -> bool {
+    pub(crate) fn sasl_allows(&self, conn: ConnId, api_key: ApiKey) -> bool {
         let Some(c) = self.conns.get(&conn) else {
             return true;
         };
@@ -88,13 +88,13 @@ impl Broker {
     }
 
     /// Whether `conn`'s frames are bare SASL tokens (after SaslHandshake v0).
-    pub(super) fn sasl_unframed(&self, conn: ConnId) -> bool {
+    pub(crate) fn sasl_unframed(&self, conn: ConnId) -> bool {
         self.conns.get(&conn).is_some_and(|c| c.sasl.unframed())
     }
 
     /// A bare token of the unframed flow: the reply goes back bare; a
     /// failure closes the connection (there is no error field to carry).
-    pub(super) fn handle_sasl_token(&mut self, conn: ConnId, token: Bytes) {
+    pub(crate) fn handle_sasl_token(&mut self, conn: ConnId, token: Bytes) {
         match self.sasl_authenticate(conn, &token) {
             Step::Continue(reply) | Step::Done { token: reply, .. } => {
                 self.outbox.push(Output::Response {

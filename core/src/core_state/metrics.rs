@@ -1,11 +1,11 @@
 //! The metrics snapshot (`crate::metrics`) built from the broker's stores:
 //! it asks every one of them, so it is the broker's to build.
 
-use super::Broker;
+use super::Core;
 use crate::metrics::{ConsumerOffset, Counters, PartitionSnapshot, Snapshot, TopicSnapshot};
 
 /// Builds the snapshot from the broker's stores, through their own methods.
-pub(super) fn snapshot(b: &Broker, counters: Counters) -> Snapshot {
+pub(super) fn snapshot(b: &Core, counters: Counters) -> Snapshot {
     let mut topics = Vec::new();
     let mut partitions = Vec::new();
     for (name, topic) in b.topics().iter() {

@@ -5,14 +5,14 @@
 
 use bytes::Bytes;
 
-use super::Broker;
+use super::Core;
 use crate::batch::BatchHeader;
 use crate::io::FileRange;
 use crate::partition::{BatchAppended, MarkerRefused, Partition};
 use crate::producer::{AppendCheck, MarkerFenced, ProducerError};
 use crate::topics::PartitionKey;
 
-impl Broker {
+impl Core {
     /// A partition to read or write, or the error a client is answered with:
     /// UNKNOWN_TOPIC_OR_PARTITION, or KAFKA_STORAGE_ERROR while it is offline.
     pub(crate) fn partition_view(
@@ -170,7 +170,7 @@ impl Broker {
     /// A read of `range` failed (`Partition::read_failed`). A read of a
     /// partition gone is a race, not a failed disk: the reader was answered
     /// with an error or a closed connection, and nothing goes offline.
-    pub(super) fn take_offline(&mut self, range: &FileRange) {
+    pub(crate) fn take_offline(&mut self, range: &FileRange) {
         let dir = &range.dir;
         let Some(topic) = self.topics.get(&dir.topic) else {
             return;

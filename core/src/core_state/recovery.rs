@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 
 use super::meta_entry::{self, MetaEntry};
-use super::{Broker, MetaAction};
+use super::{Core, MetaAction};
 use crate::checkpoint::{self, CheckpointRecord, Due};
 use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDir};
 use crate::limits;
@@ -71,7 +71,7 @@ pub(crate) struct Boot {
     /// Whether the coordinator's stored decisions were taken up.
     resumed: bool,
     /// Frames that arrived before the broker served, in order.
-    parked: VecDeque<(ConnId, Bytes, Option<ProduceChecks>)>,
+    parked: VecDeque<super::EarlyFrame>,
 }
 
 impl Boot {
@@ -93,7 +93,7 @@ impl Boot {
 }
 
 /// Step 1 and the start of step 2.
-pub(crate) fn start(b: &mut Broker, state: BootState) {
+pub(crate) fn start(b: &mut Core, state: BootState) {
     let mut checkpoints: BTreeMap<(String, i32), CheckpointRecord> = BTreeMap::new();
     let mut log_starts: BTreeMap<(String, i32), i64> = BTreeMap::new();
     // meta.db is read once, here, and each store is handed its own records
@@ -212,7 +212,7 @@ pub(crate) fn start(b: &mut Broker, state: BootState) {
 }
 
 /// Emits a partition's repairs, noting the segments it adopts.
-fn emit_repairs(b: &mut Broker, boot: &mut Boot, key: &PartitionKey, ops: Vec<DiskOp>) {
+fn emit_repairs(b: &mut Core, boot: &mut Boot, key: &PartitionKey, ops: Vec<DiskOp>) {
     for op in ops {
         if let DiskOp::Adopt { dir, segment_base } = &op {
             boot.adopted.push((key.clone(), dir.clone(), *segment_base));
@@ -221,7 +221,7 @@ fn emit_repairs(b: &mut Broker, boot: &mut Boot, key: &PartitionKey, ops: Vec<Di
     }
 }
 
-fn drop_checkpoint(b: &mut Broker, key: &PartitionKey) {
+fn drop_checkpoint(b: &mut Core, key: &PartitionKey) {
     let ops = vec![crate::io::MetaOp::Delete {
         key: checkpoint::key(&key.id, key.partition),
     }];
@@ -230,7 +230,7 @@ fn drop_checkpoint(b: &mut Broker, key: &PartitionKey) {
 
 /// The checkpoint a partition could not use is gone (or the delete failed:
 /// then it is tried again): its repairs go out and its scan starts.
-pub(crate) fn checkpoint_dropped(b: &mut Broker, key: PartitionKey, stored: bool) {
+pub(crate) fn checkpoint_dropped(b: &mut Core, key: PartitionKey, stored: bool) {
     if !stored {
         return drop_checkpoint(b, &key);
     }
@@ -248,7 +248,7 @@ pub(crate) fn checkpoint_dropped(b: &mut Broker, key: PartitionKey, stored: bool
 
 /// Issues recovery reads up to the bound, and finishes partitions whose scan
 /// is over.
-fn pump(b: &mut Broker) {
+fn pump(b: &mut Core) {
     loop {
         let boot = b.booting.as_mut().expect("booting");
         if boot.reads.len() >= limits::RECOVERY_READS_IN_FLIGHT_MAX {
@@ -277,7 +277,7 @@ fn pump(b: &mut Broker) {
 }
 
 /// A recovery read completed.
-pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>) {
+pub(crate) fn read_done(b: &mut Core, io: IoId, result: Result<Bytes, IoError>) {
     let boot = b.booting.as_mut().expect("booting");
     let (key, range) = boot.reads.remove(&io).expect("a boot read");
     let part = boot
@@ -338,7 +338,7 @@ pub(crate) fn read_done(b: &mut Broker, io: IoId, result: Result<Bytes, IoError>
 }
 
 /// Installs a recovered partition's log and state.
-fn finish_partition(b: &mut Broker, key: PartitionKey) {
+fn finish_partition(b: &mut Core, key: PartitionKey) {
     let boot = b.booting.as_mut().expect("booting");
     let part = boot
         .partitions
@@ -365,7 +365,7 @@ fn finish_partition(b: &mut Broker, key: PartitionKey) {
 }
 
 /// Step 3: every log is recovered.
-fn logs_recovered(b: &mut Broker) {
+fn logs_recovered(b: &mut Core) {
     // Nothing starts a sync while the logs are recovered (no timers, no
     // requests, Shutdown waits), so this one covers all recovery wrote.
     assert!(
@@ -383,7 +383,7 @@ fn logs_recovered(b: &mut Broker) {
 }
 
 /// The boot sync completed.
-pub(crate) fn sync_done(b: &mut Broker, ok: bool) {
+pub(crate) fn sync_done(b: &mut Core, ok: bool) {
     if ok {
         return serve(b);
     }
@@ -407,7 +407,7 @@ pub(crate) fn sync_done(b: &mut Broker, ok: bool) {
 }
 
 /// Step 4.
-fn serve(b: &mut Broker) {
+fn serve(b: &mut Core) {
     let Some(boot) = b.booting.take() else {
         return;
     };
@@ -420,7 +420,6 @@ fn serve(b: &mut Broker) {
     crate::txn::boot::resume(b);
     let recovered: BTreeSet<PartitionKey> = boot.recovered.into_iter().collect();
     b.write_due_checkpoints(recovered.into_iter().collect(), Due::Now);
-    for (conn, frame, checks) in boot.parked {
-        b.handle_frame_now(conn, frame, checks);
-    }
+    // The top runs them, in order, as the next thing it does.
+    b.early_frames = boot.parked;
 }

@@ -2,12 +2,12 @@
 //! holds): after a sync that moved a partition far enough, on the timer, at
 //! the end of start-up and at a clean shutdown.
 
-use super::{Broker, MetaAction};
+use super::{Core, MetaAction};
 use crate::checkpoint::{self, Due, PendingCheckpoint};
 use crate::config::PlantedBug;
 use crate::topics::PartitionKey;
 
-impl Broker {
+impl Core {
     /// Whether a checkpoint write of any partition is in flight.
     pub(super) fn checkpoint_in_flight(&self) -> bool {
         self.topics

@@ -4,11 +4,11 @@
 
 use uuid::Uuid;
 
-use super::Broker;
+use super::Core;
 use crate::meta::TopicRecord;
 use crate::topic_config::CleanupConfig;
 
-impl Broker {
+impl Core {
     /// A fresh id for a topic being created.
     pub(crate) fn new_topic_id(&mut self, name: &str) -> Uuid {
         self.topics.next_id(name, self.now_ms)
@@ -71,16 +71,5 @@ impl Broker {
     /// removal of its directories yet.
     pub(crate) fn removal_unsynced(&self, name: &str) -> bool {
         self.unsynced_removals.contains_key(name)
-    }
-
-    /// Parks a topic creation until the removals it waits for are durable
-    /// (`api::create_topics::store`).
-    pub(crate) fn park_create(&mut self, pending: crate::api::create_topics::PendingCreate) {
-        self.parked_creates.push(pending);
-    }
-
-    /// The parked topic creations, for `api::create_topics` to run again.
-    pub(crate) fn take_parked_creates(&mut self) -> Vec<crate::api::create_topics::PendingCreate> {
-        std::mem::take(&mut self.parked_creates)
     }
 }

@@ -43,7 +43,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::Broker;
+use super::Core;
 use crate::boundary::Output;
 use crate::checkpoint::Due;
 use crate::io::{DiskOp, FileStage, IoId, PartitionDir, SegmentFile};
@@ -153,7 +153,7 @@ impl Cleaner {
     }
 }
 
-impl Broker {
+impl Core {
     /// What the cleaner has done for a partition (`None`: no pass yet).
     pub fn cleaner_progress(&self, topic: &str, partition: i32) -> Option<CleanerProgress> {
         let key = self.topics.get(topic)?.key(partition);
@@ -440,7 +440,7 @@ impl Broker {
 
     /// A job came back: the map goes on to the next span or the pass to
     /// cleaning; a cleaned copy goes on to its swap.
-    pub(super) fn cleaner_work_done(&mut self, io: IoId, outcome: CleanerOutcome) {
+    pub(crate) fn cleaner_work_done(&mut self, io: IoId, outcome: CleanerOutcome) {
         assert_eq!(
             self.cleaner.work,
             Some(io),
@@ -704,7 +704,9 @@ impl Broker {
         if let Some(txns) = partition.txns_mut() {
             txns.replace_aborted_in(span.base_offset, span.end_offset, &kept_aborted);
         }
-        self.reading.forget_segment(&dir, span.base_offset);
+        self.reads.forget_segment(&dir, span.base_offset);
+        // What parked requests read of the old file is the top's to drop.
+        self.replaced_segments.push((dir.clone(), span.base_offset));
         let ops = clean::renames(
             &dir,
             span.base_offset,
