@@ -40,7 +40,7 @@
 //! read back at start-up (`cleaner_booted`), so a restart does not count the
 //! whole log dirty again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Core;
@@ -55,30 +55,11 @@ use crate::log::clean::work::{
 use crate::log::clean::{self, CleanedSegment, SegmentSpan};
 use crate::topics::PartitionKey;
 
-/// What the cleaner has done for one partition, for the operator tools.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct CleanerProgress {
-    /// The first offset not cleaned yet.
-    pub first_dirty_offset: i64,
-    pub passes: u64,
-    /// Broker time the last pass finished (-1: none yet).
-    pub last_cleaned_ms: i64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    /// How long the last pass took, and how many dirty bytes it began with.
-    pub last_pass_ms: i64,
-    pub last_pass_dirty_bytes: u64,
-}
+pub use crate::partition::CleanerProgress;
 
 /// The cleaner's state in the broker.
 #[derive(Default)]
 pub(crate) struct Cleaner {
-    progress: BTreeMap<PartitionKey, CleanerProgress>,
-    /// Partitions a read failed or a batch did not parse for: left alone
-    /// until a restart (Kafka marks such a partition uncleanable).
-    uncleanable: BTreeSet<PartitionKey>,
-    /// Partitions a pass was abandoned on, and when to try them again.
-    backoff_until_ms: BTreeMap<PartitionKey, i64>,
     pass: Option<Pass>,
     /// The `Output::Clean` job in flight. It may outlive its pass (a
     /// deleted topic ends the pass at once): no pass starts, and the broker
@@ -86,9 +67,11 @@ pub(crate) struct Cleaner {
     /// none writes after a clean stop.
     work: Option<IoId>,
     next_check_ms: i64,
-    /// Partitions held back by their recovery checkpoint, one asked for:
-    /// when it is stored the cleaner looks again at once.
-    awaiting_checkpoint: BTreeSet<PartitionKey>,
+    /// Deleted partitions that awaited their recovery checkpoint (each
+    /// partition's own flag is `Cleaning::awaiting_checkpoint`): the write
+    /// in flight still wakes the cleaner when it is stored, as it would
+    /// have had the partition stayed.
+    orphaned_checkpoints: BTreeSet<PartitionKey>,
 }
 
 struct Pass {
@@ -157,34 +140,46 @@ impl Core {
     /// What the cleaner has done for a partition (`None`: no pass yet).
     pub fn cleaner_progress(&self, topic: &str, partition: i32) -> Option<CleanerProgress> {
         let key = self.topics.get(topic)?.key(partition);
-        self.cleaner.progress.get(&key).cloned()
+        let partition = self.topics.get_partition(&key)?;
+        partition.cleaning().progress.clone()
     }
 
     /// The first offset the cleaner has not cleaned (0: none cleaned yet),
     /// which recovery checkpoints carry across restarts.
     pub(super) fn cleaner_first_dirty_offset(&self, key: &PartitionKey) -> i64 {
-        self.cleaner
-            .progress
-            .get(key)
-            .map_or(0, |p| p.first_dirty_offset)
+        self.topics
+            .get_partition(key)
+            .map_or(0, |p| p.cleaning().first_dirty_offset())
     }
 
     /// A partition recovered with the cleaner's first dirty offset its
     /// checkpoint held.
     pub(super) fn cleaner_booted(&mut self, key: PartitionKey, first_dirty_offset: i64) {
         if first_dirty_offset > 0 {
-            self.cleaner
-                .progress
-                .entry(key)
-                .or_default()
-                .first_dirty_offset = first_dirty_offset;
+            let partition = self.topics.get_partition_mut(&key);
+            let cleaning = partition.expect("a booted partition").cleaning_mut();
+            cleaning.progress.get_or_insert_default().first_dirty_offset = first_dirty_offset;
+        }
+    }
+
+    /// A topic is deleted: its partitions' checkpoints the cleaner awaits
+    /// still wake it when stored.
+    pub(super) fn cleaner_forget_topic(&mut self, topic: &crate::topics::Topic) {
+        for (p, partition) in (0..).zip(topic.partitions.iter()) {
+            if partition.cleaning().awaiting_checkpoint {
+                self.cleaner.orphaned_checkpoints.insert(topic.key(p));
+            }
         }
     }
 
     /// A recovery checkpoint of `key` was stored: if it held the cleaner
     /// back, the cleaner looks again now rather than after its backoff.
     pub(super) fn cleaner_on_checkpoint(&mut self, key: &PartitionKey) {
-        if self.cleaner.awaiting_checkpoint.remove(key) {
+        let awaited = match self.topics.get_partition_mut(key) {
+            Some(partition) => std::mem::take(&mut partition.cleaning_mut().awaiting_checkpoint),
+            None => self.cleaner.orphaned_checkpoints.remove(key),
+        };
+        if awaited {
             self.cleaner.next_check_ms = self.cleaner.next_check_ms.min(self.now_ms);
         }
     }
@@ -204,9 +199,11 @@ impl Core {
         }
         let (chosen, held_back) = self.filthiest_log();
         if !held_back.is_empty() {
-            self.cleaner
-                .awaiting_checkpoint
-                .extend(held_back.iter().cloned());
+            for key in &held_back {
+                let partition = self.topics.get_partition_mut(key);
+                let cleaning = partition.expect("held back from the topics").cleaning_mut();
+                cleaning.awaiting_checkpoint = true;
+            }
             self.write_due_checkpoints(held_back, Due::Now);
         }
         let Some((key, dirtiness)) = chosen else {
@@ -291,25 +288,17 @@ impl Core {
                 continue;
             };
             let config = topic.cleanup_config(&self.config);
+            let may_clean = |p: &crate::partition::Partition| p.cleaning().may_clean(self.now_ms);
             if !config.compact
-                || self.cleaner.uncleanable.contains(&key)
+                || !self.topics.get_partition(&key).is_some_and(may_clean)
                 || self.is_offline(&key)
-                || self
-                    .cleaner
-                    .backoff_until_ms
-                    .get(&key)
-                    .is_some_and(|until| self.now_ms < *until)
             {
                 continue;
             }
             let Ok(view) = self.partition_view(&key.topic, key.partition) else {
                 continue;
             };
-            let first_dirty = self
-                .cleaner
-                .progress
-                .get(&key)
-                .map_or(0, |p| p.first_dirty_offset);
+            let first_dirty = self.cleaner_first_dirty_offset(&key);
             let lso = view.last_stable_offset();
             // Its last offset, not its end: a checkpoint at a segment's end
             // names that segment and a position in it (its size), which a
@@ -538,14 +527,17 @@ impl Core {
             written = pass.bytes_written, elapsed_ms,
             "cleaned"
         );
-        let progress = self.cleaner.progress.entry(pass.key.clone()).or_default();
-        progress.first_dirty_offset = progress.first_dirty_offset.max(cleaned_up_to);
-        progress.passes += 1;
-        progress.last_cleaned_ms = now_ms;
-        progress.bytes_read += pass.bytes_read;
-        progress.bytes_written += pass.bytes_written;
-        progress.last_pass_ms = elapsed_ms;
-        progress.last_pass_dirty_bytes = pass.dirty_bytes;
+        // A deleted partition's pass leaves nothing to remember.
+        if let Some(partition) = self.topics.get_partition_mut(&pass.key) {
+            let progress = partition.cleaning_mut().progress.get_or_insert_default();
+            progress.first_dirty_offset = progress.first_dirty_offset.max(cleaned_up_to);
+            progress.passes += 1;
+            progress.last_cleaned_ms = now_ms;
+            progress.bytes_read += pass.bytes_read;
+            progress.bytes_written += pass.bytes_written;
+            progress.last_pass_ms = elapsed_ms;
+            progress.last_pass_dirty_bytes = pass.dirty_bytes;
+        }
         // Stored with the next checkpoint, asked for now.
         self.write_due_checkpoints(vec![pass.key], Due::Now);
         // Another log may be dirty already.
@@ -595,11 +587,11 @@ impl Core {
             self.request_sync();
         }
         let until = self.now_ms + self.config.cleaner_backoff_ms.max(1);
-        self.cleaner
-            .backoff_until_ms
-            .insert(pass.key.clone(), until);
-        if uncleanable {
-            self.cleaner.uncleanable.insert(pass.key);
+        // A deleted partition's pass leaves nothing to remember.
+        if let Some(partition) = self.topics.get_partition_mut(&pass.key) {
+            let cleaning = partition.cleaning_mut();
+            cleaning.backoff_until_ms = Some(until);
+            cleaning.uncleanable |= uncleanable;
         }
     }
 

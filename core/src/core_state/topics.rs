@@ -53,6 +53,7 @@ impl Core {
     pub(crate) fn forget_topic(&mut self, name: &str, id: &Uuid) {
         if let Some(topic) = self.topics.remove(name) {
             assert_eq!(topic.id, *id, "the incarnation deleted is the one stored");
+            self.cleaner_forget_topic(&topic);
             for (key, op) in topic.delete_ops() {
                 self.emit_disk(key, op);
             }

@@ -13,12 +13,15 @@
 //!   the cut back after a failed sync, going offline after a failed read.
 
 mod append;
+mod cleaning;
 mod durability;
 #[cfg(test)]
 mod tests;
 pub mod txns;
 
 pub(crate) use append::{BatchAppended, MarkerRefused};
+pub use cleaning::CleanerProgress;
+pub(crate) use cleaning::Cleaning;
 
 use crate::batch::BatchHeader;
 use crate::checkpoint::CheckpointState;
@@ -49,6 +52,8 @@ pub(crate) struct Partition {
     sync_point: Option<SyncPoint>,
     /// Its last recovery checkpoint (`crate::checkpoint`).
     checkpoint: CheckpointState,
+    /// What the log cleaner keeps of it.
+    cleaning: Cleaning,
 }
 
 impl Partition {
@@ -63,6 +68,7 @@ impl Partition {
             checkpoint_after_index_sync: false,
             sync_point: None,
             checkpoint: CheckpointState::default(),
+            cleaning: Cleaning::default(),
         }
     }
 
@@ -114,6 +120,14 @@ impl Partition {
 
     pub fn checkpoint_mut(&mut self) -> &mut CheckpointState {
         &mut self.checkpoint
+    }
+
+    pub fn cleaning(&self) -> &Cleaning {
+        &self.cleaning
+    }
+
+    pub fn cleaning_mut(&mut self) -> &mut Cleaning {
+        &mut self.cleaning
     }
 
     pub fn is_offline(&self) -> bool {
