@@ -93,7 +93,10 @@ Everything is measured in one run, on one filesystem (the work dir's):
 `--only peers,callgrind` (= `--sections`) runs some sections; `--quick` makes
 every load small and every window short, to check the bench itself (its
 figures are then not the bench's). `--peers` and `--peer-workloads` choose
-brokers and workloads of section 7.
+brokers and workloads of section 7; `--only peers --peers doze,kafka-default
+--peer-workloads reads` runs issue 40's read alone (bench/dozebench/reads.py:
+confluent-kafka and Kafka's Java consumer, read_committed, doze and Kafka in
+turns, with what librdkafka saw of each Fetch).
 
 Clients: each figure is taken with confluent-kafka (librdkafka; producers in
 processes of their own, `bench.py _produce` / `_txn` / `_fill` workers, so client CPU is

@@ -31,6 +31,7 @@ QUICK = {
     "fetch_repeat": 2, "retained_gib": 0.25, "retained_topup_mib": 16, "cleaner_mib": 32,
     "cleaner_segment_mib": 4, "peer_warmup_s": 1.0, "peer_s": 3.0, "peer_consume_mib": 64,
     "peer_reps": 1, "peer_fetch_repeat": 1, "peer_read_reps": 1, "peer_turns": 3, "peer_read_turns": 3,
+    "reads_records": 100_000, "reads_rounds": 1,
     "settle_s": 2,
     "callgrind_fetch_repeat": 2,
 }
@@ -96,8 +97,14 @@ def main():
     ap.add_argument("--peers", default=",".join(PEERS),
                     help="peers: the brokers, in order (" + ", ".join(PEERS) + ")")
     ap.add_argument("--peer-workloads", default="produce,latency,consume,txn",
-                    help="peers: the workloads run on each broker")
+                    help="peers: the workloads run on each broker (and `reads`, issue 40's "
+                         "read, doze and Kafka together: bench/dozebench/reads.py)")
     ap.add_argument("--peer-partitions", type=int, default=8)
+    ap.add_argument("--reads-records", type=int, default=1_000_000,
+                    help="peers, workload reads (not in the default list): 1 KiB records to read")
+    ap.add_argument("--reads-partitions", type=int, default=3, help="peers, workload reads: partitions")
+    ap.add_argument("--reads-rounds", type=int, default=2,
+                    help="peers, workload reads: rounds of doze and Kafka in turns")
     ap.add_argument("--peer-producers", type=int, default=4,
                     help="peers: confluent-kafka producer processes (produce, latency, fill)")
     ap.add_argument("--peer-warmup-s", type=float, default=2)

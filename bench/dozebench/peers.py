@@ -1051,6 +1051,10 @@ def bench_peers(args, work):
     if "txn" in workloads and "doze" in names and "kafka-default" in names:
         print("\n  -- doze and kafka-default together, transactions", flush=True)
         peer_txn_turns(args, work, res)
+    if "reads" in args.peer_workloads.split(",") and "doze" in names and "kafka-default" in names:
+        print("\n  -- doze and kafka-default together, issue 40's read", flush=True)
+        from .reads import peer_reads_turns  # reads.py imports this module
+        peer_reads_turns(args, work, res)
     res.raw["fsync50"] = (fsync[0], "one 128 B append + fdatasync, p50")
     res.raw["fsync99"] = (fsync[1], "one 128 B append + fdatasync, p99")
     res.raw["fsyncs/s"] = (1 / fsync[0], "128 B append + fdatasync, back to back (1 / p50)")

@@ -140,6 +140,83 @@ fn a_fetch_answer_carries_at_most_55_mib_whatever_the_client_asks() {
     assert_eq!(got.last().map(|(o, _)| *o), Some(62 * 7 - 1));
 }
 
+/// The sizes a fetch asks for bound the answer as Kafka's ReplicaManager
+/// bounds it (KIP-74): each partition gets at most partition_max_bytes and
+/// the answer at most max_bytes, cut inside a batch if need be (Kafka's
+/// LogSegment.read sends the partial batch too, and clients drop it), except
+/// that the first batch of the first partition with records goes whole
+/// whatever its size, so that a consumer always makes progress. A consumer
+/// asking for less (librdkafka's max.partition.fetch.bytes) must never be
+/// sent more: a large answer is one the client waits for whole before it
+/// asks again.
+#[test]
+fn a_fetch_answer_keeps_to_the_sizes_asked_for() {
+    const KIB: usize = 1024;
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 3);
+    // Ten batches of 4 x 16 KiB per partition: 64 KiB and a header each.
+    let values: Vec<Vec<u8>> = (0..4).map(|j| vec![j as u8; 16 * KIB]).collect();
+    let refs: Vec<&[u8]> = values.iter().map(|v| v.as_slice()).collect();
+    let batch_bytes = batch(&refs, T0_MS).len();
+    assert!(
+        batch_bytes > 64 * KIB && batch_bytes < 65 * KIB,
+        "{batch_bytes}"
+    );
+    for p in 0..3 {
+        for i in 0..10 {
+            w.send(1, 9, &produce_req("t", p, batch(&refs, T0_MS + i), -1));
+            assert_eq!(produce_answer(&mut w, 1), Some((0, i * 4)));
+        }
+    }
+    let fetch = |w: &mut World, max_bytes: usize, partition_max_bytes: usize| {
+        let mut req = fetch_req("t", 0, 0, 0, 1);
+        req.max_bytes = max_bytes as i32;
+        let partition = req.topics[0].partitions[0].clone();
+        req.topics[0].partitions = (0..3)
+            .map(|p| {
+                partition
+                    .clone()
+                    .with_partition(p)
+                    .with_partition_max_bytes(partition_max_bytes as i32)
+            })
+            .collect();
+        w.send(2, 12, &req);
+        let Some((_, ResponseKind::Fetch(r))) = w.recv(2) else {
+            panic!("no fetch answer");
+        };
+        (r.responses[0].partitions.iter())
+            .map(|p| {
+                assert_eq!(p.error_code, 0);
+                p.records.clone().expect("records")
+            })
+            .collect::<Vec<_>>()
+    };
+    let whole_batches = |records: &Bytes| decode_values(records.clone()).len() / 4;
+
+    // Each partition to its own bound: one whole batch and a partial one.
+    let got = fetch(&mut w, 50 * 1024 * KIB, 100 * KIB);
+    for records in &got {
+        assert_eq!(records.len(), 100 * KIB);
+        assert_eq!(whole_batches(records), 1);
+    }
+
+    // The answer to its bound: 100 KiB, 100 KiB, and the 50 KiB left.
+    let got = fetch(&mut w, 250 * KIB, 100 * KIB);
+    let lens: Vec<usize> = got.iter().map(Bytes::len).collect();
+    assert_eq!(lens, [100 * KIB, 100 * KIB, 50 * KIB]);
+    assert_eq!(whole_batches(&got[2]), 0, "a partial batch only");
+
+    // Bounds below one batch: the first partition's first batch goes
+    // whole, the others keep to their bounds.
+    let got = fetch(&mut w, 2 * KIB, KIB);
+    assert_eq!(got[0].len(), batch_bytes);
+    assert_eq!(whole_batches(&got[0]), 1);
+    assert!(got[1].is_empty() && got[2].is_empty(), "nothing left");
+    let got = fetch(&mut w, 50 * 1024 * KIB, KIB);
+    let lens: Vec<usize> = got.iter().map(Bytes::len).collect();
+    assert_eq!(lens, [batch_bytes, KIB, KIB]);
+}
+
 /// A batch whose header disagrees with its records about time is stored
 /// as Kafka's LogValidator stores it on a CreateTime topic: the timestamp
 /// type CreateTime, the max timestamp the records' own (with a client's
