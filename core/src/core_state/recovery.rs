@@ -32,7 +32,7 @@ use crate::checkpoint::{self, CheckpointRecord, Due};
 use crate::io::{BootState, ConnId, DiskOp, FileRange, IoError, IoId, PartitionDir};
 use crate::limits;
 use crate::log::recovery::LogRecovery;
-use crate::partition::PartitionTxns;
+use crate::partition::{PartitionTxns, Recovering};
 use crate::produce_checks::ProduceChecks;
 use crate::producer::ProducerStates;
 use crate::topics::PartitionKey;
@@ -40,26 +40,12 @@ use crate::topics::PartitionKey;
 /// Times a failing recovery read is tried before its partition goes offline.
 const RECOVERY_READ_TRIES: u32 = 3;
 
-struct PartitionBoot {
-    recovery: LogRecovery,
-    /// A checkpoint it could not use must be gone from meta.db before the
-    /// index files it vouched for are rewritten (a crash midway would leave
-    /// short files under a checkpoint that trusts them): the repairs wait here.
-    held_ops: Option<Vec<DiskOp>>,
-    producers: ProducerStates,
-    txns: PartitionTxns,
-    checkpoint_offset: Option<i64>,
-    /// The cleaner's first dirty offset the checkpoint held (0: none).
-    cleaner_first_dirty_offset: i64,
-    /// The log start DeleteRecords stored (`meta::LogStartRecord`), if any.
-    stored_log_start: Option<i64>,
-    failures: u32,
-}
-
 /// The start-up in progress; `None` in the broker once it serves.
 #[derive(Default)]
 pub(crate) struct Boot {
-    partitions: BTreeMap<PartitionKey, PartitionBoot>,
+    /// How many partitions are being recovered (each holds its own state:
+    /// `Partition::recovering`).
+    recovering: usize,
     /// Partitions whose next read is not issued yet.
     queue: VecDeque<PartitionKey>,
     reads: BTreeMap<IoId, (PartitionKey, FileRange)>,
@@ -193,9 +179,10 @@ pub(crate) fn start(b: &mut Core, state: BootState) {
             boot.queue.push_back(key.clone());
             None
         };
-        boot.partitions.insert(
-            key,
-            PartitionBoot {
+        let partition = b.topics.get_partition_mut(&key);
+        partition
+            .expect("recovering() found it")
+            .start_recovering(Recovering {
                 recovery,
                 held_ops,
                 producers,
@@ -204,8 +191,8 @@ pub(crate) fn start(b: &mut Core, state: BootState) {
                 cleaner_first_dirty_offset,
                 stored_log_start,
                 failures: 0,
-            },
-        );
+            });
+        boot.recovering += 1;
     }
     b.booting = Some(boot);
     pump(b);
@@ -235,10 +222,11 @@ pub(crate) fn checkpoint_dropped(b: &mut Core, key: PartitionKey, stored: bool) 
         return drop_checkpoint(b, &key);
     }
     let mut boot = b.booting.take().expect("booting");
-    let held = boot
-        .partitions
-        .get_mut(&key)
-        .and_then(|p| p.held_ops.take())
+    let held = b
+        .topics
+        .get_partition_mut(&key)
+        .and_then(|p| p.recovering_mut())
+        .and_then(|r| r.held_ops.take())
         .expect("a partition waits for its checkpoint to go");
     emit_repairs(b, &mut boot, &key, held);
     boot.queue.push_back(key);
@@ -257,10 +245,8 @@ fn pump(b: &mut Core) {
         let Some(key) = boot.queue.pop_front() else {
             break;
         };
-        let part = boot
-            .partitions
-            .get(&key)
-            .expect("queued partitions are booting");
+        let part = b.topics.get_partition(&key).and_then(|p| p.recovering());
+        let part = part.expect("queued partitions are booting");
         match part.recovery.next_read() {
             Some(range) => {
                 let io = b.emit_read(range.clone());
@@ -271,7 +257,7 @@ fn pump(b: &mut Core) {
         }
     }
     let boot = b.booting.as_ref().expect("booting");
-    if boot.partitions.is_empty() && boot.reads.is_empty() && !boot.resumed {
+    if boot.recovering == 0 && boot.reads.is_empty() && !boot.resumed {
         logs_recovered(b);
     }
 }
@@ -280,9 +266,9 @@ fn pump(b: &mut Core) {
 pub(crate) fn read_done(b: &mut Core, io: IoId, result: Result<Bytes, IoError>) {
     let boot = b.booting.as_mut().expect("booting");
     let (key, range) = boot.reads.remove(&io).expect("a boot read");
-    let part = boot
-        .partitions
-        .get_mut(&key)
+    let partition = b.topics.get_partition_mut(&key);
+    let part = partition
+        .and_then(|p| p.recovering_mut())
         .expect("reading partitions are booting");
     match result {
         Ok(bytes) => {
@@ -326,11 +312,11 @@ pub(crate) fn read_done(b: &mut Core, io: IoId, result: Result<Bytes, IoError>) 
                 boot.queue.push_front(key);
             } else {
                 tracing::error!(dir = %range.dir.dir_name(), "partition offline until restart");
-                boot.partitions.remove(&key);
+                boot.recovering -= 1;
                 let partition = b.topics.get_partition_mut(&key);
-                partition
-                    .expect("a recovering partition exists")
-                    .set_offline();
+                let partition = partition.expect("a recovering partition exists");
+                partition.take_recovering();
+                partition.set_offline();
             }
         }
     }
@@ -340,10 +326,12 @@ pub(crate) fn read_done(b: &mut Core, io: IoId, result: Result<Bytes, IoError>) 
 /// Installs a recovered partition's log and state.
 fn finish_partition(b: &mut Core, key: PartitionKey) {
     let boot = b.booting.as_mut().expect("booting");
-    let part = boot
-        .partitions
-        .remove(&key)
-        .expect("finishing a booting partition");
+    let part = b
+        .topics
+        .get_partition_mut(&key)
+        .and_then(|p| p.take_recovering());
+    let part = part.expect("finishing a booting partition");
+    boot.recovering -= 1;
     boot.recovered.push(key.clone());
     let mut log = part.recovery.finish();
     if let Some(offset) = part.stored_log_start {

@@ -15,6 +15,7 @@
 mod append;
 mod cleaning;
 mod durability;
+mod recovering;
 #[cfg(test)]
 mod tests;
 pub mod txns;
@@ -22,6 +23,7 @@ pub mod txns;
 pub(crate) use append::{BatchAppended, MarkerRefused};
 pub use cleaning::CleanerProgress;
 pub(crate) use cleaning::Cleaning;
+pub(crate) use recovering::Recovering;
 
 use crate::batch::BatchHeader;
 use crate::checkpoint::CheckpointState;
@@ -54,6 +56,8 @@ pub(crate) struct Partition {
     checkpoint: CheckpointState,
     /// What the log cleaner keeps of it.
     cleaning: Cleaning,
+    /// At start-up, until its recovered log is installed.
+    recovering: Option<Box<Recovering>>,
 }
 
 impl Partition {
@@ -69,6 +73,7 @@ impl Partition {
             sync_point: None,
             checkpoint: CheckpointState::default(),
             cleaning: Cleaning::default(),
+            recovering: None,
         }
     }
 
@@ -120,6 +125,26 @@ impl Partition {
 
     pub fn checkpoint_mut(&mut self) -> &mut CheckpointState {
         &mut self.checkpoint
+    }
+
+    /// Start-up begins recovering it.
+    pub fn start_recovering(&mut self, recovering: Recovering) {
+        assert!(self.recovering.is_none(), "a partition is recovered once");
+        self.recovering = Some(Box::new(recovering));
+    }
+
+    /// Its recovery at start-up, while it runs.
+    pub fn recovering(&self) -> Option<&Recovering> {
+        self.recovering.as_deref()
+    }
+
+    pub fn recovering_mut(&mut self) -> Option<&mut Recovering> {
+        self.recovering.as_deref_mut()
+    }
+
+    /// Its recovery ends (finished, or given up: offline).
+    pub fn take_recovering(&mut self) -> Option<Recovering> {
+        self.recovering.take().map(|r| *r)
     }
 
     pub fn cleaning(&self) -> &Cleaning {

@@ -85,6 +85,12 @@ pub struct Completion {
     /// EndTxn requests answered when the decision is carried out.
     pub responders: Vec<RequestCtx>,
     /// Each added partition and the offset of its marker, once appended.
+    /// The transaction's own state, not the partitions': which of its
+    /// partitions still wait for a marker, as Kafka's
+    /// `TransactionMetadata.topicPartitions` (each removed when its marker
+    /// is written, `TransactionMarkerRequestCompletionHandler`); the
+    /// partition's side (the transaction closed at the marker, the LSO) is
+    /// `partition::PartitionTxns`.
     markers: BTreeMap<PartitionKey, Option<i64>>,
     phase: Phase,
     /// Counted in the broker's metrics (once, when the outcome first became
