@@ -235,6 +235,7 @@ def worker_latency(a):
     the two cores at 150,000 records/s, so they fell behind the rate and
     measured their own queue (seconds) rather than the broker."""
     from confluent_kafka import Producer
+    stats = []
     p = Producer({
         "bootstrap.servers": a.bootstrap,
         "acks": "all",
@@ -246,6 +247,7 @@ def worker_latency(a):
         "compression.type": "none",
         "queue.buffering.max.kbytes": a.queue_kib,
         "queue.buffering.max.messages": 2_000_000,
+        **({"statistics.interval.ms": 1000, "stats_cb": lambda j: stats.append(j)} if a.stats else {}),
     })
     p.list_topics(a.topic, timeout=30)
     value = os.urandom(a.record_bytes)
@@ -253,6 +255,7 @@ def worker_latency(a):
     win0 = a.start_at + a.warmup
     win1 = win0 + a.seconds
     hist = {}
+    late = []
     state = {"acked": 0, "in_window": 0, "errors": []}
 
     def dr(err, msg):
@@ -277,6 +280,8 @@ def worker_latency(a):
         if now >= win1:
             break
         due = int((now - t0) * a.rate) - sent
+        if a.stats and win0 <= now and due > 0:
+            late.append(now - (t0 + (sent + 1) / a.rate))
         for _ in range(max(0, min(due, 1000))):
             try:
                 if sent % LATENCY_SAMPLE_EVERY == 0:
@@ -290,9 +295,27 @@ def worker_latency(a):
                 break
         p.poll(0.0005 if due <= 0 else 0)
     left = p.flush(60)
-    print(json.dumps({"hist": hist, "in_window": state["in_window"], "acked": state["acked"],
-                      "produced": sent, "wanted": a.rate * (win1 - t0), "undelivered": left,
-                      "errors": state["errors"]}))
+    out = {"hist": hist, "in_window": state["in_window"], "acked": state["acked"],
+           "produced": sent, "wanted": a.rate * (win1 - t0), "undelivered": left,
+           "errors": state["errors"]}
+    if a.stats:
+        late.sort()
+        out["late_p99_ms"] = round(late[int(len(late) * 0.99)] * 1e3, 1) if late else 0
+        out["late_max_ms"] = round(late[-1] * 1e3, 1) if late else 0
+        # librdkafka's 1 s windows inside the measured window (`latency_split`);
+        # its statistics in microseconds, here in ms.
+        picked = []
+        for j in stats:
+            d = json.loads(j)
+            if not (win0 + 1 <= d["time"] <= win1 + 0.5):
+                continue
+            for bs in d["brokers"].values():
+                if bs.get("nodeid", -1) < 0:
+                    continue
+                picked.append({k: {q: round(bs[k][q] / 1e3, 1) for q in ("p50", "p99", "max")}
+                               for k in ("int_latency", "outbuf_latency", "rtt")})
+        out["stats"] = picked
+    print(json.dumps(out))
 
 
 def worker_args(argv):
@@ -318,6 +341,8 @@ def worker_args(argv):
     ap.add_argument("--keys", type=int, default=0,
                     help="_fill: keys drawn at random from this many (0: no keys)")
     ap.add_argument("--rate", type=float, default=0, help="_latency: records per second")
+    ap.add_argument("--stats", action="store_true",
+                    help="_latency: librdkafka's statistics and the pacer's lateness in the result")
     return ap.parse_args(argv)
 
 
