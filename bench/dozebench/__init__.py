@@ -88,7 +88,14 @@ Everything is measured in one run, on one filesystem (the work dir's):
               `--callgrind-fetch-repeat`, default 200 whole reads of that
               topic, 3.9 GiB), minus an idle start/stop: a figure that does
               not move with the machine's load, for regressions
-  9. summary  every figure beside its target, PASS / MISS
+  9. scale    start-up and memory by partition count (issue 40 item 4):
+              one topic of 10, 100, 1,000, 10,000 partitions
+              (`--scale-partitions`), one record each; VmRSS/VmHWM; SIGTERM
+              and start, timed until it answers Metadata; a record more in
+              each, kill -9 and start, timed the same (targets at 10,000:
+              <= 1 s and <= 2 s); `--scale-peers doze,kafka-default` adds
+              Apache Kafka 4.3.1 (memory per partition at or below Kafka's)
+ 10. summary  every figure beside its target, PASS / MISS
 
 `--only peers,callgrind` (= `--sections`) runs some sections; `--quick` makes
 every load small and every window short, to check the bench itself (its

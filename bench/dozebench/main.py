@@ -1,4 +1,4 @@
-"""The command line and the run: which sections, `--quick`, the summary (9.) with its targets."""
+"""The command line and the run: which sections, `--quick`, the summary (10.) with its targets."""
 
 import argparse
 import os
@@ -18,6 +18,7 @@ from .retained import bench_retained, summary_retained
 from .cleaner import bench_cleaner, summary_cleaner
 from .peers import LIVE_PEERS, PEERS, bench_peers, peer_targets
 from .callgrind import bench_callgrind
+from .scale import bench_scale, summary_scale
 from . import __doc__ as DOC
 
 
@@ -34,6 +35,7 @@ QUICK = {
     "reads_records": 100_000, "reads_rounds": 1,
     "settle_s": 2,
     "callgrind_fetch_repeat": 2,
+    "scale_partitions": "10,1000",
 }
 
 def main():
@@ -51,9 +53,9 @@ def main():
                     help="loadgen produce: alternations of broker and raw measurements")
     ap.add_argument("--work-dir", default=str(ROOT / "target/bench"),
                     help="parent of the temp dirs (raw files and broker data dirs share its filesystem)")
-    ap.add_argument("--sections", "--only", default="disk,produce,txn,fetch,retained,cleaner,peers,callgrind",
+    ap.add_argument("--sections", "--only", default="disk,produce,txn,fetch,retained,cleaner,peers,callgrind,scale",
                     help="comma-separated sections to run (disk, produce, txn, fetch, retained, "
-                         "cleaner, peers, callgrind)")
+                         "cleaner, peers, callgrind, scale)")
     ap.add_argument("--quick", action="store_true",
                     help="small loads and short windows for checking the bench itself (its figures "
                          "are not the bench's): " + ", ".join(f"{k}={v}" for k, v in QUICK.items()))
@@ -142,6 +144,14 @@ def main():
     # under valgrind) three runs gave 4,466-4,513.
     ap.add_argument("--callgrind-fetch-repeat", type=int, default=200,
                     help="callgrind: whole-topic reads in the fetch run")
+    ap.add_argument("--scale-partitions", default="10,100,1000,10000",
+                    help="scale: partition counts, comma-separated (one topic each, on a fresh data dir)")
+    ap.add_argument("--scale-peers", default="doze",
+                    help="scale: brokers (doze, kafka-default, kafka-flush1), comma-separated")
+    ap.add_argument("--scale-start-timeout-s", type=float, default=120,
+                    help="scale: how long a start-up may take before the count gives up")
+    ap.add_argument("--scale-max-s", type=float, default=120,
+                    help="scale: time limit of each produce of one record per partition")
     ap.add_argument("--set", action="append", default=[], help="broker --set key=value")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (broker logs)")
     args = ap.parse_args()
@@ -160,7 +170,7 @@ def main():
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, "
           f"work dir {work}", flush=True)
     raw, fsync_small = {}, [float("inf"), 0.0]
-    produce = txn = fetch = retained = cleaner = peers = callgrind = None
+    produce = txn = fetch = retained = cleaner = peers = callgrind = scale = None
     # `make bench`'s timeout sends SIGTERM: unwind through the `finally`s, which
     # stop every broker this run started (a second SIGTERM is ignored meanwhile).
     def on_term(_sig, _frame):
@@ -192,8 +202,10 @@ def main():
             peers = bench_peers(args, work)
         if "callgrind" in sections:
             callgrind = bench_callgrind(args, work)
+        if "scale" in sections:
+            scale = bench_scale(args, work)
 
-        section("9. summary (every figure beside its target)")
+        section("10. summary (every figure beside its target)")
         for client, r in (produce or {}).items():
             ratio = r["mbps"] / r["raw"]
             if len(r.get("pairs", [])) > 1:
@@ -233,6 +245,8 @@ def main():
                 f"{callgrind['per_mib']:,.0f} per fetched MiB")
         elif "callgrind" in sections:
             say("instructions (callgrind): n/a (see section 8)")
+        if scale:
+            summary_scale(scale)
         el = time.monotonic() - BENCH_T0
         say(f"bench took {el // 60:.0f}m{el % 60:02.0f}s")
     finally:

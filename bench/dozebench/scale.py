@@ -1,0 +1,235 @@
+"""9. scale: start-up time and memory with many partitions (issue 40 item 4).
+
+For each count in `--scale-partitions` (default 10, 100, 1,000, 10,000), on a
+fresh data dir: one topic of that many partitions, one 100 B record in each
+(acks=all), the broker's RSS; SIGTERM and start again (a clean start), timed
+until it answers a Metadata request; one more record in each partition (so
+every log holds bytes above its recovery point), kill -9 and start again,
+timed the same way; RSS once it answers. The ready line is printed as well:
+doze prints it when recovery starts, not when it serves (requests that come
+meanwhile wait), so the Metadata answer is the figure the targets judge.
+Memory per partition is the RSS above the smallest count's, divided by the
+partitions added. `--scale-peers doze,kafka-default` runs Apache Kafka 4.3.1
+the same way (kafka-ref.sh; its start waits for its own ready check).
+Targets (issue 40): 10,000 partitions start <= 1 s after a clean stop and
+<= 2 s after kill -9; memory per partition at or below Kafka's."""
+
+import os
+import shutil
+import signal
+import socket
+import struct
+import time
+
+from .common import say, section
+from .broker import BrokerProc, create_topic
+from .peers import KafkaPeer, PeerUnavailable
+
+CLEAN_START_TARGET_S = 1.0
+KILL_START_TARGET_S = 2.0
+TOPIC = "bench-scale"
+
+
+def metadata_answered_s(bootstrap, t0, timeout_s):
+    """Seconds from `t0` until the broker answers Metadata v1 for no topic
+    (an empty array: the smallest answer), asking again every 5 ms while the
+    port refuses; None at `timeout_s`. A broker that parks requests until it
+    serves answers once it serves."""
+    host, port = bootstrap.rsplit(":", 1)
+    client = b"scale"
+    # api key 3 (Metadata), version 1, correlation id 1, client id, topics [].
+    body = struct.pack(">hhih", 3, 1, 1, len(client)) + client + struct.pack(">i", 0)
+    frame = struct.pack(">i", len(body)) + body
+    deadline = t0 + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=max(0.1, deadline - time.monotonic())) as s:
+                s.sendall(frame)
+                head = b""
+                while len(head) < 8:
+                    chunk = s.recv(8 - len(head))
+                    if not chunk:
+                        raise ConnectionError("closed")
+                    head += chunk
+                if struct.unpack(">i", head[4:8])[0] == 1:
+                    return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.005)
+    return None
+
+
+def produce_one_each(bootstrap, partitions, timeout_s):
+    """One 100 B record to every partition, acks=all; the count acknowledged.
+
+    librdkafka sends one Produce request per partition, and by default up to
+    1,000,000 in flight on one connection: doze closes a connection with more
+    than limits::CONN_REQUESTS_IN_FLIGHT_MAX (1,024) in flight, so 10,000
+    partitions got 1 record acknowledged in 6 minutes. 512 stays below it."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
+                  "max.in.flight.requests.per.connection": 512,
+                  "log_level": 5, "queue.buffering.max.messages": max(100_000, partitions * 2)})
+    acked = [0]
+
+    def done(err, _msg):
+        if err is None:
+            acked[0] += 1
+    value = b"x" * 100
+    for i in range(partitions):
+        p.produce(TOPIC, value, partition=i, on_delivery=done)
+        p.poll(0)
+    p.flush(timeout_s)
+    return acked[0]
+
+
+def status_mib(pid):
+    """VmRSS and VmHWM of `pid` in MiB (empty when it is gone)."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out[key] = int(rest.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+class Doze:
+    """doze on `data`, started and stopped as the section needs."""
+
+    def __init__(self, args, data):
+        self.args, self.data, self.b = args, data, None
+
+    def start(self):
+        t0 = time.monotonic()
+        self.b = BrokerProc(self.args.binary, self.data, self.args.set,
+                            ready_timeout_s=self.args.scale_start_timeout_s)
+        answered = metadata_answered_s(self.b.bootstrap, t0, self.args.scale_start_timeout_s)
+        return self.b.ready_s, answered
+
+    bootstrap = property(lambda self: self.b.bootstrap)
+    pid = property(lambda self: self.b.proc.pid)
+
+    def stop(self):
+        return self.b.stop() if self.b else None
+
+    def kill(self):
+        self.b.proc.kill()
+        self.b.proc.wait(30)
+
+
+class Kafka:
+    """Apache Kafka 4.3.1 (kafka-ref.sh) under `work`; a restart reuses its dir."""
+
+    def __init__(self, args, work, name):
+        self.args, self.work, self.name, self.k = args, work, name, None
+
+    def start(self):
+        t0 = time.monotonic()
+        props = ["log.flush.interval.messages=1"] if self.name == "kafka-flush1" else []
+        self.k = KafkaPeer(self.name, self.work, props, self.args.kafka_heap,
+                           self.args.scale_start_timeout_s)
+        answered = metadata_answered_s(self.k.bootstrap, t0, self.args.scale_start_timeout_s)
+        return self.k.ready_s, answered
+
+    bootstrap = property(lambda self: self.k.bootstrap)
+    pid = property(lambda self: self.k.pid)
+
+    def stop(self):
+        return self.k.stop() if self.k else None
+
+    def kill(self):
+        os.kill(self.k.pid, signal.SIGKILL)
+        for _ in range(300):
+            if not os.path.exists(f"/proc/{self.k.pid}"):
+                break
+            time.sleep(0.1)
+        self.k.stop()  # forgets it (its pid is no longer kafka's)
+
+
+def fmt_s(v):
+    return "n/a" if v is None else f"{v:.3f} s"
+
+
+def scale_one(args, work, peer, n):
+    """One count on one broker: the figures, or None when it could not run."""
+    data = os.path.join(work, f"scale-{peer}-{n}")
+    broker = Doze(args, data) if peer == "doze" else Kafka(args, os.path.join(work, f"scale-{n}"), peer)
+    out = {}
+    try:
+        broker.start()
+        t0 = time.monotonic()
+        create_topic(broker.bootstrap, TOPIC, n)
+        out["create_s"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        acked = produce_one_each(broker.bootstrap, n, args.scale_max_s)
+        out["produce_s"] = time.monotonic() - t0
+        time.sleep(1)
+        out["rss_fresh"] = status_mib(broker.pid)
+        t0 = time.monotonic()
+        broker.stop()
+        out["stop_s"] = time.monotonic() - t0
+        out["clean_ready_s"], out["clean_s"] = broker.start()
+        time.sleep(1)
+        out["rss_clean"] = status_mib(broker.pid)
+        acked += produce_one_each(broker.bootstrap, n, args.scale_max_s)
+        broker.kill()
+        out["kill_ready_s"], out["kill_s"] = broker.start()
+        time.sleep(1)
+        out["rss_kill"] = status_mib(broker.pid)
+        out["acked"] = acked
+        say(f"{peer:13s} {n:6,d} partitions: create {out['create_s']:.2f} s, produce "
+            f"{out['produce_s']:.2f} s ({acked:,} of {2 * n:,} acked), stop {out['stop_s']:.2f} s; "
+            f"start after SIGTERM: ready line {fmt_s(out['clean_ready_s'])}, Metadata answered "
+            f"{fmt_s(out['clean_s'])}; after kill -9: ready line {fmt_s(out['kill_ready_s'])}, "
+            f"Metadata answered {fmt_s(out['kill_s'])}")
+        say(f"{'':13s} {'':6s}             VmRSS/VmHWM MiB: "
+            + ", ".join(f"{k} {out[k].get('VmRSS', float('nan')):.0f}/{out[k].get('VmHWM', float('nan')):.0f}"
+                        for k in ("rss_fresh", "rss_clean", "rss_kill")).replace("rss_", ""))
+    except (PeerUnavailable, SystemExit, Exception) as e:  # noqa: BLE001 - a count that fails is reported
+        say(f"{peer} {n} partitions: FAILED: {e}")
+        out = None
+    finally:
+        broker.stop()
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(os.path.join(work, f"scale-{n}"), ignore_errors=True)
+    return out
+
+
+def bench_scale(args, work):
+    counts = [int(c) for c in args.scale_partitions.split(",")]
+    section("9. scale: start-up and memory by partition count (one topic, 1-2 records each)")
+    res = {}
+    for peer in args.scale_peers.split(","):
+        for n in counts:
+            r = scale_one(args, work, peer, n)
+            if r:
+                res[(peer, n)] = r
+    return res
+
+
+def summary_scale(res):
+    for peer in sorted({p for p, _ in res}):
+        counts = sorted(n for p, n in res if p == peer)
+        base = counts[0]
+        for n in counts:
+            r = res[(peer, n)]
+            per = ""
+            if n > base:
+                b = res[(peer, base)]
+                per = "; KiB per partition above {:,}: ".format(base) + ", ".join(
+                    f"{k[4:]} {(r[k].get('VmRSS', float('nan')) - b[k].get('VmRSS', float('nan'))) * 1024 / (n - base):.1f}"
+                    for k in ("rss_fresh", "rss_clean", "rss_kill"))
+            targets = ""
+            if n >= 10_000:
+                c, k = r.get("clean_s"), r.get("kill_s")
+                targets = (f" (targets <= {CLEAN_START_TARGET_S:g} s "
+                           f"{'OK' if c is not None and c <= CLEAN_START_TARGET_S else 'MISSED'}, "
+                           f"<= {KILL_START_TARGET_S:g} s "
+                           f"{'OK' if k is not None and k <= KILL_START_TARGET_S else 'MISSED'})")
+            say(f"scale {peer} {n:,} partitions: start to Metadata answered after SIGTERM "
+                f"{fmt_s(r.get('clean_s'))}, after kill -9 {fmt_s(r.get('kill_s'))}{targets}; "
+                f"VmRSS after the clean start {r['rss_clean'].get('VmRSS', float('nan')):.0f} MiB{per}")
