@@ -61,13 +61,6 @@ impl Parked {
         self.fetches.retain(|f| f.ctx.conn != conn);
         self.deferred.retain(|(ctx, _)| ctx.conn != conn);
     }
-
-    /// The handler's write that `io` was, once it completes.
-    pub fn take_write(&mut self, io: IoId) -> ApiWrite {
-        self.writes
-            .remove(&io)
-            .expect("a handler's meta.db write is parked")
-    }
 }
 
 /// A handler's context: the core, the parked requests, and what the driver
@@ -117,7 +110,10 @@ impl<'a> Cx<'a> {
 
     /// The handler's meta.db write that `io` was, now complete.
     pub fn take_write(&mut self, io: IoId) -> ApiWrite {
-        self.parked.take_write(io)
+        let writes = &mut self.parked.writes;
+        writes
+            .remove(&io)
+            .expect("a handler's meta.db write is parked")
     }
 
     /// What the driver read of the Produce request being handled, once.

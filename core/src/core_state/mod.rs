@@ -269,7 +269,6 @@ impl Core {
 
     /// A frame that came during start-up waits for it.
     pub(crate) fn park_early_frame(&mut self, frame: EarlyFrame) {
-        assert!(self.booted, "a request arrived before Input::Boot");
         let (conn, frame, checks) = frame;
         self.booting
             .as_mut()
@@ -371,10 +370,6 @@ impl Core {
 
     /// After `Input::Shutdown`: once nothing waits for a sync, every
     /// partition is checkpointed; once those are stored, `Output::Stopped`.
-    pub(crate) fn is_stopping(&self) -> bool {
-        self.shutting_down
-    }
-
     pub(crate) fn check_stopped(&mut self) {
         if !self.shutting_down || self.stopped || self.booting.is_some() {
             return;

@@ -112,14 +112,6 @@ impl Core {
         }
     }
 
-    /// Whether `producer_id`'s transaction is closed on this partition at
-    /// `epoch`, durably (`Partition::txn_closed_at`); not on a partition gone.
-    pub(crate) fn txn_closed_at(&self, key: &PartitionKey, producer_id: i64, epoch: i16) -> bool {
-        self.topics
-            .get_partition(key)
-            .is_some_and(|p| p.txn_closed_at(producer_id, epoch))
-    }
-
     /// Appends a transaction marker of `producer_id` to a partition and
     /// returns its offset (`Partition::append_marker`).
     pub(crate) fn append_marker(

@@ -20,10 +20,6 @@ pub(crate) struct RequestReads {
 }
 
 impl RequestReads {
-    pub fn is_request_read(&self, io: IoId) -> bool {
-        self.in_flight.contains_key(&io)
-    }
-
     /// The cleaner swapped a new file in for a segment: the reads of the
     /// old one in flight are not given out when they complete.
     pub fn forget_segment(&mut self, dir: &PartitionDir, segment_base: i64) {
@@ -50,7 +46,7 @@ impl Core {
 
     /// Whether `io` is a read requests wait for.
     pub(crate) fn is_request_read(&self, io: IoId) -> bool {
-        self.reads.is_request_read(io)
+        self.reads.in_flight.contains_key(&io)
     }
 
     /// A request read completed: the range it read, and whether it was of

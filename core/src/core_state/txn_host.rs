@@ -51,7 +51,7 @@ impl TxnHost for Core {
     }
 
     fn is_stopping(&self) -> bool {
-        Core::is_stopping(self)
+        self.shutting_down
     }
 
     fn request_sync(&mut self) {
@@ -62,8 +62,11 @@ impl TxnHost for Core {
         Core::topic_id_text(self, name)
     }
 
+    /// Not on a partition gone (`Partition::txn_closed_at`).
     fn txn_closed_at(&self, key: &PartitionKey, producer_id: i64, epoch: i16) -> bool {
-        Core::txn_closed_at(self, key, producer_id, epoch)
+        self.topics
+            .get_partition(key)
+            .is_some_and(|p| p.txn_closed_at(producer_id, epoch))
     }
 
     fn append_marker(
