@@ -26,6 +26,21 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 KV = re.compile(r"(\w+)=(\S+)")
 
 
+def proc_status_mib(pid, keys):
+    """The `keys` of /proc/<pid>/status (VmRSS, VmHWM, ...) in MiB; empty
+    when the process is gone."""
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in keys:
+                    out[key] = int(rest.split()[0]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 class BrokerProc:
     """The release broker on `data_dir`, logging disk syncs and meta.db rounds
     at debug level so the bench can read what each group commit carried."""
@@ -116,16 +131,7 @@ class BrokerProc:
 
     def status_mib(self):
         """VmRSS, VmHWM (peak RSS), RssAnon and RssFile of the broker in MiB."""
-        out = {}
-        try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                for line in f:
-                    key, _, rest = line.partition(":")
-                    if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-                        out[key] = int(rest.split()[0]) / 1024
-        except (OSError, ValueError, IndexError):
-            pass
-        return out
+        return proc_status_mib(self.proc.pid, ("VmRSS", "VmHWM", "RssAnon", "RssFile"))
 
     def stop(self, timeout_s=60):
         if self.proc.poll() is None:

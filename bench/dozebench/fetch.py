@@ -12,7 +12,7 @@ from .produce import run_loadgen
 
 def consume_all(bootstrap, topic, partitions, isolation, max_s):
     """Reads every partition from the start to its end; (values bytes, records, s)."""
-    from confluent_kafka import Consumer, TopicPartition, KafkaError
+    from confluent_kafka import Consumer, TopicPartition
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"bench-{isolation}-{os.getpid()}-{time.time()}",
@@ -26,9 +26,19 @@ def consume_all(bootstrap, topic, partitions, isolation, max_s):
         "queued.min.messages": 1_000_000,
     })
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    t0 = time.monotonic()
+    values, records = drain_to_eof(c, partitions, t0, max_s)
+    el = time.monotonic() - t0
+    c.close()
+    return values, records, el
+
+
+def drain_to_eof(c, partitions, t0, max_s):
+    """Consumes until every partition reports its end (or `max_s` after
+    `t0`); (values bytes, records)."""
+    from confluent_kafka import KafkaError
     eof = set()
     values = records = 0
-    t0 = time.monotonic()
     while len(eof) < partitions and time.monotonic() - t0 < max_s:
         for m in c.consume(num_messages=10000, timeout=1):
             err = m.error()
@@ -37,9 +47,7 @@ def consume_all(bootstrap, topic, partitions, isolation, max_s):
                 values += len(m.value())
             elif err.code() == KafkaError._PARTITION_EOF:
                 eof.add(m.partition())
-    el = time.monotonic() - t0
-    c.close()
-    return values, records, el
+    return values, records
 
 
 def bench_fetch(args, work):

@@ -42,6 +42,7 @@ import time
 
 from .common import MiB, say
 from .broker import create_topic
+from .fetch import drain_to_eof
 from .peers import KAFKA_REF, peer_fill, start_turns, stop_turns
 
 RECV = re.compile(r"Received FetchResponse \(v(\d+), (\d+) bytes, CorrId \d+, rtt ([\d.]+)ms\)")
@@ -76,7 +77,7 @@ def ck_read(bootstrap, topic, parts, iso, extra, max_s, prefetch_s=0):
     seconds, [(response bytes, rtt ms)]). With `prefetch_s`, the clock starts
     that long after the first record, librdkafka's queue allowed to hold it
     all: the Python loop's own rate."""
-    from confluent_kafka import Consumer, TopicPartition, KafkaError
+    from confluent_kafka import Consumer, TopicPartition
     log = logging.getLogger(f"reads-{time.time()}")
     log.propagate = False
     log.setLevel(logging.DEBUG)
@@ -90,7 +91,7 @@ def ck_read(bootstrap, topic, parts, iso, extra, max_s, prefetch_s=0):
         conf.update({"queued.max.messages.kbytes": 2_000_000, "queued.min.messages": 10_000_000})
     c = Consumer(conf)
     c.assign([TopicPartition(topic, p, 0) for p in range(parts)])
-    eof, values, records = set(), 0, 0
+    values, records = 0, 0
     t0 = time.monotonic()
     if prefetch_s:
         first = c.consume(num_messages=1, timeout=30)
@@ -98,14 +99,9 @@ def ck_read(bootstrap, topic, parts, iso, extra, max_s, prefetch_s=0):
         values = sum(len(m.value()) for m in first if m.error() is None)
         time.sleep(prefetch_s)
         t0 = time.monotonic()
-    while len(eof) < parts and time.monotonic() - t0 < max_s:
-        for m in c.consume(num_messages=10000, timeout=1):
-            err = m.error()
-            if err is None:
-                records += 1
-                values += len(m.value())
-            elif err.code() == KafkaError._PARTITION_EOF:
-                eof.add(m.partition())
+    drained_values, drained_records = drain_to_eof(c, parts, t0, max_s)
+    values += drained_values
+    records += drained_records
     el = time.monotonic() - t0
     c.close()
     fetches = [(int(m.group(2)), float(m.group(3))) for m in map(RECV.search, lines.lines) if m]

@@ -22,7 +22,7 @@ import struct
 import time
 
 from .common import say, section
-from .broker import BrokerProc, create_topic
+from .broker import BrokerProc, create_topic, proc_status_mib
 from .peers import KafkaPeer, PeerUnavailable
 
 CLEAN_START_TARGET_S = 1.0
@@ -85,16 +85,7 @@ def produce_one_each(bootstrap, partitions, timeout_s):
 
 def status_mib(pid):
     """VmRSS and VmHWM of `pid` in MiB (empty when it is gone)."""
-    out = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in ("VmRSS", "VmHWM"):
-                    out[key] = int(rest.split()[0]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
+    return proc_status_mib(pid, ("VmRSS", "VmHWM"))
 
 
 class Doze:
