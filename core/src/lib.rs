@@ -15,6 +15,7 @@ pub mod config;
 mod conn;
 pub mod control;
 mod core_state;
+pub mod fetch_sessions;
 pub mod group;
 pub mod io;
 pub mod limits;

@@ -67,6 +67,21 @@ pub const FETCH_RESPONSE_BYTES_MAX: usize = 55 * 1024 * 1024;
 /// Segments one partition's records in a fetch answer may span (a fetch
 /// goes on past a segment's end while it has room: `next_fetch_range`).
 pub const FETCH_SEGMENTS_MAX: usize = 64;
+/// Fetch sessions (KIP-227) the broker keeps: Kafka's
+/// max.incremental.fetch.session.cache.slots default.
+pub const FETCH_SESSIONS_MAX: usize = 1000;
+/// How long a fetch session is kept from eviction by a newer one: unused
+/// this long it is stale, and younger than this it cannot be evicted for a
+/// larger one (Kafka's min.incremental.fetch.session.eviction.ms default).
+pub const FETCH_SESSION_EVICTION_MS: i64 = 120_000;
+/// What one partition cached in a fetch session is counted to cost, besides
+/// its topic's name: its request fields, answer fields and two map entries.
+pub const FETCH_SESSION_PARTITION_BYTES: usize = 160;
+/// Bytes the partitions of all fetch sessions may cost together, counted as
+/// they are added (Kafka bounds only the number of sessions, and a session
+/// may name partitions that do not exist). 32 MiB is about 200,000
+/// partitions: twenty consumers each fetching 10,000.
+pub const FETCH_SESSIONS_CACHED_BYTES_MAX: usize = 32 * 1024 * 1024;
 /// Consumer groups the coordinator holds (a new one is refused with
 /// COORDINATOR_NOT_AVAILABLE beyond this).
 pub const GROUPS_MAX: usize = 10_000;

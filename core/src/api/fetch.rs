@@ -10,9 +10,12 @@
 //! Long polling: a fetch with less than min_bytes available waits until new
 //! data becomes durable or max_wait_ms passes (clamped to FETCH_WAIT_MS_MAX).
 //!
-//! Fetch sessions (KIP-227) are refused the way Kafka allows: a request for a
-//! new session gets session id 0, so the client keeps sending full fetches.
-//! A request naming a session we never gave gets FETCH_SESSION_ID_NOT_FOUND.
+//! Fetch sessions (KIP-227, v7+) as Kafka serves them (`crate::fetch_sessions`):
+//! a full fetch with epoch 0 opens one; an incremental fetch reads all of its
+//! session's partitions, and its answer leaves out those with nothing new. A
+//! session error (unknown id, wrong epoch) is answered at once, with no
+//! partitions. A fetch with no partition to read is answered at once, as
+//! Kafka's ReplicaManager.fetchMessages answers an empty fetchInfos.
 //!
 //! read_committed readers are never sent anything at or above the last
 //! stable offset, and get the aborted transactions overlapping what they were
@@ -33,6 +36,7 @@ use super::reads::{self, Gathered, Parked};
 use super::RequestCtx;
 use crate::api::Cx;
 use crate::core_state::Core;
+use crate::fetch_sessions::{Answered, SessionUse};
 use crate::io::FileRange;
 use crate::limits;
 use crate::log::{Locate, LogPosition, ReadError};
@@ -45,32 +49,33 @@ pub struct WaitingFetch {
     pub ctx: RequestCtx,
     pub deadline_ms: i64,
     req: FetchRequest,
+    session: SessionUse,
     gathered: Gathered,
 }
 
-pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, req: FetchRequest) {
-    if req.session_id != 0 {
-        let response = FetchResponse::default()
-            .with_error_code(ResponseError::FetchSessionIdNotFound.code())
-            .with_session_id(0);
-        return b.core.respond(&ctx, ResponseKind::Fetch(response));
-    }
-    if req.session_epoch > 0 {
-        let response = FetchResponse::default()
-            .with_error_code(ResponseError::InvalidFetchSessionEpoch.code())
-            .with_session_id(0);
-        return b.core.respond(&ctx, ResponseKind::Fetch(response));
-    }
+pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, mut req: FetchRequest) {
+    let now_ms = b.core.now_ms();
+    let session = match b.core.fetch_sessions_mut().open(now_ms, &mut req) {
+        Ok(session) => session,
+        Err(e) => {
+            let response = FetchResponse::default()
+                .with_error_code(e.code())
+                .with_session_id(0);
+            return b.core.respond(&ctx, ResponseKind::Fetch(response));
+        }
+    };
     let unreadable = unreadable_topics(b.core, &ctx, &req);
     let refused_whole = !req.topics.is_empty()
         && (req.topics.iter()).all(|t| unreadable.contains(t.topic.0.as_str()));
-    let wait_ms = if refused_whole {
+    let nothing_to_read = req.topics.iter().all(|t| t.partitions.is_empty());
+    let wait_ms = if refused_whole || nothing_to_read {
         0 // nothing to wait for: Kafka answers at once
     } else {
         (req.max_wait_ms as i64).clamp(0, limits::FETCH_WAIT_MS_MAX)
     };
-    let deadline_ms = b.core.now_ms() + wait_ms;
-    resume(b, ctx, req, deadline_ms, Gathered::refusing(unreadable));
+    let deadline_ms = now_ms + wait_ms;
+    let gathered = Gathered::refusing(unreadable);
+    resume(b, ctx, req, session, deadline_ms, gathered);
 }
 
 /// The topics the principal may not READ.
@@ -89,24 +94,37 @@ pub(crate) fn resume(
     b: &mut Cx,
     ctx: RequestCtx,
     req: FetchRequest,
+    session: SessionUse,
     deadline_ms: i64,
     gathered: Gathered,
 ) {
     match build(b.core, &req, &gathered) {
-        Err(needs) => reads::park(b, ctx, Parked::Fetch { req, deadline_ms }, gathered, needs),
+        Err(needs) => {
+            let parked = Parked::Fetch {
+                req,
+                session,
+                deadline_ms,
+            };
+            reads::park(b, ctx, parked, gathered, needs)
+        }
         Ok(built) if built.satisfies(&req) || b.core.now_ms() >= deadline_ms => {
-            respond(b, &ctx, &req, built)
+            respond(b, &ctx, &req, session, built)
         }
         Ok(_) => b.park_fetch(WaitingFetch {
             ctx,
             deadline_ms,
             req,
+            session,
             gathered,
         }),
     }
 }
 
-fn respond(b: &mut Cx, ctx: &RequestCtx, req: &FetchRequest, built: Built) {
+fn respond(b: &mut Cx, ctx: &RequestCtx, req: &FetchRequest, session: SessionUse, built: Built) {
+    let built = match with_session(b.core, req, session, built) {
+        Ok(built) => built,
+        Err(response) => return b.core.respond(ctx, ResponseKind::Fetch(response)),
+    };
     if built.files.is_empty() {
         return b.core.respond(ctx, ResponseKind::Fetch(built.response));
     }
@@ -150,13 +168,14 @@ pub(crate) fn wake(b: &mut Cx, data_changed: bool) {
         match build(b.core, &waiting.req, &waiting.gathered) {
             Ok(built) if expired || built.satisfies(&waiting.req) => {
                 let waiting = b.unpark_fetch(i);
-                respond(b, &waiting.ctx, &waiting.req, built);
+                respond(b, &waiting.ctx, &waiting.req, waiting.session, built);
             }
             Ok(_) => i += 1,
             Err(needs) => {
                 let w = b.unpark_fetch(i);
                 let parked = Parked::Fetch {
                     req: w.req,
+                    session: w.session,
                     deadline_ms: w.deadline_ms,
                 };
                 reads::park(b, w.ctx, parked, w.gathered, needs);
@@ -164,6 +183,48 @@ pub(crate) fn wake(b: &mut Cx, data_changed: bool) {
         }
     }
     // swap_remove reorders; keep deadlines found by poll_timeout's min().
+}
+
+/// The answer as the fetch's session shapes it: a new session's id, or an
+/// incremental answer without the partitions that have nothing new. Err is
+/// the whole answer when the session went or moved on while the fetch
+/// waited.
+fn with_session(
+    b: &mut Core,
+    req: &FetchRequest,
+    session: SessionUse,
+    mut built: Built,
+) -> Result<Built, FetchResponse> {
+    match session {
+        SessionUse::Sessionless => Ok(built),
+        SessionUse::Open => {
+            let now_ms = b.now_ms();
+            built.response.session_id =
+                (b.fetch_sessions_mut()).create(now_ms, req, &built.response);
+            Ok(built)
+        }
+        SessionUse::Incremental { id, epoch } => {
+            let answered = built.answered();
+            match b.fetch_sessions_mut().answer(id, epoch, req, &answered) {
+                Ok(keep) => {
+                    built.keep_only(&keep);
+                    built.response.session_id = id;
+                    Ok(built)
+                }
+                Err(e) => {
+                    // Kafka names the session with a moved epoch, not a gone one.
+                    let named = if e == ResponseError::InvalidFetchSessionEpoch {
+                        id
+                    } else {
+                        0
+                    };
+                    Err(FetchResponse::default()
+                        .with_error_code(e.code())
+                        .with_session_id(named))
+                }
+            }
+        }
+    }
 }
 
 struct Built {
@@ -179,6 +240,57 @@ struct Built {
 }
 
 impl Built {
+    /// What each partition's answer says, for its session.
+    fn answered(&self) -> Vec<Vec<Answered>> {
+        (self.response.responses.iter().enumerate())
+            .map(|(ti, topic)| {
+                (topic.partitions.iter().enumerate())
+                    .map(|(pi, pd)| Answered {
+                        high_watermark: pd.high_watermark,
+                        log_start_offset: pd.log_start_offset,
+                        error_code: pd.error_code,
+                        has_records: self.files.contains_key(&(ti, pi)),
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Leaves out the partitions `keep` says not to send, and topics left
+    /// with none; the file ranges follow their partitions' new places.
+    fn keep_only(&mut self, keep: &[Vec<bool>]) {
+        let mut files = BTreeMap::new();
+        let mut responses = Vec::new();
+        for (ti, mut topic) in std::mem::take(&mut self.response.responses)
+            .into_iter()
+            .enumerate()
+        {
+            let mut partitions = Vec::new();
+            for (pi, pd) in std::mem::take(&mut topic.partitions)
+                .into_iter()
+                .enumerate()
+            {
+                if !keep[ti][pi] {
+                    continue;
+                }
+                if let Some(ranges) = self.files.remove(&(ti, pi)) {
+                    files.insert((responses.len(), partitions.len()), ranges);
+                }
+                partitions.push(pd);
+            }
+            if !partitions.is_empty() {
+                topic.partitions = partitions;
+                responses.push(topic);
+            }
+        }
+        assert!(
+            self.files.is_empty(),
+            "a partition with records is always sent"
+        );
+        self.files = files;
+        self.response.responses = responses;
+    }
+
     fn satisfies(&self, req: &FetchRequest) -> bool {
         self.has_error || self.bytes >= req.min_bytes.max(0) as usize
     }

@@ -18,12 +18,17 @@ use bytes::Bytes;
 use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest};
 
 use super::{Cx, RequestCtx};
+use crate::fetch_sessions::SessionUse;
 use crate::io::{FileRange, IoError, IoId};
 use crate::log::Reads;
 
 /// What a parked request is.
 pub(crate) enum Parked {
-    Fetch { req: FetchRequest, deadline_ms: i64 },
+    Fetch {
+        req: FetchRequest,
+        session: SessionUse,
+        deadline_ms: i64,
+    },
     ListOffsets(ListOffsetsRequest),
 }
 
@@ -146,9 +151,11 @@ pub(crate) fn park(
 pub(crate) fn resume(b: &mut Cx, ready: Vec<Reading>) {
     for r in ready {
         match r.parked {
-            Parked::Fetch { req, deadline_ms } => {
-                super::fetch::resume(b, r.ctx, req, deadline_ms, r.gathered)
-            }
+            Parked::Fetch {
+                req,
+                session,
+                deadline_ms,
+            } => super::fetch::resume(b, r.ctx, req, session, deadline_ms, r.gathered),
             Parked::ListOffsets(req) => super::list_offsets::resume(b, r.ctx, req, r.gathered),
         }
     }

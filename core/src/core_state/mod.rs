@@ -94,6 +94,9 @@ pub(crate) struct Core {
     pending_meta: BTreeMap<IoId, MetaAction>,
     /// The group coordinator (consumer groups and committed offsets).
     groups: Coordinator,
+    /// Fetch sessions (KIP-227): broker-wide, as a client may use its
+    /// session over any of its connections.
+    fetch_sessions: crate::fetch_sessions::FetchSessions,
     next_retention_check_ms: i64,
     /// The producer id allocator (InitProducerId).
     producer_ids: ProducerIds,
@@ -138,6 +141,7 @@ impl Core {
         let checkpoints = Checkpoints::new(config.checkpoint_bytes, config.checkpoint_interval_ms);
         Self {
             groups: Coordinator::new(&config),
+            fetch_sessions: Default::default(),
             config,
             now_ms: 0,
             booted: false,
@@ -207,6 +211,11 @@ impl Core {
     /// The time of the input being handled (ms since the UNIX epoch).
     pub(crate) fn now_ms(&self) -> i64 {
         self.now_ms
+    }
+
+    /// The fetch sessions (KIP-227).
+    pub(crate) fn fetch_sessions_mut(&mut self) -> &mut crate::fetch_sessions::FetchSessions {
+        &mut self.fetch_sessions
     }
 
     /// The topics and their partition logs, to read.
@@ -298,6 +307,7 @@ impl Core {
         self.next_producer_expiry_ms =
             self.now_ms + self.config.producer_id_expiration_check_interval_ms;
         self.entropy = state.entropy;
+        self.fetch_sessions.set_entropy(state.entropy);
         recovery::start(self, state);
     }
 
