@@ -150,8 +150,11 @@ impl FetchSessions {
     }
 
     /// A fetch comes in: decides what it does with sessions. An incremental
-    /// fetch's `req.topics` becomes the session's partitions, in the
-    /// session's order, each with what the client last asked for it.
+    /// fetch's partitions go into its session, and leave the request: it
+    /// reads the session's (`topics`), filled in each time it is built, so
+    /// a waiting request holds no copy of them (a client pipelining small
+    /// incremental fetches would otherwise make the broker hold its whole
+    /// session once for each).
     pub fn open(
         &mut self,
         now_ms: i64,
@@ -207,12 +210,20 @@ impl FetchSessions {
         }
         session.last_used_ms = now_ms;
         session.epoch = next_epoch(session.epoch);
-        req.topics = session.as_topics();
-        req.forgotten_topics_data.clear();
+        req.topics = Vec::new();
+        req.forgotten_topics_data = Vec::new();
         Ok(SessionUse::Incremental {
             id,
             epoch: session.epoch,
         })
+    }
+
+    /// The partitions of session `id`, in its order, as a request's topics
+    /// (each with what the client last asked of it); none if it is gone.
+    pub fn topics(&self, id: i32) -> Vec<FetchTopic> {
+        self.sessions
+            .get(&id)
+            .map_or_else(Vec::new, Session::as_topics)
     }
 
     /// A full fetch's answer is built: makes a session of its partitions if
@@ -255,7 +266,7 @@ impl FetchSessions {
     }
 
     /// An incremental fetch's answer is built: says which of its partitions
-    /// (`answered`, in the order of the request `open` made) must be sent,
+    /// (`answered`, in the order of `topics` when it was built) must be sent,
     /// and remembers what they were told. Err if the session is gone or
     /// another request moved its epoch meanwhile.
     pub fn answer(

@@ -60,6 +60,9 @@ pub struct Counters {
     /// Ongoing transactions the coordinator found past their timeout and
     /// began to abort (each is counted in `txns_aborted` too once done).
     pub txns_timed_out: u64,
+    /// Fetches served through a fetch session, naming only what changed
+    /// (KIP-227): how much of the reading goes incremental.
+    pub fetches_incremental: u64,
 }
 
 impl Counters {
@@ -87,6 +90,8 @@ pub struct Snapshot {
     /// Transactions begun and not yet completed (Ongoing, PrepareCommit,
     /// PrepareAbort).
     pub txns_open: u64,
+    /// Fetch sessions open (KIP-227).
+    pub fetch_sessions: u64,
     pub topics: Vec<TopicSnapshot>,
     /// Every partition that is online.
     pub partitions: Vec<PartitionSnapshot>,

@@ -131,6 +131,7 @@ fn transactions_are_counted_and_open_ones_show_as_lso_lag() {
             txns_committed: 1,
             txns_aborted: 1,
             txns_timed_out: 0,
+            fetches_incremental: 0,
         }
     );
     assert_eq!(snapshot.txns_open, 1);
@@ -152,6 +153,7 @@ fn transactions_are_counted_and_open_ones_show_as_lso_lag() {
             txns_committed: 1,
             txns_aborted: 2,
             txns_timed_out: 1,
+            fetches_incremental: 0,
         }
     );
     assert_eq!(snapshot.txns_open, 0);

@@ -24,6 +24,7 @@
 //!
 //! ACL: READ on each topic (else TOPIC_AUTHORIZATION_FAILED, no records, no wait).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::fetch_response::{
@@ -64,10 +65,15 @@ pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, mut req: FetchRequest) {
             return b.core.respond(&ctx, ResponseKind::Fetch(response));
         }
     };
-    let unreadable = unreadable_topics(b.core, &ctx, &req);
-    let refused_whole = !req.topics.is_empty()
-        && (req.topics.iter()).all(|t| unreadable.contains(t.topic.0.as_str()));
-    let nothing_to_read = req.topics.iter().all(|t| t.partitions.is_empty());
+    if let SessionUse::Incremental { .. } = session {
+        b.core.metrics_mut().fetches_incremental += 1;
+    }
+    let read = reading(b.core, &req, session);
+    let unreadable = unreadable_topics(b.core, &ctx, &read);
+    let refused_whole = !read.topics.is_empty()
+        && (read.topics.iter()).all(|t| unreadable.contains(t.topic.0.as_str()));
+    let nothing_to_read = read.topics.iter().all(|t| t.partitions.is_empty());
+    drop(read);
     let wait_ms = if refused_whole || nothing_to_read {
         0 // nothing to wait for: Kafka answers at once
     } else {
@@ -98,8 +104,10 @@ pub(crate) fn resume(
     deadline_ms: i64,
     gathered: Gathered,
 ) {
-    match build(b.core, &req, &gathered) {
+    let read = reading(b.core, &req, session);
+    match build(b.core, &read, &gathered) {
         Err(needs) => {
+            drop(read);
             let parked = Parked::Fetch {
                 req,
                 session,
@@ -108,7 +116,7 @@ pub(crate) fn resume(
             reads::park(b, ctx, parked, gathered, needs)
         }
         Ok(built) if built.satisfies(&req) || b.core.now_ms() >= deadline_ms => {
-            respond(b, &ctx, &req, session, built)
+            respond(b, &ctx, &read, session, built)
         }
         Ok(_) => b.park_fetch(WaitingFetch {
             ctx,
@@ -165,10 +173,16 @@ pub(crate) fn wake(b: &mut Cx, data_changed: bool) {
             i += 1;
             continue;
         }
-        match build(b.core, &waiting.req, &waiting.gathered) {
+        let read = filled(b.core, &waiting.req, waiting.session);
+        match build(
+            b.core,
+            read.as_ref().unwrap_or(&waiting.req),
+            &waiting.gathered,
+        ) {
             Ok(built) if expired || built.satisfies(&waiting.req) => {
                 let waiting = b.unpark_fetch(i);
-                respond(b, &waiting.ctx, &waiting.req, waiting.session, built);
+                let req = read.as_ref().unwrap_or(&waiting.req);
+                respond(b, &waiting.ctx, req, waiting.session, built);
             }
             Ok(_) => i += 1,
             Err(needs) => {
@@ -183,6 +197,23 @@ pub(crate) fn wake(b: &mut Cx, data_changed: bool) {
         }
     }
     // swap_remove reorders; keep deadlines found by poll_timeout's min().
+}
+
+/// What a fetch reads: its own partitions, or for an incremental one its
+/// session's as they are now (`FetchSessions::open`).
+fn reading<'a>(b: &Core, req: &'a FetchRequest, session: SessionUse) -> Cow<'a, FetchRequest> {
+    filled(b, req, session).map_or(Cow::Borrowed(req), Cow::Owned)
+}
+
+/// An incremental fetch with its session's partitions filled in; None for
+/// any other, which reads its own.
+fn filled(b: &Core, req: &FetchRequest, session: SessionUse) -> Option<FetchRequest> {
+    match session {
+        SessionUse::Incremental { id, .. } => {
+            Some(req.clone().with_topics(b.fetch_sessions().topics(id)))
+        }
+        _ => None,
+    }
 }
 
 /// The answer as the fetch's session shapes it: a new session's id, or an

@@ -45,6 +45,7 @@ pub(super) fn snapshot(b: &Core, counters: Counters) -> Snapshot {
     Snapshot {
         counters,
         txns_open: b.txns().open_count(),
+        fetch_sessions: b.fetch_sessions().len() as u64,
         topics,
         partitions,
         consumer_offsets,

@@ -214,6 +214,11 @@ impl Core {
     }
 
     /// The fetch sessions (KIP-227).
+    pub(crate) fn fetch_sessions(&self) -> &crate::fetch_sessions::FetchSessions {
+        &self.fetch_sessions
+    }
+
+    /// The fetch sessions, to open, answer and close.
     pub(crate) fn fetch_sessions_mut(&mut self) -> &mut crate::fetch_sessions::FetchSessions {
         &mut self.fetch_sessions
     }

@@ -366,6 +366,22 @@ pub fn render(core: &Snapshot, net: &NetMetrics) -> String {
     );
     out.sample("doze_transactions_open", &[], core.txns_open);
     out.family(
+        "doze_fetch_sessions",
+        "gauge",
+        "Fetch sessions open (KIP-227).",
+    );
+    out.sample("doze_fetch_sessions", &[], core.fetch_sessions);
+    out.family(
+        "doze_fetches_incremental_total",
+        "counter",
+        "Fetches served through a fetch session, naming only what changed.",
+    );
+    out.sample(
+        "doze_fetches_incremental_total",
+        &[],
+        core.counters.fetches_incremental,
+    );
+    out.family(
         "doze_transactions_committed_total",
         "counter",
         "Transactions committed: markers durable, the outcome stored.",

@@ -31,7 +31,7 @@ final class Normal {
             "leaderId", "coordinatorId", "throttleTimeMs", "errorMessage", "coordinatorEpoch",
             "clusterAuthorizedOperations", "topicAuthorizedOperations", "authorizedOperations",
             "finalizedFeaturesEpoch", "supportedFeatures", "finalizedFeatures", "zkMigrationReady",
-            "clientHost", "clientId", "sessionId", "batchIndexErrorMessage");
+            "clientHost", "clientId", "batchIndexErrorMessage");
     /** Fields holding a wall-clock time. */
     private static final Set<String> TIMES = Set.of(
             "logAppendTimeMs", "timestamp", "transactionStartTimeMs", "lastTimestamp",
@@ -92,6 +92,11 @@ final class Normal {
     }
 
     private JsonNode field(String name, JsonNode v) {
+        if (name.equals("sessionId")) {
+            // A fetch session's id is random; whether one was given is not.
+            boolean open = v.isNumber() && v.asLong() != 0;
+            return TextNode.valueOf(open ? "<sessionId: open>" : "<sessionId>");
+        }
         if (IDENTITY.contains(name)) {
             return TextNode.valueOf("<" + name + ">");
         }
