@@ -15,10 +15,9 @@ import urllib.request
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from wireutil import unique_topic
+from wireutil import create_topic, unique_topic
 
 PARTITIONS = 24
 ROUNDS = 40
@@ -45,14 +44,7 @@ def read(consumer, want, got, deadline):
 @pytest.mark.timeout(180)
 def test_kafka_python_reads_through_a_fetch_session(start_broker):
     broker = start_broker(console=True)
-    topic = unique_topic("fetch-session")
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=20000)
-    try:
-        res = admin.create_topics({topic: {"num_partitions": PARTITIONS, "replication_factor": 1}},
-                                  timeout_ms=20000, wait_for_metadata=True)
-        assert res["topics"][0]["error_code"] == 0, res
-    finally:
-        admin.close()
+    topic = create_topic(broker, unique_topic("fetch-session"), PARTITIONS)
     assert metric(broker, "doze_fetches_incremental_total") == 0
 
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=1,

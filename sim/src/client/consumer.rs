@@ -6,6 +6,13 @@
 //! `ReadToEnd` reads up to the high watermark with max_wait 0 and stops: the
 //! verifier that reads the final log back after the last power cut.
 //!
+//! Half the `Follow` consumers with Fetch v7+ (odd client numbers) read
+//! through a fetch session (KIP-227), as the Java client and franz-go do:
+//! a full fetch with epoch 0 opens it, later ones name only the partitions
+//! whose position moved, and answers leave out partitions with nothing new.
+//! A restart loses the broker's sessions (FETCH_SESSION_ID_NOT_FOUND: start
+//! over with a full fetch); with one fetch in flight an epoch error is a bug.
+//!
 //! Checks made on the spot: a record is never at or above the high watermark
 //! of the answer that carried it (only durable data is served), and a
 //! position the broker served is never out of range later (served data does
@@ -24,6 +31,18 @@ use super::{backoff_ms, is_retriable, reset, Client, Cx};
 use crate::history::{HwSeen, Seen};
 
 const OFFSET_OUT_OF_RANGE: i16 = 1;
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+
+/// A consumer's fetch session, as the client keeps it.
+struct Session {
+    /// 0 until the broker gave one.
+    id: i32,
+    /// The epoch of the next fetch; 0 opens a new session (closing `id`).
+    epoch: i32,
+    /// The positions the session holds, per partition.
+    told: Vec<i64>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -67,6 +86,8 @@ pub struct Consumer {
     started_ms: Option<i64>,
     /// Wait this long before the next fetch (then back to 0).
     pause_ms: i64,
+    /// Some when this consumer reads through a fetch session.
+    session: Option<Session>,
 }
 
 impl Consumer {
@@ -78,12 +99,19 @@ impl Consumer {
         isolation: Isolation,
         rng: &mut impl rand::Rng,
     ) -> Self {
+        let fetch_version = rng.random_range(5..=12);
+        let sessions = mode == Mode::Follow && fetch_version >= 7 && client % 2 == 1;
         Self {
+            session: sessions.then(|| Session {
+                id: 0,
+                epoch: 0,
+                told: Vec::new(),
+            }),
             client,
             topic,
             mode,
             isolation,
-            fetch_version: rng.random_range(5..=12),
+            fetch_version,
             positions: vec![0; partitions as usize],
             floors: vec![0; partitions as usize],
             asked: None,
@@ -116,7 +144,24 @@ impl Consumer {
             Mode::Follow => cx.rng.random_range(200..=500),
             Mode::ReadToEnd => 0,
         };
-        let partitions = super::fetch_partitions(&self.positions);
+        let mut partitions = super::fetch_partitions(&self.positions);
+        let (session_id, session_epoch) = match &mut self.session {
+            None => (0, -1),
+            Some(s) => {
+                if s.epoch != 0 {
+                    partitions.retain(|fp| s.told[fp.partition as usize] != fp.fetch_offset);
+                }
+                s.told = self.positions.clone();
+                (s.id, s.epoch)
+            }
+        };
+        let topics = if partitions.is_empty() {
+            Vec::new()
+        } else {
+            vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
+                .with_partitions(partitions)]
+        };
         let isolation_level = match self.isolation {
             Isolation::ReadUncommitted => 0,
             Isolation::ReadCommitted => 1,
@@ -127,16 +172,43 @@ impl Consumer {
             .with_min_bytes(1)
             .with_max_bytes(1024 * 1024)
             .with_isolation_level(isolation_level)
-            .with_session_epoch(-1)
-            .with_topics(vec![FetchTopic::default()
-                .with_topic(TopicName(StrBytes::from_string(self.topic.clone())))
-                .with_partitions(partitions)]);
+            .with_session_id(session_id)
+            .with_session_epoch(session_epoch)
+            .with_topics(topics);
         if let Some(corr) = cx.wire.send(self.fetch_version, &req) {
             self.asked = Some((corr, cx.elapsed_ms));
         }
     }
 
     fn on_fetch(&mut self, cx: &mut Cx, sent_ms: i64, r: kafka_protocol::messages::FetchResponse) {
+        if let Some(s) = &mut self.session {
+            match r.error_code {
+                0 if s.epoch == 0 || r.session_id == 0 => {
+                    // Opened (or, with id 0, none given: ask again next time).
+                    s.id = r.session_id;
+                    s.epoch = i32::from(r.session_id != 0);
+                }
+                0 => s.epoch = if s.epoch == i32::MAX { 1 } else { s.epoch + 1 },
+                FETCH_SESSION_ID_NOT_FOUND => {
+                    cx.note(format!(
+                        "fetch session {} not found: a full fetch next",
+                        s.id
+                    ));
+                    (s.id, s.epoch) = (0, 0);
+                    self.failures += 1;
+                    let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
+                    return cx.wake_in(delay_ms);
+                }
+                INVALID_FETCH_SESSION_EPOCH => {
+                    cx.violation(format!(
+                        "fetch session {} epoch {} refused with one fetch in flight",
+                        s.id, s.epoch
+                    ));
+                    s.epoch = 0;
+                }
+                _ => {}
+            }
+        }
         if r.error_code != 0 {
             return self.retry(cx, r.error_code);
         }
@@ -374,8 +446,16 @@ impl Consumer {
 impl Client for Consumer {
     fn name(&self) -> String {
         format!(
-            "c{} consumer {:?} {:?} fetch v{}",
-            self.client, self.mode, self.isolation, self.fetch_version
+            "c{} consumer {:?} {:?} fetch v{}{}",
+            self.client,
+            self.mode,
+            self.isolation,
+            self.fetch_version,
+            if self.session.is_some() {
+                " session"
+            } else {
+                ""
+            }
         )
     }
 
@@ -415,6 +495,10 @@ impl Client for Consumer {
 
     fn on_disconnect(&mut self, cx: &mut Cx) {
         self.asked = None;
+        if let Some(s) = &mut self.session {
+            // The fetch in flight may or may not have moved the epoch.
+            s.epoch = 0;
+        }
         self.failures += 1;
         let delay_ms = backoff_ms(cx.rng, self.failures.min(3));
         cx.wake_in(delay_ms);
