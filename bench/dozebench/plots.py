@@ -6,6 +6,7 @@ line per broker), in `--results-dir` (bench/results/, checked in)."""
 import json
 import math
 import os
+import textwrap
 import time
 
 from .common import say
@@ -21,7 +22,7 @@ def partition_rows(res):
         rss = r["rss_fresh"].get("VmRSS", float("nan"))
         per.setdefault(peer, []).append({
             "n": n, "rss_mib": rss, "hwm_mib": r["rss_fresh"].get("VmHWM", float("nan")),
-            "rss_clean_mib": r["rss_clean"].get("VmRSS", float("nan")),
+            "rss_clean_mib": r.get("rss_clean", {}).get("VmRSS", float("nan")),
             "metadata_p50_s": r.get("metadata_p50_s"), "probe_p50_s": r.get("metadata_p50_s"),
             "clean_s": r.get("clean_s"), "kill_s": r.get("kill_s"),
             "create_s": r.get("create_s"), "produce_s": r.get("produce_s")})
@@ -47,22 +48,35 @@ def write_scale_results(args, res):
     os.makedirs(args.results_dir, exist_ok=True)
     probe = dict(PROBE_WHAT, partitions="Metadata v1 of the topic")
     item = dict(ITEM, partitions="partition")
-    doc = {"taken": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-           "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-           "cpus": os.cpu_count(), "quick": args.quick, "peers": args.scale_peers,
-           "units": "rss_mib/hwm_mib: VmRSS/VmHWM of the broker after the items were made; "
+    path = os.path.join(args.results_dir, "scale.json")
+    # The file holds the last run of each dimension: a run of some of them
+    # (--scale-dims) keeps the others' figures, each with when it was taken.
+    try:
+        with open(path) as f:
+            kept = json.load(f).get("dimensions", {})
+    except (OSError, ValueError):
+        kept = {}
+    taken = {"taken": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+             "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+             "cpus": os.cpu_count(), "quick": args.quick, "peers": args.scale_peers}
+    doc = {"units": "rss_mib/hwm_mib: VmRSS/VmHWM of the broker after the items were made; "
                     "kib_per_item: RSS above the one before any item (partitions: above the "
                     "smallest count) per item; *_p50_s: seconds, p50 of requests one after the "
                     "other (probe: what `probe` says); clean_s/kill_s: start after SIGTERM / "
                     "kill -9 until Metadata is answered",
            "probe": probe,
-           "dimensions": {d: {p: [{k: clean(v) for k, v in row.items()} for row in rows]
-                              for p, rows in per.items()} for d, per in dims.items()}}
-    path = os.path.join(args.results_dir, "scale.json")
+           "dimensions": dict(kept, **{d: dict(taken, brokers={
+               p: [{k: clean(v) for k, v in row.items()} for row in rows] for p, rows in per.items()})
+               for d, per in dims.items()})}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     say(f"figures: {path}")
+    plot_scale(args.results_dir, doc, item)
+
+
+def plot_scale(results_dir, doc, item):
+    """A PNG per dimension of `doc` (scale.json's), each from its own run."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -70,13 +84,15 @@ def write_scale_results(args, res):
     except ImportError:
         say("no plots: matplotlib is not installed (make bench-deps: bench/requirements.txt)")
         return
-    for dim, per in dims.items():
+    for dim, run in doc["dimensions"].items():
+        per = run["brokers"]
         if not any(per.values()):
             continue
-        panels = [("rss_mib", "broker VmRSS (MiB)"), ("probe_p50_s", f"p50 {probe[dim]} (ms)")]
-        if any("clean_s" in row for rows in per.values() for row in rows):
+        panels = [("rss_mib", "broker VmRSS (MiB)"),
+                  ("probe_p50_s", "\n".join(textwrap.wrap(f"p50 {doc['probe'][dim]} (ms)", 36)))]
+        if any(row.get("clean_s") is not None for rows in per.values() for row in rows):
             panels.append(("start", "start until Metadata answered (s)"))
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2))
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), sharex=True)
         for ax, (key, label) in zip(axes, panels):
             for peer, rows in per.items():
                 if not rows:
@@ -95,14 +111,24 @@ def write_scale_results(args, res):
                     ax.plot(xs, [float("nan") if y is None else y * scale for y in ys], "-",
                             color=color, marker=marker, label=peer)
             ax.set_xscale("log")
-            ax.set_xlabel(f"{item[dim]}s")
+            ax.set_xlabel(f"{item.get(dim, 'item')}s")
             ax.set_ylabel(label)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
-        fig.suptitle(f"doze-kafka scale: {dim} ({doc['taken']}, load {doc['load_average_at_end'][0]}"
-                     f" on {doc['cpus']} CPUs{', --quick' if args.quick else ''})", fontsize=10)
+        fig.suptitle(f"doze-kafka scale: {dim} ({run['taken']}, load average "
+                     f"{run['load_average_at_end'][0]} on {run['cpus']} CPUs"
+                     f"{', --quick' if run['quick'] else ''})", fontsize=10)
         fig.tight_layout()
-        png = os.path.join(args.results_dir, f"scale-{dim}.png")
+        png = os.path.join(results_dir, f"scale-{dim}.png")
         fig.savefig(png, dpi=90)
         plt.close(fig)
         say(f"plot: {png}")
+
+
+if __name__ == "__main__":
+    # Draws the plots again from a results dir's scale.json:
+    # .venv/bin/python -m dozebench.plots bench/results   (from bench/)
+    import sys
+    from .scale_items import ITEM
+    with open(os.path.join(sys.argv[1], "scale.json")) as f:
+        plot_scale(sys.argv[1], json.load(f), dict(ITEM, partitions="partition"))
