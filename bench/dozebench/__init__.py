@@ -80,6 +80,9 @@ Everything is measured in one run, on one filesystem (the work dir's):
               "n/a: why". Every
               figure beside the broker's CPU seconds, / the best peer's and / the
               raw disk's (write+fdatasync, sequential read, fdatasync latency)
+              Broker CPU seconds per GB produced, per GB consumed and per
+              1,000 commits (issue 40 item 5), from the runs that count their
+              work whole, doze's beside Kafka's (target <= 0.5x Kafka)
   8. callgrind  instructions per produced 1 KiB record, per produce request
               of one record, and per fetched MiB: the release doze under
               `valgrind --tool=callgrind`, a fixed doze-bench load
@@ -93,8 +96,19 @@ Everything is measured in one run, on one filesystem (the work dir's):
               (`--scale-partitions`), one record each; VmRSS/VmHWM; SIGTERM
               and start, timed until it answers Metadata; a record more in
               each, kill -9 and start, timed the same (targets at 10,000:
-              <= 1 s and <= 2 s); `--scale-peers doze,kafka-default` adds
-              Apache Kafka 4.3.1 (memory per partition at or below Kafka's)
+              <= 1 s and <= 2 s); a Metadata of the topic (p50); then, each on
+              one broker growing through its sizes (bench/dozebench/
+              scale_items.py): transactional ids (InitProducerId each, 10 to
+              100,000), open transactions (a record each, no EndTxn, 1 to
+              1,000), idle connections (after ApiVersions, 10 to 5,000),
+              groups (one committed offset each, 1 to 1,000): RSS per item,
+              the p50 of making one more and of a Metadata, and for ids and
+              groups the start after SIGTERM and after kill -9 at the largest
+              size; `--scale-dims`, `--scale-txn-ids` ... choose.
+              `--scale-peers doze,kafka-default` adds Apache Kafka 4.3.1
+              (memory per item at or below Kafka's). Figures in
+              bench/results/scale.json, a plot per dimension beside it
+              (scale-<dimension>.png; `--results-dir`)
  10. summary  every figure beside its target, PASS / MISS
 
 `--only peers,callgrind` (= `--sections`) runs some sections; `--quick` makes

@@ -35,7 +35,8 @@ QUICK = {
     "reads_records": 100_000, "reads_rounds": 1,
     "settle_s": 2,
     "callgrind_fetch_repeat": 2,
-    "scale_partitions": "10,1000",
+    "scale_partitions": "10,1000", "scale_txn_ids": "10,100,1000", "scale_open_txns": "1,10,100",
+    "scale_connections": "10,100,1000", "scale_groups": "1,10,100",
 }
 
 def main():
@@ -146,6 +147,18 @@ def main():
                     help="callgrind: whole-topic reads in the fetch run")
     ap.add_argument("--scale-partitions", default="10,100,1000,10000",
                     help="scale: partition counts, comma-separated (one topic each, on a fresh data dir)")
+    ap.add_argument("--scale-dims", default="partitions,txn-ids,open-txns,connections,groups",
+                    help="scale: the dimensions swept, comma-separated")
+    ap.add_argument("--scale-txn-ids", default="10,100,1000,10000,100000",
+                    help="scale: transactional ids (InitProducerId each), the sizes")
+    ap.add_argument("--scale-open-txns", default="1,10,100,1000",
+                    help="scale: open transactions (a record each, no EndTxn), the sizes")
+    ap.add_argument("--scale-connections", default="10,100,1000,5000",
+                    help="scale: idle connections (after ApiVersions), the sizes")
+    ap.add_argument("--scale-groups", default="1,10,100,1000",
+                    help="scale: groups with one committed offset each, the sizes")
+    ap.add_argument("--results-dir", default=str(ROOT / "bench" / "results"),
+                    help="scale: where the figures (scale.json) and plots (scale-*.png) are written")
     ap.add_argument("--scale-peers", default="doze",
                     help="scale: brokers (doze, kafka-default, kafka-flush1), comma-separated")
     ap.add_argument("--scale-start-timeout-s", type=float, default=120,

@@ -61,7 +61,9 @@ class KafkaPeer(ExternalBroker):
     """Apache Kafka 4.3.1 through tests/kafka_ref/kafka-ref.sh (one KRaft node,
     transaction.version=1: the classic protocol, as doze), data under `work`."""
 
-    def __init__(self, name, work, props, heap, ready_timeout_s):
+    def __init__(self, name, work, props, heap, ready_timeout_s, port=None):
+        """`port`: the one its dir was formatted with, to start it again there
+        (kafka-ref.sh restarts a formatted dir only on its own port)."""
         self.name = name
         self.dir = os.path.join(work, f"peer-{name}")
         self.data_dir = self.dir
@@ -71,7 +73,8 @@ class KafkaPeer(ExternalBroker):
             else shutil.which("java")
         if not java or not os.access(java, os.X_OK):
             raise PeerUnavailable("no java (Kafka 4.3 needs Java 17+)")
-        port = free_port()
+        port = port or free_port()
+        self.port = port
         env = dict(os.environ, KAFKA_REF_HEAP_OPTS=heap,
                    KAFKA_REF_READY_TIMEOUT=str(int(ready_timeout_s)))
         LIVE_PEERS.append(self)
@@ -262,6 +265,20 @@ class PeerResults:
         # EndTxn run (the two durable steps the seed orders one after the
         # other), and its bare round trip p50 (0: not measured), in seconds.
         self.commit_steps = None
+        # (kind, source) -> broker -> [broker CPU s, units of work]: the
+        # broker process's user+system seconds (a JVM's every thread) over
+        # runs whose work is counted whole, warm-up included (issue 40 item
+        # 5). Kinds: "produce" and "consume" in bytes, "commits" in commits.
+        self.cpu_work = {}
+
+    def work(self, kind, source, broker, cpu_s, units):
+        """Adds one run's broker CPU seconds and the work it did (all of it:
+        CPU read before the clients start and after they end)."""
+        if not units or cpu_s != cpu_s:  # nothing done, or the process gone (nan)
+            return
+        got = self.cpu_work.setdefault((kind, source), {}).setdefault(broker, [0.0, 0])
+        got[0] += cpu_s
+        got[1] += units
 
     def put(self, metric, broker, value, cpu, span, note="", core=None):
         """`core`: doze's CoreMeter share over the workload, if metered."""
@@ -543,6 +560,8 @@ def peer_consume(args, work, b, res, can_drop, why_not):
     records = args.peer_consume_mib * MiB // args.record_bytes
     fillers = min(args.peer_producers, parts)
     acked, mbps, el, cpu = peer_fill(args, b, topic, parts, records, fillers, args.max_s)
+    res.work("produce", "confluent-kafka fill (d.), one broker at a time", b.name, cpu,
+             acked * args.record_bytes)
     say(f"d. consume: filled {acked:,} of {records:,} records ({acked * args.record_bytes / MiB:.0f} "
         f"MiB of values) into {parts} partitions in {el:.1f} s ({mbps:.1f} MB/s, {fillers} "
         f"confluent-kafka processes, broker CPU {cpu:.1f} s); each read from offset 0 of every "
@@ -741,6 +760,7 @@ def peer_consume_turns(args, work, res):
         start_turns(args, work, "turns", brokers)
         for name, b in brokers.items():
             create_topic(b.bootstrap, topic, parts)
+            cpu0 = b.cpu_seconds()
             r, why = run_loadgen_why(args, ["produce", "--bootstrap", b.bootstrap, "--topic", topic,
                                             "--partitions", str(parts), "--producers", str(parts),
                                             "--inflight", str(args.loadgen_inflight),
@@ -750,6 +770,9 @@ def peer_consume_turns(args, work, res):
                                      args.max_s + 60)
             if not r or r["records"] < records:
                 raise RuntimeError(f"{name}: the fill stopped: {why or r}")
+            # Both brokers filled one after the other, in the same minutes.
+            res.work("produce", "doze-bench fill (e.), one after the other", name,
+                     b.cpu_seconds() - cpu0, r["acked_bytes"])
             loadgen_read_whole(args, b, topic, parts, want, "0", 1)  # warm-up, not counted
             # confluent-kafka's warm-up read, not counted
             _, _, _, why = ck_read_whole(args, b, topic, parts, "read_uncommitted", records)
@@ -768,6 +791,7 @@ def peer_consume_turns(args, work, res):
                             raise RuntimeError(f"{name} read {iso}: {why}")
                         runs[(f"consume/lg/turns/{iso}", name)].append(
                             (r["mbps"], cpu, r["seconds"]))
+                        res.work("consume", "doze-bench reads (e.), in turns", name, cpu, r["bytes"])
                 if k < args.peer_turns:
                     for name in order:
                         # confluent-kafka reads are bound by the client
@@ -779,6 +803,8 @@ def peer_consume_turns(args, work, res):
                         if why:
                             raise RuntimeError(f"{name} confluent-kafka read {iso}: {why}")
                         runs[(f"consume/ck/turns/{iso}", name)].append((mbps, cpu, el))
+                        res.work("consume", "confluent-kafka reads (e.), in turns", name, cpu,
+                                 mbps * 1e6 * el)
         for (metric, name), got in runs.items():
             mbps, cpu, el = middle(got, key=lambda run: run[0])
             res.put(metric, name, mbps, cpu, el,
@@ -837,6 +863,8 @@ def peer_produce_turns(args, work, res, names):
             idle0 = sum(o.cpu_seconds() for o in idle)
             results, in_window, errors, cpu, _, _ = ck_produce_run(args, b, topic)
             idle_cpu = sum(o.cpu_seconds() for o in idle) - idle0
+            res.work("produce", "confluent-kafka (g.), in turns", name, cpu,
+                     sum(r["acked"] for r in results) * args.record_bytes)
             if not results or not in_window:
                 raise RuntimeError(f"{name} run {k}: no record acknowledged (errors {errors[:3]})")
             runs[name].append((in_window * args.record_bytes / args.peer_s / 1e6, cpu, idle_cpu))
@@ -912,6 +940,13 @@ def peer_txn_turns(args, work, res):
         for k in range(args.peer_turns):
             for name in (names if k % 2 == 0 else names[::-1]):
                 runs[name].append(run(name, str(k), args.peer_warmup_s, args.peer_s))
+        # Broker CPU per commit: one more run each with no warm-up, as the
+        # load generator counts only the commits of its measured window and
+        # the CPU must be set against every commit it paid for.
+        for name in names:
+            lg, cpu = run(name, "cpu", 0, args.peer_s)
+            res.work("commits", "doze-bench, 64 producers (f.), in turns, no warm-up", name, cpu,
+                     lg["commits"])
         for name, got in runs.items():
             lg, cpu = middle(got, key=lambda run: run[0]["rate"])
             res.put(metric, name, lg["rate"], cpu, span,
@@ -953,6 +988,9 @@ def peer_txn(args, work, b, res, fsync):
         core = CoreMeter(b)
         r = txn_round(args, b, topic, n, args.peer_s, f"peer-{b.name}-{n}", args.peer_warmup_s)
         core = core.share()
+        if n == 64:
+            res.work("commits", "confluent-kafka, 64 producers (e.), one broker at a time", b.name,
+                     r["cpu_broker"], r["commits"])
         if not r["in_window"]:
             res.na(f"{metric}/ck", b.name, f"no commit in the window ({r['producers']} of {n} "
                                            f"producers came up; see the warnings above)")
@@ -1090,6 +1128,17 @@ def bench_peers(args, work):
     return res
 
 
+CPU_WORK_WHAT = {"produce": "CPU per GB produced", "consume": "CPU per GB consumed",
+                 "commits": "CPU per 1,000 commits"}
+CPU_WORK_UNIT = {"produce": "s / GB", "consume": "s / GB", "commits": "s / 1,000 commits"}
+CPU_WORK_SCALE = {"produce": 1e9, "consume": 1e9, "commits": 1e3}
+CPU_WORK_TARGET = 0.5  # doze's CPU per unit of work at most half of Kafka's (issue 40 item 5)
+
+
+def cpu_per_unit(kind, cpu_s, units):
+    return cpu_s / (units / CPU_WORK_SCALE[kind])
+
+
 def summary_peer_table(res):
     section("7. peers: every figure beside the best peer's and the raw disk's")
     say("x best peer = the figure / the best of Kafka (default), Kafka (flush=1) and Tansu on it; "
@@ -1130,6 +1179,22 @@ def summary_peer_table(res):
     for metric, verdict, text in targets:
         if metric == "core":
             say(f"   target: {verdict:4s} {text}")
+    if res.cpu_work:
+        say("broker CPU per unit of work (issue 40 item 5): the broker process's user+system "
+            "seconds (/proc/PID/stat, all threads; Kafka's JVM) over runs whose work is counted "
+            "whole, warm-up included; GB = 1e9 bytes of record values (produce, confluent-kafka "
+            "reads) or of record batches (doze-bench reads); lower is better:")
+        for (kind, source), per in res.cpu_work.items():
+            say(f"{CPU_WORK_WHAT[kind]}, {source}:")
+            for n in res.names:
+                if n in per:
+                    cpu, units = per[n]
+                    say(f"   {n:14s} {cpu_per_unit(kind, cpu, units):8.3f} {CPU_WORK_UNIT[kind]}  "
+                        f"({cpu:.1f} s over {units / CPU_WORK_SCALE[kind]:,.2f} "
+                        f"{CPU_WORK_UNIT[kind].split('/ ')[1]})")
+        for metric, verdict, text in targets:
+            if metric == "cpu":
+                say(f"   target: {verdict:4s} {text}")
 
 
 def peer_targets(res):
@@ -1206,6 +1271,17 @@ def peer_targets(res):
         else:
             out.append((m, "PASS" if d >= 5000 else "MISS",
                         f"transactions at 64 producers ({cname}): {d:,.0f} commits/s (target >= 5,000/s)"))
+    for (kind, source), per in res.cpu_work.items():
+        d, k = per.get("doze"), per.get("kafka-default")
+        what = f"{CPU_WORK_WHAT[kind]} ({source}) vs Kafka (default)"
+        if not d or not k:
+            out.append(("cpu", "n/a", f"{what}: no figure from {'doze' if not d else 'Kafka'}"))
+            continue
+        dv, kv = cpu_per_unit(kind, *d), cpu_per_unit(kind, *k)
+        ratio = dv / kv
+        out.append(("cpu", "PASS" if ratio <= CPU_WORK_TARGET else "MISS",
+                    f"{what}: doze {dv:.3f} / Kafka {kv:.3f} {CPU_WORK_UNIT[kind]} = {ratio:.2f} "
+                    f"(target <= {CPU_WORK_TARGET:g})"))
     shares = [(m, f["doze"]["core"]) for m, f in res.fig.items()
               if f.get("doze", {}).get("core") is not None]
     if shares:

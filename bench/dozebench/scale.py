@@ -14,6 +14,7 @@ the same way (kafka-ref.sh; its start waits for its own ready check).
 Targets (issue 40): 10,000 partitions start <= 1 s after a clean stop and
 <= 2 s after kill -9; memory per partition at or below Kafka's."""
 
+import asyncio
 import os
 import shutil
 import signal
@@ -21,9 +22,12 @@ import socket
 import struct
 import time
 
-from .common import say, section
+from .common import pct, say, section
+from .plots import write_scale_results
 from .broker import BrokerProc, create_topic, proc_status_mib
 from .peers import KafkaPeer, PeerUnavailable
+from . import scale_items, wire
+from .scale_items import SCALE_PROBES
 
 CLEAN_START_TARGET_S = 1.0
 KILL_START_TARGET_S = 2.0
@@ -69,7 +73,9 @@ def produce_one_each(bootstrap, partitions, timeout_s):
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
                   "max.in.flight.requests.per.connection": 512,
-                  "log_level": 5, "queue.buffering.max.messages": max(100_000, partitions * 2)})
+                  # 3: not librdkafka's warning per partition while Kafka
+                  # elects 10,000 leaders ("new leader-1 not found in cache").
+                  "log_level": 3, "queue.buffering.max.messages": max(100_000, partitions * 2)})
     acked = [0]
 
     def done(err, _msg):
@@ -121,8 +127,9 @@ class Kafka:
     def start(self):
         t0 = time.monotonic()
         props = ["log.flush.interval.messages=1"] if self.name == "kafka-flush1" else []
+        # A restart is on the port its dir was formatted with.
         self.k = KafkaPeer(self.name, self.work, props, self.args.kafka_heap,
-                           self.args.scale_start_timeout_s)
+                           self.args.scale_start_timeout_s, self.k.port if self.k else None)
         answered = metadata_answered_s(self.k.bootstrap, t0, self.args.scale_start_timeout_s)
         return self.k.ready_s, answered
 
@@ -153,13 +160,14 @@ def scale_one(args, work, peer, n):
     try:
         broker.start()
         t0 = time.monotonic()
-        create_topic(broker.bootstrap, TOPIC, n)
+        create_topics_stepwise(broker.bootstrap, n)
         out["create_s"] = time.monotonic() - t0
         t0 = time.monotonic()
         acked = produce_one_each(broker.bootstrap, n, args.scale_max_s)
         out["produce_s"] = time.monotonic() - t0
         time.sleep(1)
         out["rss_fresh"] = status_mib(broker.pid)
+        out["metadata_p50_s"] = metadata_p50_s(broker.bootstrap, [TOPIC], args.scale_max_s)
         t0 = time.monotonic()
         broker.stop()
         out["stop_s"] = time.monotonic() - t0
@@ -179,10 +187,14 @@ def scale_one(args, work, peer, n):
             f"Metadata answered {fmt_s(out['kill_s'])}")
         say(f"{'':13s} {'':6s}             VmRSS/VmHWM MiB: "
             + ", ".join(f"{k} {out[k].get('VmRSS', float('nan')):.0f}/{out[k].get('VmHWM', float('nan')):.0f}"
-                        for k in ("rss_fresh", "rss_clean", "rss_kill")).replace("rss_", ""))
+                        for k in ("rss_fresh", "rss_clean", "rss_kill")).replace("rss_", "")
+            + f"; Metadata v1 of the topic p50 {out['metadata_p50_s'] * 1e3:.2f} ms (fresh)")
     except (PeerUnavailable, SystemExit, Exception) as e:  # noqa: BLE001 - a count that fails is reported
-        say(f"{peer} {n} partitions: FAILED: {e}")
-        out = None
+        say(f"{peer} {n} partitions: FAILED: {str(e)[-600:]}")
+        # What was measured before it failed stands (a start that did not
+        # answer within --scale-start-timeout-s is n/a): Kafka with 10,000
+        # partitions did not start again within 120 s on the loaded 2-core VM.
+        out = out if "rss_fresh" in out else None
     finally:
         broker.stop()
         shutil.rmtree(data, ignore_errors=True)
@@ -190,19 +202,69 @@ def scale_one(args, work, peer, n):
     return out
 
 
+# Kafka's controller refuses an operation of more than 10,000 records
+# (POLICY_VIOLATION "Unable to perform excessively large batch operation"):
+# a topic of 10,000 partitions is 10,001. So larger topics are made in steps.
+PARTITIONS_PER_STEP_MAX = 5_000
+
+
+def create_topics_stepwise(bootstrap, n):
+    """The topic of `n` partitions: created with at most PARTITIONS_PER_STEP_MAX,
+    then grown by CreatePartitions in steps of that many."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+    have = min(n, PARTITIONS_PER_STEP_MAX)
+    create_topic(bootstrap, TOPIC, have)
+    a = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    while have < n:
+        have = min(n, have + PARTITIONS_PER_STEP_MAX)
+        a.create_partitions([NewPartitions(TOPIC, have)], request_timeout=60)[TOPIC].result(timeout=60)
+
+
+def metadata_p50_s(bootstrap, topics, timeout_s):
+    """p50 of SCALE_PROBES Metadata v1 requests for `topics`, one after the other."""
+    async def probe():
+        conn = await wire.Conn.open(bootstrap)
+        try:
+            return pct([(await conn.timed(wire.metadata_v1(topics)))[1] for _ in range(SCALE_PROBES)], 50)
+        finally:
+            conn.close()
+    return asyncio.run(asyncio.wait_for(probe(), timeout_s))
+
+
 def bench_scale(args, work):
-    counts = [int(c) for c in args.scale_partitions.split(",")]
-    section("9. scale: start-up and memory by partition count (one topic, 1-2 records each)")
-    res = {}
-    for peer in args.scale_peers.split(","):
-        for n in counts:
-            r = scale_one(args, work, peer, n)
-            if r:
-                res[(peer, n)] = r
+    """{"partitions": {(peer, count): figures}, "items": {dimension: {peer: [figures per size]}}}"""
+    dims = [d for d in args.scale_dims.split(",") if d]
+    peers = [p for p in args.scale_peers.split(",") if p]
+    section(f"9. scale: memory, start-up and per-request cost by size ({', '.join(dims)}; "
+            f"{', '.join(peers)})")
+    res = {"partitions": {}, "items": {}}
+    if "partitions" in dims:
+        say("partitions: one topic, 1-2 records each, a fresh data dir per count")
+        counts = [int(c) for c in args.scale_partitions.split(",")]
+        for peer in peers:
+            for n in counts:
+                r = scale_one(args, work, peer, n)
+                if r:
+                    res["partitions"][(peer, n)] = r
+
+    def broker_for(peer, data):
+        return Doze(args, data) if peer == "doze" else Kafka(args, data, peer)
+    for dim in dims:
+        if dim == "partitions":
+            continue
+        if dim not in scale_items.DIMS:
+            say(f"{dim}: unknown dimension (known: partitions, {', '.join(scale_items.DIMS)})")
+            continue
+        for peer in peers:
+            rows = scale_items.sweep(args, work, peer, dim, scale_items.sizes_of(args, dim), broker_for)
+            res["items"].setdefault(dim, {})[peer] = rows
+    write_scale_results(args, res)
     return res
 
 
-def summary_scale(res):
+def summary_scale(all_res):
+    summary_items(all_res["items"])
+    res = all_res["partitions"]
     for peer in sorted({p for p, _ in res}):
         counts = sorted(n for p, n in res if p == peer)
         base = counts[0]
@@ -212,7 +274,7 @@ def summary_scale(res):
             if n > base:
                 b = res[(peer, base)]
                 per = "; KiB per partition above {:,}: ".format(base) + ", ".join(
-                    f"{k[4:]} {(r[k].get('VmRSS', float('nan')) - b[k].get('VmRSS', float('nan'))) * 1024 / (n - base):.1f}"
+                    f"{k[4:]} {(r.get(k, {}).get('VmRSS', float('nan')) - b.get(k, {}).get('VmRSS', float('nan'))) * 1024 / (n - base):.1f}"
                     for k in ("rss_fresh", "rss_clean", "rss_kill"))
             targets = ""
             if n >= 10_000:
@@ -223,4 +285,26 @@ def summary_scale(res):
                            f"{'OK' if k is not None and k <= KILL_START_TARGET_S else 'MISSED'})")
             say(f"scale {peer} {n:,} partitions: start to Metadata answered after SIGTERM "
                 f"{fmt_s(r.get('clean_s'))}, after kill -9 {fmt_s(r.get('kill_s'))}{targets}; "
-                f"VmRSS after the clean start {r['rss_clean'].get('VmRSS', float('nan')):.0f} MiB{per}")
+                f"VmRSS after the clean start {r.get('rss_clean', {}).get('VmRSS', float('nan')):.0f} MiB{per}")
+
+
+def summary_items(items):
+    for dim, per in items.items():
+        for peer, rows in per.items():
+            if not rows:
+                say(f"scale {peer} {dim}: n/a (see section 9)")
+                continue
+            top = rows[-1]
+            kafka = items[dim].get("kafka-default") or []
+            beside = ""
+            if peer == "doze" and kafka and kafka[-1]["n"] == top["n"]:
+                k = kafka[-1]
+                beside = (f" (Kafka {k['kib_per_item']:.2f} KiB, {k['probe_p50_s'] * 1e3:.2f} ms; "
+                          f"memory per item doze/Kafka {top['kib_per_item'] / k['kib_per_item']:.3g}"
+                          if k["kib_per_item"] > 0 else " (Kafka's RSS did not grow")
+                beside += ")"
+            starts = (f"; start after SIGTERM {fmt_s(top.get('clean_s'))}, after kill -9 "
+                      f"{fmt_s(top.get('kill_s'))}" if "clean_s" in top else "")
+            say(f"scale {peer} {dim} {top['n']:,}: {top['kib_per_item']:.2f} KiB per "
+                f"{scale_items.ITEM[dim]}, p50 {scale_items.PROBE_WHAT[dim]} "
+                f"{top['probe_p50_s'] * 1e3:.2f} ms{beside}{starts}")

@@ -33,9 +33,12 @@ def txn_round(args, b, topic, producers, seconds, prefix, warmup_s=None):
     results, cpu_clients = run_workers(cmds, start_at - time.time() + warmup_s + seconds + 120)
     cpu_broker = b.cpu_seconds() - cpu_b0
     syncs, metas, _ = b.io_stats(log0)
-    merged = {"in_window": 0, "commit_lat": [], "flush_lat": [], "cycle_lat": [], "producers": 0}
+    # commits: all of them, warm-up included (what the broker's CPU paid for)
+    merged = {"in_window": 0, "commits": 0, "commit_lat": [], "flush_lat": [], "cycle_lat": [],
+              "producers": 0}
     for r in results:
         merged["in_window"] += r["in_window"]
+        merged["commits"] += r["commits"]
         merged["producers"] += r["producers"]
         for key in ("commit_lat", "flush_lat", "cycle_lat"):
             merged[key] += r[key]
