@@ -95,27 +95,39 @@ class RawConn:
         """Fetch v4 of one partition from `offset`; returns (error_code, high_watermark,
         records bytes). A broker that closes the connection raises ConnectionError; one
         that never completes the response raises socket.timeout (the socket's timeout)."""
-        body = (struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, isolation_level)
-                + struct.pack(">i", 1) + _str(topic)
-                + struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, partition_max_bytes))
-        r = self.request(API_FETCH, 4, body)
-        # throttle_time_ms, [topic, [partition, error_code, high_watermark,
-        # last_stable_offset, aborted_transactions, records]]
-        pos = 4
-        n_topics = struct.unpack(">i", r[pos:pos + 4])[0]
-        assert n_topics == 1, f"Fetch answered {n_topics} topics"
-        name_len = struct.unpack(">h", r[pos + 4:pos + 6])[0]
-        pos += 6 + name_len
-        n_parts = struct.unpack(">i", r[pos:pos + 4])[0]
-        assert n_parts == 1, f"Fetch answered {n_parts} partitions"
-        _idx, err, hw, _lso = struct.unpack(">ihqq", r[pos + 4:pos + 26])
-        pos += 26
-        n_aborted = struct.unpack(">i", r[pos:pos + 4])[0]
-        pos += 4 + max(0, n_aborted) * 16
-        rec_len = struct.unpack(">i", r[pos:pos + 4])[0]
-        records = b"" if rec_len < 0 else r[pos + 4:pos + 4 + rec_len]
-        assert len(records) == max(0, rec_len), "Fetch response shorter than its records length"
-        return err, hw, records
+        body = fetch_body(topic, partition, offset, max_wait_ms, partition_max_bytes, max_bytes,
+                          isolation_level)
+        return parse_fetch(self.request(API_FETCH, 4, body))
+
+
+def fetch_body(topic, partition, offset, max_wait_ms=500, partition_max_bytes=1 << 20,
+               max_bytes=4 << 20, isolation_level=0):
+    """The body of a Fetch v4 of one partition from `offset` (min_bytes 1)."""
+    return (struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, isolation_level)
+            + struct.pack(">i", 1) + _str(topic)
+            + struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, partition_max_bytes))
+
+
+def parse_fetch(r):
+    """A Fetch v4 response body of one partition (after the correlation id):
+    (error_code, high_watermark, records bytes)."""
+    # throttle_time_ms, [topic, [partition, error_code, high_watermark,
+    # last_stable_offset, aborted_transactions, records]]
+    pos = 4
+    n_topics = struct.unpack(">i", r[pos:pos + 4])[0]
+    assert n_topics == 1, f"Fetch answered {n_topics} topics"
+    name_len = struct.unpack(">h", r[pos + 4:pos + 6])[0]
+    pos += 6 + name_len
+    n_parts = struct.unpack(">i", r[pos:pos + 4])[0]
+    assert n_parts == 1, f"Fetch answered {n_parts} partitions"
+    _idx, err, hw, _lso = struct.unpack(">ihqq", r[pos + 4:pos + 26])
+    pos += 26
+    n_aborted = struct.unpack(">i", r[pos:pos + 4])[0]
+    pos += 4 + max(0, n_aborted) * 16
+    rec_len = struct.unpack(">i", r[pos:pos + 4])[0]
+    records = b"" if rec_len < 0 else r[pos + 4:pos + 4 + rec_len]
+    assert len(records) == max(0, rec_len), "Fetch response shorter than its records length"
+    return err, hw, records
 
 
 def build_batch(values, producer_id=-1, epoch=-1, base_sequence=-1, transactional=False):

@@ -110,6 +110,15 @@ pub enum Output {
         conn: ConnId,
         parts: Vec<FramePart>,
     },
+    /// A request of `conn` is done and gets no response (an acks=0
+    /// Produce), in its turn among the `Response`s: every request before it
+    /// has been answered. With the responses it tells a driver how many of
+    /// the requests it handed in are still unanswered, the count it pauses
+    /// reading at (`limits::CONN_REQUESTS_IN_FLIGHT_MAX`); a driver that
+    /// does not count ignores it.
+    NoResponse {
+        conn: ConnId,
+    },
     /// Close this connection (bad input Kafka answers by closing).
     Close {
         conn: ConnId,

@@ -51,9 +51,9 @@ impl Conn {
         self.next_seq - self.next_release
     }
 
-    /// Records request `seq`'s response and returns every frame that may now go
-    /// out, in order.
-    pub(crate) fn finish(&mut self, seq: u64, frame: Option<Frame>) -> Vec<Frame> {
+    /// Records request `seq`'s response and returns every request's that may
+    /// now go out, in order; `None` for a request that gets no response.
+    pub(crate) fn finish(&mut self, seq: u64, frame: Option<Frame>) -> Vec<Option<Frame>> {
         assert!(
             seq >= self.next_release,
             "request {seq} finished twice (released)"
@@ -64,7 +64,7 @@ impl Conn {
         let mut out = Vec::new();
         while let Some(frame) = self.finished.remove(&self.next_release) {
             self.next_release += 1;
-            out.extend(frame);
+            out.push(frame);
         }
         out
     }
@@ -84,7 +84,7 @@ mod tests {
         assert!(c.finish(b, Some(frame(b"b"))).is_empty());
         assert!(c.finish(d, None).is_empty());
         let out = c.finish(a, Some(frame(b"a")));
-        assert_eq!(out, vec![frame(b"a"), frame(b"b")]);
+        assert_eq!(out, vec![Some(frame(b"a")), Some(frame(b"b")), None]);
         assert_eq!(c.in_flight(), 0);
     }
 }

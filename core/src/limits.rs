@@ -36,8 +36,21 @@ pub const BATCH_RECORDS_DECOMPRESSED_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// counts bytes, so its batches hold thousands. This bounds a batch at
 /// tens of milliseconds of record work.
 pub const BATCH_RECORDS_MAX: usize = 1_000_000;
-/// Requests a connection may have outstanding before the core stops reading
-/// more from it is the driver's business; this bounds the reorder buffer.
+/// Requests of one connection handed to the core and not yet answered, at
+/// most. The driver stops reading the connection's socket at this many and
+/// reads on once one is answered (a response written, or the core's
+/// `Output::NoResponse`): the client waits in TCP, as Kafka's SocketServer
+/// applies backpressure by muting a channel while its request is handled,
+/// and never closes for it. Clients pipeline far more (librdkafka's
+/// max.in.flight defaults to 1,000,000 per connection, and with 10,000
+/// partitions it sends more than a thousand requests at once), so closing
+/// here dropped their connections. It bounds what one connection makes the
+/// broker hold: the core's reorder buffer (`conn.rs`) and the responses
+/// queued for its writer. Unlike Kafka, which handles one request of a
+/// connection at a time, 1,024 keep a pipelining client's requests
+/// flowing. The core closes a connection that sends one more while this
+/// many wait, a safety net for a driver that does not pause (net's never
+/// meets it; the simulator's clients keep a handful in flight).
 pub const CONN_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
 /// How long a connection on a SASL listener may take to authenticate
 /// before it is closed: an idle or slow client cannot hold a slot.

@@ -73,6 +73,7 @@ fn acks_zero_gets_no_response_but_is_stored() {
     create_topic(&mut w, "t", 1);
     w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), 0));
     assert!(w.raw_response(1).is_none());
+    assert_eq!(w.no_responses, vec![1], "said done, for a driver's count");
     w.send(1, 12, &fetch_req("t", 0, 0, 0, 1));
     let p = fetch_answer(&mut w, 1).unwrap();
     assert_eq!(
@@ -734,4 +735,37 @@ fn list_offsets_and_metadata_answer_at_every_version() {
             other => panic!("Metadata v{version}: {other:?}"),
         }
     }
+}
+
+#[test]
+fn acks_zero_is_said_done_in_its_turn() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.auto_io = false;
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"b"], T0_MS), 0));
+    // Done, but behind a produce waiting for its fsync: a driver counting
+    // the requests unanswered still counts both.
+    assert!(w.no_responses.is_empty());
+    w.complete_io();
+    assert_eq!(produce_answer(&mut w, 1), Some((0, 0)));
+    assert_eq!(w.no_responses, vec![1]);
+}
+
+#[test]
+fn a_driver_that_does_not_pause_is_closed_at_the_bound() {
+    let mut w = World::new(BrokerConfig::default());
+    create_topic(&mut w, "t", 1);
+    w.auto_io = false;
+    // Each waits for an fsync that does not come.
+    let bound = doze_core::limits::CONN_REQUESTS_IN_FLIGHT_MAX;
+    for _ in 0..bound {
+        w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    }
+    assert!(
+        w.closed.is_empty(),
+        "{bound} requests in flight are allowed"
+    );
+    w.send(1, 9, &produce_req("t", 0, batch(&[b"a"], T0_MS), -1));
+    assert_eq!(w.closed, vec![1], "one more closes the connection");
 }

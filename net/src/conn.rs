@@ -12,6 +12,16 @@
 //! (`budget.rs`) before its buffer is allocated or a byte of it is read; the
 //! reader waits, reading nothing, until its charge fits.
 //!
+//! Backpressure: at most `limits::CONN_REQUESTS_IN_FLIGHT_MAX` requests
+//! of a connection are read and not yet answered (`Unanswered`). At that
+//! many the reader stops reading, not even the next size prefix, and the
+//! client waits in TCP, as Kafka mutes a channel while its request is
+//! handled; it reads on once a response has been written or the core says
+//! a request gets none (an acks=0 Produce, `Output::NoResponse`). So the
+//! core never holds more of a connection's requests than its own bound (it
+//! would close the connection), and the writer's queue never holds more
+//! responses than that either, however slowly the client reads them.
+//!
 //! Memory at rest: an idle connection holds no read buffer (the reader
 //! waits on the 4 bytes of the next size, then reads the frame into a
 //! buffer of exactly its size) and a small write buffer, touched only as
@@ -62,7 +72,7 @@ use doze_core::security::Listener;
 use doze_core::{ConnId, FileRange, IoError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
@@ -74,8 +84,10 @@ use crate::produce_prep::{is_produce, prepare_off_core, TopicCodecs};
 use crate::server::Event;
 use crate::storage::{recycle_chunk, Backlog, Frame, FrameFuture, FrameReadError, ReadyFrame};
 
-/// Responses queued for one connection before it is closed as not reading
-/// them. A client waiting for this many answers is stuck or hostile.
+/// Responses queued for one connection's writer, at most. Each answers one
+/// request the reader counted in `Unanswered`, which holds no more than
+/// this many, so the queue never fills; if it did (a bug), the broker task
+/// closes the connection rather than wait.
 pub const RESPONSES_QUEUED_MAX: usize = CONN_REQUESTS_IN_FLIGHT_MAX;
 /// The write buffer: large enough that a burst of small responses leaves
 /// in one system call; larger ones go around it. Its pages are backed only
@@ -120,6 +132,50 @@ pub struct ConnHandle {
     /// (`Output::Authenticated`); the reader then reads frames as any
     /// logged-in connection's.
     pub authenticated: Arc<AtomicBool>,
+    /// Told of the requests the core answers with no response.
+    pub unanswered: Unanswered,
+}
+
+/// A connection's requests read and not yet answered, at most
+/// `CONN_REQUESTS_IN_FLIGHT_MAX` (why: `limits.rs`). The reader takes a
+/// place before it reads a frame, waiting while there is none, and the
+/// request keeps it until it is answered: the writer gives it back once
+/// the response is written, the broker task when the core says the
+/// request gets no response (`Output::NoResponse`). A request the core
+/// never answers closes the connection, and the places go with it.
+#[derive(Clone)]
+pub struct Unanswered(Arc<Semaphore>);
+
+impl Default for Unanswered {
+    fn default() -> Self {
+        Self(Arc::new(Semaphore::new(CONN_REQUESTS_IN_FLIGHT_MAX)))
+    }
+}
+
+impl Unanswered {
+    /// Waits for room for one more request; the caller `forget`s the place
+    /// once the request is read (it is given back by `answered`), or drops
+    /// it to give it back at once.
+    async fn place(&self) -> SemaphorePermit<'_> {
+        self.0.acquire().await.expect("never closed")
+    }
+
+    /// One request has been answered: the reader may read one more.
+    pub fn answered(&self) {
+        // More answers than requests would be the core's bug; they must not
+        // raise the bound.
+        if self.0.available_permits() < CONN_REQUESTS_IN_FLIGHT_MAX {
+            self.0.add_permits(1);
+        } else {
+            warn!("an answer to a request that was not read; ignored");
+        }
+    }
+
+    /// Requests read and not yet answered.
+    #[cfg(test)]
+    fn count(&self) -> usize {
+        CONN_REQUESTS_IN_FLIGHT_MAX - self.0.available_permits()
+    }
 }
 
 /// A connection's requests in the order they were read, each with its
@@ -294,6 +350,7 @@ pub async fn start<S: Socket>(
     let (read_half, write_half) = stream.split();
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
     let (stop_reader, reader_stopped) = oneshot::channel();
+    let unanswered = Unanswered::default();
     // Only a SASL listener's connections have to log in; the others are
     // who their listener (or TLS certificate) says from the start.
     let authenticated = Arc::new(AtomicBool::new(!listener.protocol.is_sasl()));
@@ -304,6 +361,7 @@ pub async fn start<S: Socket>(
         _stop_reader: stop_reader,
         requests: RequestTimes::default(),
         authenticated: Arc::clone(&authenticated),
+        unanswered: unanswered.clone(),
     };
     let client_host = format!("/{}", peer.ip());
     if events
@@ -326,6 +384,7 @@ pub async fn start<S: Socket>(
             conn,
             events: events.clone(),
             metrics: Arc::clone(&metrics),
+            unanswered: unanswered.clone(),
         },
         write_half,
         queued,
@@ -343,6 +402,7 @@ pub async fn start<S: Socket>(
             unauthenticated_frame_bytes_max,
             codecs,
             metrics,
+            unanswered,
         },
         read_half,
         reader_stopped,
@@ -363,6 +423,8 @@ struct Reader {
     unauthenticated_frame_bytes_max: usize,
     codecs: Arc<TopicCodecs>,
     metrics: Arc<NetMetrics>,
+    /// Its requests not yet answered: none read while there are too many.
+    unanswered: Unanswered,
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(
@@ -382,6 +444,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
         unauthenticated_frame_bytes_max,
         codecs,
         metrics,
+        unanswered,
     } = reader;
     let mut socket = read_half;
     loop {
@@ -390,6 +453,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
             // bytes the budget cannot hold: the client waits in its
             // socket, not in our memory.
             frame = async {
+                // Not a byte more while the connection has its most
+                // requests unanswered: the client waits in TCP (Kafka
+                // mutes the channel), and the broker holds at most that
+                // many of its requests and responses.
+                let place = unanswered.place().await;
                 backlog.room().await;
                 // Asked once the frame's size is in, not before: the
                 // client sends its first request after authenticating
@@ -402,7 +470,11 @@ async fn read_loop<R: AsyncRead + Unpin>(
                         (Lane::Unauthenticated, unauthenticated_frame_bytes_max)
                     }
                 };
-                read_frame(&mut socket, &budget, lane).await
+                let frame = read_frame(&mut socket, &budget, lane).await;
+                if let Ok(Some(_)) = frame {
+                    place.forget(); // until the request is answered
+                }
+                frame
             } => frame,
             // The broker dropped its handle; whatever was half read is moot.
             _ = &mut stop => {
@@ -460,6 +532,8 @@ struct Writer {
     events: mpsc::Sender<Event>,
     /// Where the latency of each response written goes.
     metrics: Arc<NetMetrics>,
+    /// Told of each response written: its request is answered.
+    unanswered: Unanswered,
 }
 
 /// A file part of a response could not be read: the frame was not sent.
@@ -514,6 +588,9 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
             if failed.is_some() {
                 return Ok(failed);
             }
+            // Written (at most a buffer's worth waits for the flush below):
+            // the reader may read one more request.
+            writer.unanswered.answered();
             unflushed.extend(timing);
             // Flush when nothing else is waiting: a burst of responses leaves
             // in one system call, a lone one leaves at once; the buffer goes
@@ -751,6 +828,33 @@ mod tests {
 
     async fn read(bytes: &[u8]) -> Result<Option<Bytes>, FrameError> {
         read_limited(bytes, Lane::Authenticated, REQUEST_BYTES_MAX).await
+    }
+
+    #[tokio::test]
+    async fn requests_unanswered_are_bounded_and_given_back() {
+        let u = Unanswered::default();
+        for _ in 0..CONN_REQUESTS_IN_FLIGHT_MAX {
+            u.place().await.forget();
+        }
+        assert_eq!(u.count(), CONN_REQUESTS_IN_FLIGHT_MAX);
+        // At the bound the reader waits, reading nothing.
+        let waiting = tokio::time::timeout(Duration::from_millis(20), u.place()).await;
+        assert!(waiting.is_err(), "a place beyond the bound");
+        // One answered: one more may be read.
+        u.answered();
+        assert_eq!(u.count(), CONN_REQUESTS_IN_FLIGHT_MAX - 1);
+        u.place().await.forget();
+        // A place not kept (nothing was read) goes back at once.
+        for _ in 0..CONN_REQUESTS_IN_FLIGHT_MAX {
+            u.answered();
+        }
+        assert_eq!(u.count(), 0);
+        drop(u.place().await);
+        assert_eq!(u.count(), 0);
+        // An answer to nothing does not raise the bound.
+        u.answered();
+        assert_eq!(u.count(), 0);
+        assert_eq!(u.0.available_permits(), CONN_REQUESTS_IN_FLIGHT_MAX);
     }
 
     #[tokio::test]

@@ -42,7 +42,9 @@
 //! connections, the acceptors and the disk worker keep in atomics.
 //!
 //! Back-pressure: connection events go through a bounded channel, so a broker
-//! that falls behind stops the readers (and TCP stops the clients).
+//! that falls behind stops the readers (and TCP stops the clients); and a
+//! connection's reader stops while it has `CONN_REQUESTS_IN_FLIGHT_MAX`
+//! requests unanswered (`conn::Unanswered`).
 //! Completions go through an unbounded one: there are few of them (the core
 //! has one sync in flight at a time) and a worker thread must never block.
 
@@ -632,6 +634,7 @@ impl<Q: StorageQueue> Driver<Q> {
                 };
                 if self.stopping {
                     debug!(conn, "stopping; request dropped");
+                    handle.unanswered.answered();
                     return Ok(());
                 }
                 handle.requests.read(&frame, read_at);
@@ -704,6 +707,12 @@ impl<Q: StorageQueue> Driver<Q> {
                         self.respond(conn, Response::Parts(frame), timing);
                     }
                 }
+                // Answered without a response: its reader may read one more.
+                Output::NoResponse { conn } => {
+                    if let Some(handle) = self.conns.get(&conn) {
+                        handle.unanswered.answered();
+                    }
+                }
                 Output::Close { conn } => {
                     if self.conns.remove(&conn).is_some() {
                         debug!(conn, "closing at the broker's request");
@@ -749,10 +758,12 @@ impl<Q: StorageQueue> Driver<Q> {
         match handle.responses.try_send(Reply { response, timing }) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
+                // Unreachable while each response answers one request
+                // its reader counted (`conn::Unanswered`).
                 warn!(
                     conn,
                     queued = conn::RESPONSES_QUEUED_MAX,
-                    "client is not reading its responses; closing"
+                    "more responses queued than requests read; closing"
                 );
                 self.conns.remove(&conn);
             }

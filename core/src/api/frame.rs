@@ -18,8 +18,13 @@ pub(crate) fn handle_frame(cx: &mut Cx, conn: ConnId, frame: Bytes, checks: Opti
         // After SaslHandshake v0 the tokens come bare, without a header.
         return cx.core.handle_sasl_token(conn, frame);
     }
+    // A safety net: a driver that counts the requests it handed in pauses
+    // reading before this (net does); one that does not is closed here.
     if cx.core.requests_in_flight(conn) >= crate::limits::CONN_REQUESTS_IN_FLIGHT_MAX as u64 {
-        tracing::warn!(conn, "too many requests in flight; closing");
+        tracing::warn!(
+            conn,
+            "too many requests in flight (the driver did not pause); closing"
+        );
         return cx.core.close(conn);
     }
     // The first 8 bytes are api key, api version and correlation id in every

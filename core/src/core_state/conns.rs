@@ -91,8 +91,11 @@ impl Core {
         for frame in conn.finish(ctx.seq, frame) {
             let conn = ctx.conn;
             self.outbox.push(match frame {
-                Frame::Bytes(frame) => Output::Response { conn, frame },
-                Frame::Parts(parts) => Output::ResponseParts { conn, parts },
+                Some(Frame::Bytes(frame)) => Output::Response { conn, frame },
+                Some(Frame::Parts(parts)) => Output::ResponseParts { conn, parts },
+                // Said, in its turn, so that a driver counting the requests
+                // it handed in and has not seen answered can count this one.
+                None => Output::NoResponse { conn },
             });
         }
     }

@@ -64,6 +64,8 @@ pub struct World {
     pub closed: Vec<ConnId>,
     /// What `Output::Authenticated` said, in order.
     pub authenticated: Vec<ConnId>,
+    /// What `Output::NoResponse` said, in order.
+    pub no_responses: Vec<ConnId>,
     next_correlation: i32,
     /// correlation id -> (api key, version), to decode the answer.
     asked: BTreeMap<(ConnId, i32), (ApiKey, i16)>,
@@ -97,6 +99,7 @@ impl World {
             responses: BTreeMap::new(),
             closed: Vec::new(),
             authenticated: Vec::new(),
+            no_responses: Vec::new(),
             next_correlation: 1,
             asked: BTreeMap::new(),
             topic_codecs: BTreeMap::new(),
@@ -275,6 +278,7 @@ impl World {
             Output::Meta { io, ops } => self.pending_meta.push_back((io, ops)),
             Output::Stopped => self.stopped = true,
             Output::Authenticated { conn } => self.authenticated.push(conn),
+            Output::NoResponse { conn } => self.no_responses.push(conn),
             Output::TopicCompression { topic, prep } => {
                 use doze_core::topic_config::StoredCompression::Producer;
                 match prep.compression {
