@@ -56,6 +56,12 @@ pub enum Input {
         io: IoId,
         result: Result<Bytes, IoError>,
     },
+    /// A `DiskOp::WriteCleanShutdown` or `DiskOp::RemoveCleanShutdown`
+    /// finished: on `Ok` its effect is durable.
+    CleanShutdownDone {
+        io: IoId,
+        result: Result<(), IoError>,
+    },
     /// An `Output::Clean` job finished (`log::clean::work::run`'s outcome).
     CleanerDone {
         io: IoId,
@@ -145,8 +151,9 @@ pub enum Output {
         io: IoId,
         ops: Vec<MetaOp>,
     },
-    /// After `Input::Shutdown`: everything is durable and checkpointed; the
-    /// driver may exit.
+    /// After `Input::Shutdown`: everything is durable and checkpointed, and
+    /// the clean-shutdown file was written (or its write failed); the
+    /// driver may exit. It writes nothing after this.
     Stopped,
     /// The codec `topic`'s batches are stored with (its compression.type)
     /// and the largest batch it takes, given for every topic whose setting

@@ -184,7 +184,20 @@ pub struct BootState {
     /// the core makes SCRAM's server nonces from them, having no
     /// randomness of its own.
     pub entropy: [u8; 32],
+    /// The clean-shutdown file (`CLEAN_SHUTDOWN_FILE_NAME`) was in the data
+    /// dir: the last process stopped cleanly, every segment file is
+    /// durable as listed, and the core removes the file
+    /// (`DiskOp::RemoveCleanShutdown`) before anything else
+    /// (`core_state::clean_shutdown`).
+    pub clean_shutdown: bool,
 }
+
+/// The clean-shutdown file's name, in `<data-dir>/logs/` beside the
+/// partition directories, as Kafka keeps `.kafka_cleanshutdown` in each log
+/// dir (`CleanShutdownFileHandler`, read by `LogManager.loadLogs`). Its
+/// presence is all it says; it is empty. Not Kafka's name: doze vouches
+/// only for a file doze wrote.
+pub const CLEAN_SHUTDOWN_FILE_NAME: &str = ".doze_cleanshutdown";
 
 #[derive(Clone, Debug)]
 pub struct RecoveredPartition {
@@ -299,6 +312,17 @@ pub enum DiskOp {
         dir: PartitionDir,
         segment_base: i64,
     },
+    /// Create the clean-shutdown file (`CLEAN_SHUTDOWN_FILE_NAME`), then
+    /// fsync it and its directory. Emitted only once everything before it is
+    /// durable (at a clean stop, before `Output::Stopped`). Completion:
+    /// `Input::CleanShutdownDone`, once it is durable (or an error: the file
+    /// may then be there or not).
+    WriteCleanShutdown { io: IoId },
+    /// Remove the clean-shutdown file, then fsync its directory; absent is
+    /// not an error. Completion: `Input::CleanShutdownDone`, once the
+    /// removal is durable. At start-up, the first op; the core emits no
+    /// other until it completes.
+    RemoveCleanShutdown { io: IoId },
 }
 
 /// What a `DiskOp::Sync` makes durable.

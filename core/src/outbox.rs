@@ -14,6 +14,9 @@ pub(crate) struct Outbox {
     outputs: VecDeque<Output>,
     /// The id the next disk or meta.db operation gets (from 1).
     next_io: IoId,
+    /// The clean-shutdown file is written: nothing may be written after it
+    /// (`core_state::clean_shutdown`).
+    sealed: bool,
 }
 
 impl Default for Outbox {
@@ -21,13 +24,31 @@ impl Default for Outbox {
         Self {
             outputs: VecDeque::new(),
             next_io: 1,
+            sealed: false,
         }
     }
 }
 
 impl Outbox {
     pub fn push(&mut self, output: Output) {
+        if self.sealed {
+            let writes = match &output {
+                Output::Disk(op) => !matches!(op, DiskOp::Read { .. }),
+                Output::Meta { .. } | Output::Clean { .. } => true,
+                _ => false,
+            };
+            assert!(
+                !writes,
+                "a write after the clean-shutdown file's: {output:?}"
+            );
+        }
         self.outputs.push_back(output);
+    }
+
+    /// From now on only reads and answers go out: the clean-shutdown file
+    /// claims that nothing was written after it.
+    pub fn seal(&mut self) {
+        self.sealed = true;
     }
 
     /// A partition's disk operation (not a sync or a read: those carry an
@@ -37,7 +58,7 @@ impl Outbox {
             !matches!(op, DiskOp::Sync { .. } | DiskOp::Read { .. }),
             "syncs are started by request_sync, reads by emit_read"
         );
-        self.outputs.push_back(Output::Disk(op));
+        self.push(Output::Disk(op));
     }
 
     pub fn pop(&mut self) -> Option<Output> {

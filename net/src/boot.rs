@@ -53,6 +53,12 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
     }
 
     let partitions = scan_logs(&data.logs_dir())?;
+    // Only its presence counts; the core removes it before anything else.
+    let clean_shutdown = data
+        .logs_dir()
+        .join(doze_core::io::CLEAN_SHUTDOWN_FILE_NAME)
+        .symlink_metadata()
+        .is_ok_and(|m| m.is_file());
     let swaps = partitions.iter().map(|p| p.swaps.len()).sum::<usize>();
     let abandoned = partitions.iter().map(|p| p.abandoned.len()).sum::<usize>();
     let segments = partitions.iter().flat_map(|p| &p.segments);
@@ -70,6 +76,7 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
         segments = segments.count(),
         swaps,
         abandoned,
+        clean_shutdown,
         log_bytes,
         index_bytes_read = index_bytes,
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -80,6 +87,7 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
             meta,
             partitions,
             entropy: os_entropy()?,
+            clean_shutdown,
         },
         meta: store,
     })
@@ -93,6 +101,9 @@ fn scan_logs(logs: &Path) -> anyhow::Result<Vec<RecoveredPartition>> {
     for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", logs.display()))?;
         let path = entry.path();
+        if entry.file_name() == doze_core::io::CLEAN_SHUTDOWN_FILE_NAME {
+            continue; // looked for by `load`
+        }
         let file_type = entry
             .file_type()
             .with_context(|| format!("cannot stat {}", path.display()))?;
@@ -125,6 +136,9 @@ fn list_segments(dir: PartitionDir, path: &Path) -> anyhow::Result<RecoveredPart
     for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", path.display()))?;
         let path = entry.path();
+        if entry.file_name() == doze_core::io::CLEAN_SHUTDOWN_FILE_NAME {
+            continue; // looked for by `load`
+        }
         let file_type = entry
             .file_type()
             .with_context(|| format!("cannot stat {}", path.display()))?;

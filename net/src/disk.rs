@@ -677,6 +677,16 @@ impl Disk {
             }
             DiskOp::DeletePartition { dir } => self.delete_partition(&dir),
             DiskOp::Adopt { dir, segment_base } => self.adopt(&dir, segment_base),
+            DiskOp::WriteCleanShutdown { io } => {
+                let result = self.write_clean_shutdown();
+                let _ = completions.send(Input::CleanShutdownDone { io, result });
+                return;
+            }
+            DiskOp::RemoveCleanShutdown { io } => {
+                let result = self.remove_clean_shutdown();
+                let _ = completions.send(Input::CleanShutdownDone { io, result });
+                return;
+            }
         };
         self.keep_error(result);
         if name_change {
@@ -1052,6 +1062,34 @@ impl Disk {
     /// and the entries naming them (the partition dir's, and the partition
     /// dir's own in `logs/`): a crashed process may have left any of them
     /// unsynced.
+    /// The clean-shutdown file (`core_state::clean_shutdown` in the core
+    /// says what it claims and why a power cut anywhere keeps the claim
+    /// true): created empty, fsynced, then `logs/` fsynced, so that once
+    /// this returns Ok a power cut leaves it. Kafka fsyncs the file and not
+    /// its directory (`CleanShutdownFileHandler.write`).
+    fn write_clean_shutdown(&mut self) -> Result<(), IoError> {
+        let path = self.logs_dir.join(doze_core::io::CLEAN_SHUTDOWN_FILE_NAME);
+        let file = File::create(&path).map_err(|e| failed("create", &path, e))?;
+        file.sync_all().map_err(|e| failed("fsync", &path, e))?;
+        crate::datadir::sync_dir(&self.logs_dir).map_err(|e| failed("fsync", &self.logs_dir, e))?;
+        info!("clean-shutdown file written");
+        Ok(())
+    }
+
+    /// Removes the clean-shutdown file and fsyncs `logs/`: once this
+    /// returns Ok, no power cut brings it back. Absent already is fine (the
+    /// fsync still runs: a removal by an earlier, killed start may not be
+    /// durable yet).
+    fn remove_clean_shutdown(&mut self) -> Result<(), IoError> {
+        let path = self.logs_dir.join(doze_core::io::CLEAN_SHUTDOWN_FILE_NAME);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed("remove", &path, e)),
+        }
+        crate::datadir::sync_dir(&self.logs_dir).map_err(|e| failed("fsync", &self.logs_dir, e))
+    }
+
     fn adopt(&mut self, dir: &PartitionDir, base: i64) -> Result<(), IoError> {
         let dir_path = partition_path(&self.logs_dir, dir)?;
         for kind in SegmentFile::ALL {
@@ -1863,6 +1901,134 @@ mod tests {
         }
         drop(queue);
         assert_eq!(thread.join().unwrap(), Ok(()));
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    /// At `OPEN_FILES_MAX`, the least recently used eighth is closed
+    /// together, the dirty ones fdatasynced first (no longer dirty, and
+    /// nothing lost), the clean ones just closed.
+    #[test]
+    fn open_files_at_the_limit_close_an_eighth_together_syncing_the_dirty_ones() {
+        let logs = temp_logs("evict-batch");
+        let max = 16;
+        let mut disk = Disk::new(
+            logs.clone(),
+            FileReader::new(logs.clone()),
+            max,
+            Arc::default(),
+        );
+        let (tx, _rx) = unbounded_channel();
+        let mut syncs = Vec::new();
+        let key = |part: i32| {
+            (
+                PartitionDir::new("e", part),
+                0,
+                SegmentFile::Log,
+                FileStage::Live,
+            )
+        };
+        for part in 0..max as i32 {
+            let p = PartitionDir::new("e", part);
+            disk.backlog.add(1);
+            disk.execute(log(&p, 0, b"x"), &mut syncs, &tx);
+        }
+        // The two oldest become clean: a round takes every dirty file.
+        drop(disk.take_round(Vec::new()));
+        for part in 2..max as i32 {
+            let p = PartitionDir::new("e", part);
+            disk.backlog.add(1);
+            disk.execute(log(&p, 0, b"y"), &mut syncs, &tx);
+        }
+        assert_eq!(disk.open.len(), max);
+        assert_eq!(disk.dirty_files.len(), max - 2);
+        // One more file: an eighth (2) goes, the least recently used: e-0
+        // and e-1, clean. Then two more: e-2 and e-3 go, dirty, synced.
+        for part in max as i32..max as i32 + 3 {
+            let p = PartitionDir::new("e", part);
+            disk.backlog.add(1);
+            disk.execute(log(&p, 0, b"z"), &mut syncs, &tx);
+        }
+        assert!(disk.error.is_none(), "{:?}", disk.error);
+        assert_eq!(disk.open.len(), max - 1);
+        for part in 0..4 {
+            assert!(!disk.open.contains_key(&key(part)), "e-{part} closed");
+            assert!(!disk.dirty_files.contains(&key(part)), "e-{part} not dirty");
+        }
+        assert!(disk.open.contains_key(&key(4)));
+        assert!(disk.dirty_files.contains(&key(4)));
+        assert_eq!(
+            fs::read(path(&logs, "e-2", 0, SegmentFile::Log)).unwrap(),
+            b"xy"
+        );
+        fs::remove_dir_all(&logs).unwrap();
+    }
+
+    /// A boot round adopts more files than it opens at once
+    /// (`ROUND_FILES_OPENED_MAX`): the rest are synced before the round is
+    /// handed over, a batch at a time, and a failure among them is the
+    /// round's to report.
+    #[test]
+    fn a_round_with_more_unopened_files_than_it_opens_syncs_them_all_and_reports_a_failure() {
+        let logs = temp_logs("round-beyond");
+        let partitions = ROUND_FILES_OPENED_MAX + 44;
+        for part in 0..partitions {
+            let dir = logs.join(format!("b-{part}"));
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join(SegmentFile::Log.file_name(0)), b"left").unwrap();
+        }
+        let adopt = |part: usize| DiskOp::Adopt {
+            dir: PartitionDir::new("b", part as i32),
+            segment_base: 0,
+        };
+        let mut disk = Disk::new(
+            logs.clone(),
+            FileReader::new(logs.clone()),
+            4,
+            Arc::default(),
+        );
+        let (tx, _rx) = unbounded_channel();
+        let mut syncs = Vec::new();
+        for part in 0..partitions {
+            disk.execute(adopt(part), &mut syncs, &tx);
+        }
+        assert_eq!(disk.dirty_files.len(), partitions);
+        let round = disk.take_round(vec![(1, None)]);
+        assert_eq!(
+            round.files.len(),
+            ROUND_FILES_OPENED_MAX,
+            "the rest synced here"
+        );
+        assert!(round.files.iter().all(|(_, file)| file.is_ok()));
+        assert!(disk.dirty_files.is_empty());
+        assert_eq!(round.dirs.len(), partitions + 1, "each directory and logs/");
+
+        // Through the worker: one file gone after its adoption fails the
+        // sync, wherever it falls (in the round or beyond it).
+        let (queue, mut done, thread) = start(&logs, 4);
+        for part in 0..partitions {
+            queue.submit(adopt(part)).unwrap();
+        }
+        queue.submit(full_sync(1)).unwrap();
+        assert_eq!(sync_result(&mut done, 1), Ok(()));
+        for part in 0..partitions {
+            queue.submit(adopt(part)).unwrap();
+        }
+        // The file goes once the adoptions are carried out: a read queued
+        // behind them answers first.
+        queue
+            .submit(read(2, &PartitionDir::new("b", 0), 0, 0, 4))
+            .unwrap();
+        assert_eq!(read_result(&mut done, 2).unwrap(), &b"left"[..]);
+        let gone = format!("b-{}", partitions - 1);
+        fs::remove_file(path(&logs, &gone, 0, SegmentFile::Log)).unwrap();
+        queue.submit(full_sync(3)).unwrap();
+        let result = sync_result(&mut done, 3);
+        assert!(
+            result.as_ref().is_err_and(|e| e.0.contains(&gone)),
+            "{result:?}"
+        );
+        drop(queue);
+        let _ = thread.join().unwrap();
         fs::remove_dir_all(&logs).unwrap();
     }
 

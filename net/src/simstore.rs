@@ -254,6 +254,22 @@ impl SimStore {
         inner.disk.apply(op, &mut inner.rng);
     }
 
+    /// Carries out the clean-shutdown file's write or removal and its
+    /// fsyncs at once; `None` if the incarnation is dead.
+    fn clean_shutdown(&self, generation: u64, op: DiskOp) -> Option<(IoId, Result<(), IoError>)> {
+        let mut inner = self.lock();
+        if inner.generation != generation {
+            return None;
+        }
+        let io = match op {
+            DiskOp::WriteCleanShutdown { io } | DiskOp::RemoveCleanShutdown { io } => io,
+            _ => unreachable!("a clean-shutdown op"),
+        };
+        let inner = &mut *inner;
+        inner.disk.apply(op, &mut inner.rng);
+        Some((io, inner.disk.complete_clean_shutdown(io, false)))
+    }
+
     /// Carries out an `Output::Clean` job (`SimDisk::clean`); `None` if the
     /// incarnation is dead.
     fn clean(
@@ -502,6 +518,13 @@ async fn disk_worker(
                     tokio::time::sleep(latency).await;
                     let _ = completions.send(Input::CleanerDone { io, outcome });
                 });
+            }
+            Job::Op(
+                op @ (DiskOp::WriteCleanShutdown { .. } | DiskOp::RemoveCleanShutdown { .. }),
+            ) => {
+                if let Some((io, result)) = store.clean_shutdown(generation, op) {
+                    let _ = completions.send(Input::CleanShutdownDone { io, result });
+                }
             }
             Job::Op(op) => store.execute(generation, op),
             Job::Pin { parts, reply } => {

@@ -212,3 +212,34 @@ fn a_response_whose_file_cannot_be_read_closes_only_its_connection() {
     assert!(records.is_empty());
     assert_eq!(fetch_all(&mut other, 12, "sound").len(), 6);
 }
+
+/// The clean-shutdown file (`core_state::clean_shutdown`): a clean stop
+/// leaves it in `logs/`, durably; the next start removes it before it
+/// serves, and a start after SIGKILL finds none.
+#[test]
+fn a_clean_stop_leaves_the_clean_shutdown_file_and_the_next_start_removes_it() {
+    let mut broker = Broker::start("clean-shutdown-file");
+    let mut c = broker.connect();
+    create_topic(&mut c, "kept");
+    let vals = values(0, 3);
+    assert_eq!(produce(&mut c, "kept", &vals), 0);
+    drop(c);
+    let file = broker
+        .data_dir
+        .join("logs")
+        .join(doze_core::io::CLEAN_SHUTDOWN_FILE_NAME);
+    assert!(!file.exists(), "none while the broker runs");
+    assert!(broker.stop().success());
+    assert!(file.exists(), "a clean stop leaves it");
+    let data_dir = std::mem::take(&mut broker.data_dir);
+    drop(broker);
+    let broker = Broker::start_on(data_dir, &[]);
+    let mut c = broker.connect();
+    assert_eq!(fetch_all(&mut c, 12, "kept").len(), 3);
+    assert!(!file.exists(), "the start removed it");
+    assert_eq!(produce(&mut c, "kept", &vals), 3);
+    let broker = broker.crash_restart();
+    let mut c = broker.connect();
+    assert_eq!(fetch_all(&mut c, 12, "kept").len(), 6);
+    assert!(!file.exists());
+}

@@ -62,6 +62,7 @@ pub struct DiskFigures {
     pub boot_log_bytes_read: u64,
     pub clean_boots: u64,
     pub clean_boot_log_bytes_read: u64,
+    pub trusted_boots: u64,
 }
 
 impl DiskFigures {
@@ -80,11 +81,12 @@ impl DiskFigures {
         self.boot_log_bytes_read += s.boot_log_bytes_read;
         self.clean_boots += s.clean_boots;
         self.clean_boot_log_bytes_read += s.clean_boot_log_bytes_read;
+        self.trusted_boots += s.trusted_boots;
     }
 
     pub fn summary(&self) -> String {
         format!(
-            "{} reads and {} response ranges, {} of them failed ({} reads, {} ranges), {} index files lost, {} kills during recovery, {} cleaned segments swapped in and {} kills at cleaner ops, {} clean stops ({} by the operator after a read error); {} starts read {} KiB of .log in all, the {} right after a clean stop {} B",
+            "{} reads and {} response ranges, {} of them failed ({} reads, {} ranges), {} index files lost, {} kills during recovery, {} cleaned segments swapped in and {} kills at cleaner ops, {} clean stops ({} by the operator after a read error); {} starts read {} KiB of .log in all, the {} right after a clean stop {} B; {} found the clean-shutdown file",
             self.reads,
             self.response_ranges,
             self.failed_reads + self.failed_response_reads,
@@ -99,7 +101,8 @@ impl DiskFigures {
             self.boots,
             self.boot_log_bytes_read / 1024,
             self.clean_boots,
-            self.clean_boot_log_bytes_read
+            self.clean_boot_log_bytes_read,
+            self.trusted_boots
         )
     }
 }

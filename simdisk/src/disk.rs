@@ -154,8 +154,26 @@ struct SyncInFlight {
     write_error: Option<String>,
 }
 
+/// The clean-shutdown file (`doze_core::io::CLEAN_SHUTDOWN_FILE_NAME`, in
+/// `logs/`): its contents say nothing, so only its directory entry is
+/// modelled. The write (create, fsync of the file and of `logs/`) and the
+/// removal (unlink, fsync of `logs/`) change what a listing shows at once,
+/// and what survives a power cut only when they complete; a power cut
+/// between the two keeps either, by a draw (write-back may or may not
+/// have reached the directory).
+#[derive(Clone, Copy, Debug, Default)]
+struct CleanShutdownFile {
+    /// A listing shows it.
+    present: bool,
+    /// Whether a power cut leaves it.
+    durable: bool,
+    /// The write or removal whose completion has not come.
+    in_flight: Option<IoId>,
+}
+
 #[derive(Default)]
 pub struct SimDisk {
+    clean_shutdown: CleanShutdownFile,
     /// Every file a reader sees, by name.
     files: BTreeMap<FileKey, SimFile>,
     /// Files written, cut or adopted since the last `Sync` was issued, by
@@ -380,8 +398,48 @@ impl SimDisk {
                     dir.dir_name()
                 )
             }
+            DiskOp::WriteCleanShutdown { io } => self.begin_clean_shutdown(io, true),
+            DiskOp::RemoveCleanShutdown { io } => self.begin_clean_shutdown(io, false),
             DiskOp::Read { .. } => unreachable!("reads are carried out with SimDisk::read"),
         }
+    }
+
+    fn begin_clean_shutdown(&mut self, io: IoId, create: bool) -> String {
+        let file = &mut self.clean_shutdown;
+        assert!(
+            file.in_flight.is_none(),
+            "one clean-shutdown write or removal at a time"
+        );
+        file.in_flight = Some(io);
+        let before = std::mem::replace(&mut file.present, create);
+        format!(
+            "clean-shutdown file #{io}: {} (it was {})",
+            if create { "written" } else { "removed" },
+            if before { "there" } else { "absent" }
+        )
+    }
+
+    /// Completes the clean-shutdown file's write or removal `io` (its fsyncs
+    /// done): on `Ok`, what a listing shows of it survives a power cut.
+    /// `fail`: an injected error (nothing becomes durable).
+    pub fn complete_clean_shutdown(&mut self, io: IoId, fail: bool) -> Result<(), IoError> {
+        let file = &mut self.clean_shutdown;
+        assert_eq!(
+            file.in_flight.take(),
+            Some(io),
+            "the completion of the clean-shutdown op in flight"
+        );
+        if fail {
+            return Err(IoError("EIO: injected fsync failure of logs/".into()));
+        }
+        file.durable = file.present;
+        Ok(())
+    }
+
+    /// Whether a listing shows the clean-shutdown file, and whether a power
+    /// cut now would leave it.
+    pub fn clean_shutdown_file(&self) -> (bool, bool) {
+        (self.clean_shutdown.present, self.clean_shutdown.durable)
     }
 
     /// Carries out an `Output::Clean` job at once, against the model: its
@@ -733,6 +791,7 @@ impl SimDisk {
     /// The process died: the page cache survives, syncs in flight never
     /// answer, and the next process fsyncs only what it touches itself.
     pub fn crash(&mut self) {
+        self.clean_shutdown.in_flight = None;
         self.syncs.clear();
         self.dirty.clear();
         self.index_appends.clear();
@@ -763,6 +822,16 @@ impl SimDisk {
 
     fn power_cut_with(&mut self, write_back: &mut impl WriteBack) -> (u64, u64) {
         self.crash();
+        let clean = &mut self.clean_shutdown;
+        if clean.present != clean.durable {
+            // Its write or removal had not completed: write-back had
+            // reached `logs/`, or not.
+            if write_back.entry_lost() {
+                clean.present = clean.durable;
+            } else {
+                clean.durable = clean.present;
+            }
+        }
         let shadowed: BTreeSet<u64> = self.shadows.values().map(|s| s.incarnation).collect();
         let mut lost_bytes = 0u64;
         let mut lost_files = Vec::new();
@@ -1004,6 +1073,7 @@ impl SimDisk {
             meta,
             partitions,
             entropy: [7; 32],
+            clean_shutdown: self.clean_shutdown.present,
         }
     }
 }

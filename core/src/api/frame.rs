@@ -14,6 +14,13 @@ use crate::versions;
 /// Handles one request frame (after start-up: frames that came during it
 /// waited and come here in order).
 pub(crate) fn handle_frame(cx: &mut Cx, conn: ConnId, frame: Bytes, checks: Option<ProduceChecks>) {
+    if cx.core.past_stop_point() {
+        // The broker is exiting, its clean-shutdown file written: a request
+        // now could only write after it. The client reconnects to the next
+        // start, as to a broker that went away.
+        tracing::info!(conn, "request after the stop's durable point; closing");
+        return cx.core.close(conn);
+    }
     if cx.core.sasl_unframed(conn) {
         // After SaslHandshake v0 the tokens come bare, without a header.
         return cx.core.handle_sasl_token(conn, frame);

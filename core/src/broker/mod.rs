@@ -92,6 +92,10 @@ impl Broker {
             Input::MetaDone { io, result } => wake::meta_done(cx, io, result),
             Input::ReadDone { io, result } => wake::read_done(cx, io, result),
             Input::CleanerDone { io, outcome } => cx.core.cleaner_work_done(io, outcome),
+            Input::CleanShutdownDone { io, result } => {
+                cx.core.clean_shutdown_done(io, result);
+                wake::run_early_frames(cx);
+            }
             Input::ResponseReadFailed { conn, range, error } => {
                 tracing::error!(conn, dir = %range.dir.dir_name(), "response read failed: {}", error.0);
                 cx.core.take_offline(&range);

@@ -20,6 +20,7 @@
 pub(crate) mod cleaner;
 pub use cleaner::CleanerProgress;
 mod checkpoint;
+mod clean_shutdown;
 mod conns;
 mod disk;
 pub mod meta_entry;
@@ -115,6 +116,10 @@ pub(crate) struct Core {
     cleaner: cleaner::Cleaner,
     /// `Input::Shutdown` came; `Output::Stopped` once all is durable.
     shutting_down: bool,
+    /// The clean-shutdown file's write, emitted at the stop's point where
+    /// everything is durable (`clean_shutdown`); `Output::Stopped` follows
+    /// its completion.
+    clean_shutdown_io: Option<IoId>,
     stopped: bool,
     /// SCRAM credentials and ACLs (`crate::security::store`).
     security: crate::security::store::SecurityStore,
@@ -163,6 +168,7 @@ impl Core {
             reads: Default::default(),
             cleaner: Default::default(),
             shutting_down: false,
+            clean_shutdown_io: None,
             stopped: false,
             security: Default::default(),
             entropy: [0; 32],
@@ -313,7 +319,19 @@ impl Core {
             self.now_ms + self.config.producer_id_expiration_check_interval_ms;
         self.entropy = state.entropy;
         self.fetch_sessions.set_entropy(state.entropy);
-        recovery::start(self, state);
+        clean_shutdown::boot(self, state);
+    }
+
+    /// `Input::CleanShutdownDone`.
+    pub(crate) fn clean_shutdown_done(&mut self, io: IoId, result: Result<(), crate::io::IoError>) {
+        clean_shutdown::done(self, io, result);
+    }
+
+    /// Whether the stop reached its point where everything is durable and
+    /// the clean-shutdown file went out: from then on nothing may be
+    /// written (`Outbox::seal`), so no request is taken.
+    pub(crate) fn past_stop_point(&self) -> bool {
+        self.clean_shutdown_io.is_some() || self.stopped
     }
 
     /// `Input::Shutdown`.
@@ -338,6 +356,11 @@ impl Core {
     /// The timers of the log and the coordinators, up to the sasl
     /// deadlines; the top's own (waiting fetches) follow.
     pub(crate) fn handle_timers(&mut self) {
+        if self.clean_shutdown_io.is_some() {
+            // The stop reached the point where everything is durable and
+            // the clean-shutdown file is being written: nothing more is.
+            return;
+        }
         if self.now_ms >= self.next_retention_check_ms {
             self.next_retention_check_ms =
                 self.now_ms + self.config.retention_check_interval_ms.max(1);
@@ -384,9 +407,12 @@ impl Core {
     }
 
     /// After `Input::Shutdown`: once nothing waits for a sync, every
-    /// partition is checkpointed; once those are stored, `Output::Stopped`.
+    /// partition is checkpointed; once those are stored and nothing is in
+    /// flight, the clean-shutdown file is written, and `Output::Stopped`
+    /// follows its completion (`clean_shutdown`).
     pub(crate) fn check_stopped(&mut self) {
-        if !self.shutting_down || self.stopped || self.booting.is_some() {
+        let writing = self.clean_shutdown_io.is_some();
+        if !self.shutting_down || self.stopped || writing || self.booting.is_some() {
             return;
         }
         if self.sync_in_flight.is_some() || self.sync_wanted() {
@@ -413,9 +439,14 @@ impl Core {
         if self.index_lagging() {
             self.request_all_sync();
         }
-        if !self.checkpoint_in_flight() && self.sync_in_flight.is_none() {
-            self.stopped = true;
-            self.outbox.push(Output::Stopped);
+        // A meta.db write in flight (a transaction's record, a request's)
+        // may set off disk writes when it completes: the stop waits for it,
+        // so that nothing is written after the clean-shutdown file.
+        if !self.checkpoint_in_flight()
+            && self.sync_in_flight.is_none()
+            && self.pending_meta.is_empty()
+        {
+            clean_shutdown::write(self);
         }
     }
 

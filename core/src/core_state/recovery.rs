@@ -58,6 +58,10 @@ pub(crate) struct Boot {
     resumed: bool,
     /// Frames that arrived before the broker served, in order.
     parked: VecDeque<super::EarlyFrame>,
+    /// The clean-shutdown file's removal in flight, and what the driver
+    /// listed, which recovery starts from once it is durable
+    /// (`clean_shutdown`).
+    removing_clean_shutdown: Option<(IoId, BootState)>,
 }
 
 impl Boot {
@@ -76,10 +80,38 @@ impl Boot {
     pub fn is_boot_sync(&self, io: IoId) -> bool {
         self.sync_io == Some(io)
     }
+
+    /// A start-up that waits for the clean-shutdown file's removal `io`.
+    pub fn removing_clean_shutdown(io: IoId, state: BootState) -> Self {
+        let mut boot = Self::default();
+        boot.await_clean_shutdown_removal(io, state);
+        boot
+    }
+
+    pub fn await_clean_shutdown_removal(&mut self, io: IoId, state: BootState) {
+        assert!(
+            self.removing_clean_shutdown.is_none(),
+            "one removal in flight"
+        );
+        self.removing_clean_shutdown = Some((io, state));
+    }
+
+    /// The removal `io` completed: what the driver listed.
+    pub fn take_clean_shutdown_removal(&mut self, io: IoId) -> BootState {
+        let (waited, state) = self
+            .removing_clean_shutdown
+            .take()
+            .expect("a clean-shutdown removal in flight");
+        assert_eq!(waited, io, "the completion of the removal in flight");
+        state
+    }
 }
 
-/// Step 1 and the start of step 2.
+/// Step 1 and the start of step 2. With `state.clean_shutdown`, the
+/// clean-shutdown file's removal is durable by now (`clean_shutdown`), and
+/// the segment files are trusted as listed: nothing is adopted.
 pub(crate) fn start(b: &mut Core, state: BootState) {
+    let trusted = state.clean_shutdown;
     let mut checkpoints: BTreeMap<(String, i32), CheckpointRecord> = BTreeMap::new();
     let mut log_starts: BTreeMap<(String, i32), i64> = BTreeMap::new();
     // meta.db is read once, here, and each store is handed its own records
@@ -128,7 +160,12 @@ pub(crate) fn start(b: &mut Core, state: BootState) {
     b.groups.boot(b.now_ms, offsets);
     b.topics.load(&b.config, topics);
     crate::txn::boot::load(b, txns);
-    let mut boot = Boot::default();
+    // Frames parked while the clean-shutdown file was removed stay first.
+    let mut boot = b.booting.take().unwrap_or_default();
+    assert!(
+        boot.removing_clean_shutdown.is_none(),
+        "recovery starts once the clean-shutdown file is durably gone"
+    );
     for found in state.partitions {
         let dir = found.dir.clone();
         let Some((key, segment_bytes)) = b.topics.recovering(&b.config, &dir) else {
@@ -157,6 +194,7 @@ pub(crate) fn start(b: &mut Core, state: BootState) {
             segment_bytes,
             segments,
             record.as_ref().map(|r| &r.log),
+            trusted,
         );
         let used = recovery.from_checkpoint();
         let checkpoint_offset = record.as_ref().filter(|_| used).map(|r| r.log.offset);

@@ -78,12 +78,17 @@ pub struct LogRecovery {
 
 impl LogRecovery {
     /// Plans the recovery. The returned value has the repairs to emit first
-    /// (`take_ops`) and then asks for reads (`next_read`).
+    /// (`take_ops`) and then asks for reads (`next_read`). `durable`: the
+    /// files are known durable as listed (the last stop was clean,
+    /// `core_state::clean_shutdown`), so nothing is adopted; the scan above
+    /// the recovery point still runs, for the producer and transaction
+    /// state and the index entries.
     pub fn start(
         dir: PartitionDir,
         segment_bytes: u64,
         mut found: Vec<RecoveredSegment>,
         checkpoint: Option<&LogCheckpoint>,
+        durable: bool,
     ) -> Self {
         found.sort_by_key(|s| s.base_offset);
         for pair in found.windows(2) {
@@ -141,6 +146,21 @@ impl LogRecovery {
                 .back()
                 .map_or(start, |s| s.base_offset);
             recovery.ops.push(recovery.adopt(base));
+        }
+        if durable {
+            // Durable as listed: nothing to adopt, and a cut to the length a
+            // file already has changes nothing that needs a sync (after a
+            // crash it is kept: the sync after it makes the file durable).
+            recovery.ops.retain(|op| match op {
+                DiskOp::Adopt { .. } => false,
+                DiskOp::Truncate {
+                    segment_base,
+                    file,
+                    len,
+                    ..
+                } => listed_len(&found, *segment_base, *file) != Some(*len),
+                _ => true,
+            });
         }
         recovery
     }
@@ -483,7 +503,7 @@ impl LogRecovery {
 
     /// The recovered log, once `next_read` is `None`. Everything in it is
     /// treated as durable: the caller makes it so with the boot sync before
-    /// serving anything.
+    /// serving anything (or it was, after a clean stop).
     pub fn finish(mut self) -> PartitionLog {
         assert!(self.jobs.is_empty(), "the scan is over");
         let log = &mut self.log;
@@ -517,6 +537,18 @@ impl LogRecovery {
         );
         assert!(self.ops.is_empty(), "every op was taken before finishing");
         self.log
+    }
+}
+
+/// The length of a segment's file as the driver listed it; `None` when absent.
+fn listed_len(found: &[RecoveredSegment], segment_base: i64, file: SegmentFile) -> Option<u64> {
+    let segment = found.iter().find(|s| s.base_offset == segment_base)?;
+    let index = |bytes: &Option<bytes::Bytes>| bytes.as_ref().map(|b| b.len() as u64);
+    match file {
+        SegmentFile::Log => segment.log_bytes,
+        SegmentFile::OffsetIndex => index(&segment.offset_index),
+        SegmentFile::TimeIndex => index(&segment.time_index),
+        SegmentFile::TxnIndex => index(&segment.txn_index),
     }
 }
 

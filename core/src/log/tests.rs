@@ -285,7 +285,7 @@ struct Recovered {
 }
 
 fn recover(disk: &mut Disk, segment_bytes: u64, checkpoint: Option<&LogCheckpoint>) -> Recovered {
-    let mut recovery = LogRecovery::start(dir(), segment_bytes, disk.listed(), checkpoint);
+    let mut recovery = LogRecovery::start(dir(), segment_bytes, disk.listed(), checkpoint, false);
     let from_checkpoint = recovery.from_checkpoint();
     let aborted = recovery.take_aborted();
     let mut ops = recovery.take_ops();

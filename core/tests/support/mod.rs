@@ -44,6 +44,11 @@ pub struct World {
     pub pending_syncs: VecDeque<(IoId, SyncScope)>,
     pub pending_meta: VecDeque<(IoId, Vec<MetaOp>)>,
     pub pending_reads: VecDeque<(IoId, FileRange)>,
+    /// The clean-shutdown file's write or removal, not completed yet.
+    pub pending_clean_shutdown: Option<IoId>,
+    /// Every disk op carried out but appends and reads, in order (tests
+    /// look at what a start-up adopted and synced).
+    pub ops_log: Vec<DiskOp>,
     /// The log cleaner's jobs (`Output::Clean`), run when I/O completes.
     pub pending_cleaner_work: VecDeque<(IoId, CleanerWork)>,
     /// Inputs the world owes the broker (a response whose file range failed).
@@ -88,6 +93,8 @@ impl World {
             pending_syncs: VecDeque::new(),
             pending_meta: VecDeque::new(),
             pending_reads: VecDeque::new(),
+            pending_clean_shutdown: None,
+            ops_log: Vec::new(),
             pending_cleaner_work: VecDeque::new(),
             pending_inputs: VecDeque::new(),
             reads_log: Vec::new(),
@@ -121,12 +128,14 @@ impl World {
         self.pending_syncs.clear();
         self.pending_meta.clear();
         self.pending_reads.clear();
+        self.pending_clean_shutdown = None;
         self.pending_cleaner_work.clear();
         self.pending_inputs.clear();
         self.responses.clear();
         self.asked.clear();
         self.topic_codecs.clear();
         self.broker = Broker::new(self.config.clone());
+        self.stopped = false;
         self.boot();
     }
 
@@ -175,6 +184,7 @@ impl World {
             let idle = self.pending_syncs.is_empty()
                 && self.pending_meta.is_empty()
                 && self.pending_reads.is_empty()
+                && self.pending_clean_shutdown.is_none()
                 && self.pending_cleaner_work.is_empty();
             if !self.auto_io || idle {
                 return;
@@ -295,6 +305,18 @@ impl World {
                 if let DiskOp::Sync { io, scope } = op {
                     self.pending_syncs.push_back((io, scope));
                 }
+                if let DiskOp::WriteCleanShutdown { io } | DiskOp::RemoveCleanShutdown { io } = op {
+                    assert!(self.pending_clean_shutdown.replace(io).is_none());
+                }
+                let append = matches!(
+                    op,
+                    DiskOp::Append { .. }
+                        | DiskOp::AppendBatch { .. }
+                        | DiskOp::AppendCleaned { .. }
+                );
+                if !append {
+                    self.ops_log.push(op.clone());
+                }
                 self.disk.apply(op, &mut self.rng);
             }
         }
@@ -305,6 +327,7 @@ impl World {
     pub fn complete_io(&mut self) {
         let metas: Vec<_> = self.pending_meta.drain(..).collect();
         let syncs: Vec<_> = self.pending_syncs.drain(..).collect();
+        let clean_shutdown = self.pending_clean_shutdown.take();
         let reads: Vec<_> = self.pending_reads.drain(..).collect();
         for (io, range) in reads {
             let result = self.read_or_injected_failure(&range);
@@ -320,6 +343,19 @@ impl World {
         }
         for (io, scope) in syncs {
             self.finish_sync(io, scope);
+        }
+        if let Some(io) = clean_shutdown {
+            let result = self.disk.complete_clean_shutdown(io, false);
+            self.handle_now(Input::CleanShutdownDone { io, result });
+        }
+    }
+
+    /// Completes the clean-shutdown file's write or removal in flight, if
+    /// any (its fsyncs done).
+    pub fn complete_clean_shutdown(&mut self) {
+        if let Some(io) = self.pending_clean_shutdown.take() {
+            let result = self.disk.complete_clean_shutdown(io, false);
+            self.handle_now(Input::CleanShutdownDone { io, result });
         }
     }
 

@@ -85,6 +85,9 @@ impl World {
             state.meta.len(),
             state.partitions.len()
         ));
+        if state.clean_shutdown {
+            self.check_clean_shutdown_claim();
+        }
         self.stats.boots += 1;
         self.process = Process {
             booting: true,
@@ -145,6 +148,9 @@ impl World {
             Output::ResponseParts { conn, parts } => self.send_parts(conn, parts),
             Output::Close { conn } => self.broker_closed(conn),
             Output::Disk(DiskOp::Read { io, range }) => self.disk_read(io, range),
+            Output::Disk(
+                op @ (DiskOp::WriteCleanShutdown { .. } | DiskOp::RemoveCleanShutdown { .. }),
+            ) => self.clean_shutdown_op(op),
             Output::Disk(op) => {
                 // Decided before the op: a kill just before it leaves it
                 // (and all after it) undone.
@@ -652,6 +658,64 @@ impl World {
         }
     }
 
+    /// The clean-shutdown file's write or removal: what a listing shows of
+    /// it changes now, what a power cut leaves once it completes. A power
+    /// cut armed for after the stop may strike while the write is in
+    /// flight, and one armed for the recovery while the removal is.
+    fn clean_shutdown_op(&mut self, op: DiskOp) {
+        let (io, write) = match op {
+            DiskOp::WriteCleanShutdown { io } => (io, true),
+            DiskOp::RemoveCleanShutdown { io } => (io, false),
+            _ => unreachable!("a clean-shutdown op"),
+        };
+        let summary = self.disk.apply(op, &mut self.rng);
+        self.note(format!("disk {summary}"));
+        let latency_ms = self.rng.random_range(SYNC_LATENCY_MS);
+        let gen = self.gen;
+        self.queue.push(
+            self.now_ms + latency_ms,
+            Event::CleanShutdownDone { gen, io },
+        );
+        if write {
+            let armed = FaultKind::PowerCutAfterStop;
+            if self.faults_on && self.armed.contains(&armed) && self.rng.random_bool(0.5) {
+                self.armed.remove(&armed);
+                let at_ms = self.now_ms + self.rng.random_range(0..latency_ms);
+                self.note(format!(
+                    "fault aimed: a power cut in {} ms, while the clean-shutdown file is written",
+                    at_ms - self.now_ms
+                ));
+                self.queue.push(at_ms, Event::Fault(FaultKind::PowerCut));
+            }
+        } else {
+            self.aim_recovery_kill(latency_ms, false);
+        }
+    }
+
+    pub(super) fn clean_shutdown_done(&mut self, io: IoId) {
+        let fail = self.chance(self.mix.sync_fail_p);
+        let result = self.disk.complete_clean_shutdown(io, fail);
+        self.broker_input(Input::CleanShutdownDone { io, result });
+    }
+
+    /// A start found the clean-shutdown file, which claims that every
+    /// segment file is durable as listed (`core_state::clean_shutdown`):
+    /// anything a power cut could still take is a violation.
+    fn check_clean_shutdown_claim(&mut self) {
+        self.stats.trusted_boots += 1;
+        let (unsynced_bytes, files) = self.disk.unsynced();
+        if files.is_empty() {
+            return;
+        }
+        let what = format!(
+            "the clean-shutdown file is there, yet {unsynced_bytes}B in {} files are not durable: {}",
+            files.len(),
+            files.iter().take(NAMED_MAX).cloned().collect::<Vec<_>>().join(", ")
+        );
+        self.history.violation(self.elapsed_ms(), what.clone());
+        self.note(format!("VIOLATION {what}"));
+    }
+
     pub(super) fn meta_done(&mut self, io: IoId) {
         let fail = self
             .meta_fates
@@ -916,6 +980,7 @@ fn describe_input(input: &Input) -> String {
         ),
         Input::SyncDone { io, result } => format!("SyncDone#{io} {result:?}"),
         Input::MetaDone { io, result } => format!("MetaDone#{io} {result:?}"),
+        Input::CleanShutdownDone { io, result } => format!("CleanShutdownDone#{io} {result:?}"),
         Input::ReadDone { io, result } => match result {
             Ok(bytes) => format!("ReadDone#{io} Ok({}B)", bytes.len()),
             Err(e) => format!("ReadDone#{io} Err({})", e.0),

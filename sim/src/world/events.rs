@@ -41,6 +41,11 @@ pub enum Event {
         gen: u64,
         io: IoId,
     },
+    /// The clean-shutdown file's write or removal completes (its fsyncs).
+    CleanShutdownDone {
+        gen: u64,
+        io: IoId,
+    },
     Tick {
         gen: u64,
     },

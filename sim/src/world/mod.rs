@@ -131,6 +131,8 @@ pub struct Stats {
     /// `.log` bytes their recovery read (none is expected).
     pub clean_boots: u64,
     pub clean_boot_log_bytes_read: u64,
+    /// Starts that found the clean-shutdown file (and trusted the files).
+    pub trusted_boots: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -700,6 +702,7 @@ impl World {
             Event::ClientDisconnected { client, conn } => self.client_disconnected(client, conn),
             Event::SyncDone { gen, io } if gen == self.gen => self.sync_done(io),
             Event::MetaDone { gen, io } if gen == self.gen => self.meta_done(io),
+            Event::CleanShutdownDone { gen, io } if gen == self.gen => self.clean_shutdown_done(io),
             Event::Tick { gen } if gen == self.gen => {
                 if self.tick_at_ms == Some(self.now_ms) {
                     self.tick_at_ms = None;
@@ -731,6 +734,7 @@ impl World {
             Event::StopTimeout { gen } if gen == self.gen => self.stop_timed_out(),
             Event::SyncDone { .. }
             | Event::MetaDone { .. }
+            | Event::CleanShutdownDone { .. }
             | Event::Tick { .. }
             | Event::ReadDone { .. }
             | Event::CleanerDone { .. }
