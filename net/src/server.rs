@@ -235,6 +235,7 @@ pub async fn serve<S: Storage>(
         metrics: Arc::clone(&metrics),
         codecs: Arc::clone(&codecs),
         stopping: false,
+        serving: false,
         stopped: false,
     };
     driver.handle(Input::Boot(boot))?;
@@ -550,6 +551,8 @@ struct Driver<Q> {
     codecs: Arc<TopicCodecs>,
     /// `Input::Shutdown` was sent: no more frames go to the core.
     stopping: bool,
+    /// The core said it serves (`StorageQueue::serving` was called).
+    serving: bool,
     /// The core answered `Output::Stopped`.
     stopped: bool,
 }
@@ -680,6 +683,12 @@ impl<Q: StorageQueue> Driver<Q> {
 
     fn handle_and_carry_out(&mut self, input: Input) -> anyhow::Result<()> {
         self.broker.handle(now_ms(), input);
+        // `poll_timeout` is None until the core serves; this input's ops
+        // (a parked request's reads, say) come after the point.
+        if !self.serving && self.broker.poll_timeout().is_some() {
+            self.serving = true;
+            self.storage.serving();
+        }
         // Disk ops go to the worker together, in order, before any output
         // that must come after them (a response's pins) and at the end.
         let mut disk_ops = Vec::new();

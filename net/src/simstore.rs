@@ -107,10 +107,8 @@ struct Inner {
     /// and searches), and of response file parts.
     log_bytes_read: u64,
     response_bytes_read: u64,
-    /// Syncs completed by this incarnation: none yet means it is still
-    /// booting (requests wait for the boot sync).
-    incarnation_syncs: u64,
-    /// This incarnation follows a clean stop.
+    /// This incarnation follows a clean stop and does not serve yet
+    /// (`StorageQueue::serving`): its reads are the start's own.
     clean_start: bool,
     /// `.log` bytes read by start-ups after a clean stop: a clean stop
     /// checkpoints every partition, so these should read indexes only.
@@ -139,7 +137,6 @@ impl SimStore {
             lost_bytes: 0,
             log_bytes_read: 0,
             response_bytes_read: 0,
-            incarnation_syncs: 0,
             clean_start: false,
             clean_start_log_bytes_read: 0,
         };
@@ -178,7 +175,6 @@ impl SimStore {
         let inner = &mut *inner;
         inner.generation += 1;
         inner.crashes += 1;
-        inner.incarnation_syncs = 0;
         inner.clean_start = false;
         match how {
             Crash::ProcessKill => inner.disk.crash(),
@@ -198,7 +194,6 @@ impl SimStore {
         let mut inner = self.lock();
         inner.generation += 1;
         inner.clean_stops += 1;
-        inner.incarnation_syncs = 0;
         inner.clean_start = true;
         inner.disk.crash();
         let (_, volatile) = inner.disk.unsynced();
@@ -285,6 +280,15 @@ impl SimStore {
         Some(inner.disk.clean(work, &mut inner.rng).0)
     }
 
+    /// The incarnation serves: its reads from now on are for requests, not
+    /// the start's own.
+    fn serving(&self, generation: u64) {
+        let mut inner = self.lock();
+        if inner.generation == generation {
+            inner.clean_start = false;
+        }
+    }
+
     /// Carries out a `DiskOp::Read`; `None` if the incarnation is dead.
     fn read(&self, generation: u64, range: &FileRange) -> Option<Result<Bytes, IoError>> {
         let mut inner = self.lock();
@@ -294,7 +298,7 @@ impl SimStore {
         let result = inner.disk.read(range);
         if range.file == SegmentFile::Log && result.is_ok() {
             inner.log_bytes_read += range.len;
-            if inner.clean_start && inner.incarnation_syncs == 0 {
+            if inner.clean_start {
                 inner.clean_start_log_bytes_read += range.len;
             }
         }
@@ -345,7 +349,6 @@ impl SimStore {
         }
         let result = inner.disk.complete_sync(io, false, false);
         inner.syncs += 1;
-        inner.incarnation_syncs += 1;
         Some(result)
     }
 
@@ -386,6 +389,8 @@ enum Job {
         io: IoId,
         work: CleanerWork,
     },
+    /// The core serves: reads from here on are for requests.
+    Serving,
     /// A response's file parts, read when the worker gets here.
     Pin {
         parts: Vec<FramePart>,
@@ -423,6 +428,10 @@ impl StorageQueue for SimQueue {
             tokio::time::sleep(latency).await;
             frame.map(|bytes| Frame::whole(bytes).into())
         })
+    }
+
+    fn serving(&self) {
+        let _ = self.disk.send(Job::Serving);
     }
 
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError> {
@@ -507,6 +516,7 @@ async fn disk_worker(
                     let _ = completions.send(Input::ReadDone { io, result });
                 });
             }
+            Job::Serving => store.serving(generation),
             Job::Clean { io, work } => {
                 let Some(outcome) = store.clean(generation, work) else {
                     return; // a dead incarnation

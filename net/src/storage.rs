@@ -131,6 +131,10 @@ pub trait StorageQueue: Send + 'static {
     fn submit_clean(&self, io: IoId, work: CleanerWork) -> Result<(), IoError>;
     /// Queues one meta.db batch. Fails only if the storage is gone.
     fn submit_meta(&self, write: MetaWrite) -> Result<(), IoError>;
+    /// The core serves (start-up is done): what is read after the ops
+    /// queued so far is read for requests. Only the simulated store uses it,
+    /// to count what a start itself reads of the logs.
+    fn serving(&self) {}
     /// The frame of an `Output::ResponseParts`, its files pinned at this
     /// point of the disk op order (the contract above): called when the
     /// response is dispatched, in output order with `submit_disk`. The
