@@ -683,9 +683,9 @@ impl<Q: StorageQueue> Driver<Q> {
 
     fn handle_and_carry_out(&mut self, input: Input) -> anyhow::Result<()> {
         self.broker.handle(now_ms(), input);
-        // `poll_timeout` is None until the core serves; this input's ops
-        // (a parked request's reads, say) come after the point.
-        if !self.serving && self.broker.poll_timeout().is_some() {
+        // This input's ops (a parked request's reads, say) come after the
+        // point.
+        if !self.serving && self.broker.is_serving() {
             self.serving = true;
             self.storage.serving();
         }

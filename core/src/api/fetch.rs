@@ -24,7 +24,6 @@
 //!
 //! ACL: READ on each topic (else TOPIC_AUTHORIZATION_FAILED, no records, no wait).
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::fetch_response::{
@@ -68,12 +67,12 @@ pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, mut req: FetchRequest) {
     if let SessionUse::Incremental { .. } = session {
         b.core.metrics_mut().fetches_incremental += 1;
     }
-    let read = reading(b.core, &req, session);
-    let unreadable = unreadable_topics(b.core, &ctx, &read);
+    let filled = filled(b.core, &req, session);
+    let read = filled.as_ref().unwrap_or(&req);
+    let unreadable = unreadable_topics(b.core, &ctx, read);
     let refused_whole = !read.topics.is_empty()
         && (read.topics.iter()).all(|t| unreadable.contains(t.topic.0.as_str()));
     let nothing_to_read = read.topics.iter().all(|t| t.partitions.is_empty());
-    drop(read);
     let wait_ms = if refused_whole || nothing_to_read {
         0 // nothing to wait for: Kafka answers at once
     } else {
@@ -81,7 +80,7 @@ pub(crate) fn handle(b: &mut Cx, ctx: RequestCtx, mut req: FetchRequest) {
     };
     let deadline_ms = now_ms + wait_ms;
     let gathered = Gathered::refusing(unreadable);
-    resume(b, ctx, req, session, deadline_ms, gathered);
+    run(b, ctx, req, filled, session, deadline_ms, gathered);
 }
 
 /// The topics the principal may not READ.
@@ -104,10 +103,24 @@ pub(crate) fn resume(
     deadline_ms: i64,
     gathered: Gathered,
 ) {
-    let read = reading(b.core, &req, session);
-    match build(b.core, &read, &gathered) {
+    let filled = filled(b.core, &req, session);
+    run(b, ctx, req, filled, session, deadline_ms, gathered)
+}
+
+/// `resume` with an incremental fetch's session partitions already filled
+/// in (`filled`), so that a fetch coming in fills them once.
+fn run(
+    b: &mut Cx,
+    ctx: RequestCtx,
+    req: FetchRequest,
+    filled: Option<FetchRequest>,
+    session: SessionUse,
+    deadline_ms: i64,
+    gathered: Gathered,
+) {
+    let read = filled.as_ref().unwrap_or(&req);
+    match build(b.core, read, &gathered) {
         Err(needs) => {
-            drop(read);
             let parked = Parked::Fetch {
                 req,
                 session,
@@ -116,7 +129,7 @@ pub(crate) fn resume(
             reads::park(b, ctx, parked, gathered, needs)
         }
         Ok(built) if built.satisfies(&req) || b.core.now_ms() >= deadline_ms => {
-            respond(b, &ctx, &read, session, built)
+            respond(b, &ctx, read, session, built)
         }
         Ok(_) => b.park_fetch(WaitingFetch {
             ctx,
@@ -199,14 +212,9 @@ pub(crate) fn wake(b: &mut Cx, data_changed: bool) {
     // swap_remove reorders; keep deadlines found by poll_timeout's min().
 }
 
-/// What a fetch reads: its own partitions, or for an incremental one its
-/// session's as they are now (`FetchSessions::open`).
-fn reading<'a>(b: &Core, req: &'a FetchRequest, session: SessionUse) -> Cow<'a, FetchRequest> {
-    filled(b, req, session).map_or(Cow::Borrowed(req), Cow::Owned)
-}
-
-/// An incremental fetch with its session's partitions filled in; None for
-/// any other, which reads its own.
+/// An incremental fetch with its session's partitions, as they are now,
+/// filled in (`FetchSessions::open`); None for any other, which reads its
+/// own.
 fn filled(b: &Core, req: &FetchRequest, session: SessionUse) -> Option<FetchRequest> {
     match session {
         SessionUse::Incremental { id, .. } => {

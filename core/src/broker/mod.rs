@@ -116,6 +116,11 @@ impl Broker {
 
     // ---- polls ------------------------------------------------------------------
 
+    /// Whether start-up is done and requests are served.
+    pub fn is_serving(&self) -> bool {
+        self.core.is_serving()
+    }
+
     pub fn poll_output(&mut self) -> Option<Output> {
         self.core.poll_output()
     }
