@@ -1808,6 +1808,18 @@ mod tests {
         fs::remove_dir_all(&logs).unwrap();
     }
 
+    /// A worker on `logs`, at most `open_files_max` files open, driven by
+    /// hand (`execute`, `take_round`) rather than through its queue.
+    fn hand_driven(logs: &Path, open_files_max: usize) -> Disk {
+        let logs = logs.to_path_buf();
+        Disk::new(
+            logs.clone(),
+            FileReader::new(logs),
+            open_files_max,
+            Arc::default(),
+        )
+    }
+
     #[test]
     fn adopted_files_are_synced_by_the_next_sync() {
         let logs = temp_logs("adopt");
@@ -1823,12 +1835,7 @@ mod tests {
 
         // What the next round syncs, looked at on a worker's state directly:
         // the files that are there, their directory and logs/.
-        let mut disk = Disk::new(
-            logs.clone(),
-            FileReader::new(logs.clone()),
-            4,
-            Arc::default(),
-        );
+        let mut disk = hand_driven(&logs, 4);
         let (tx, _rx) = unbounded_channel();
         let mut syncs = Vec::new();
         disk.execute(adopt(0), &mut syncs, &tx);
@@ -1911,12 +1918,7 @@ mod tests {
     fn open_files_at_the_limit_close_an_eighth_together_syncing_the_dirty_ones() {
         let logs = temp_logs("evict-batch");
         let max = 16;
-        let mut disk = Disk::new(
-            logs.clone(),
-            FileReader::new(logs.clone()),
-            max,
-            Arc::default(),
-        );
+        let mut disk = hand_driven(&logs, max);
         let (tx, _rx) = unbounded_channel();
         let mut syncs = Vec::new();
         let key = |part: i32| {
@@ -1980,12 +1982,7 @@ mod tests {
             dir: PartitionDir::new("b", part as i32),
             segment_base: 0,
         };
-        let mut disk = Disk::new(
-            logs.clone(),
-            FileReader::new(logs.clone()),
-            4,
-            Arc::default(),
-        );
+        let mut disk = hand_driven(&logs, 4);
         let (tx, _rx) = unbounded_channel();
         let mut syncs = Vec::new();
         for part in 0..partitions {
