@@ -136,9 +136,6 @@ fn list_segments(dir: PartitionDir, path: &Path) -> anyhow::Result<RecoveredPart
     for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", path.display()))?;
         let path = entry.path();
-        if entry.file_name() == doze_core::io::CLEAN_SHUTDOWN_FILE_NAME {
-            continue; // looked for by `load`
-        }
         let file_type = entry
             .file_type()
             .with_context(|| format!("cannot stat {}", path.display()))?;
