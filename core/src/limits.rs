@@ -226,6 +226,15 @@ pub const DISK_APPENDS_GATHERED_MAX: usize = 1024;
 /// it: about 50,000 transaction state changes, and a start-up replays at
 /// most this much.
 pub const META_JOURNAL_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// sled's page cache for meta.db (its `cache_capacity`; sled's default is
+/// 1 GiB). Why: every transactional id, group and partition has a key
+/// there, and memory is bounded whatever the clients make. The core keeps
+/// its state in memory and reads meta.db at start-up only, so a small
+/// cache costs no request anything.
+pub const META_DB_CACHE_BYTES: u64 = 16 * 1024 * 1024;
+/// Writes a meta.db checkpoint hands sled in one batch (net's
+/// `metastore.rs` says why it is not all of them at once).
+pub const META_DB_APPLY_OPS_MAX: usize = 1000;
 /// The journal file is written with zeros this much at a time ahead of its
 /// records (so that appending never changes its size), up to the maximum.
 pub const META_JOURNAL_GROWTH_BYTES: u64 = 1024 * 1024;
