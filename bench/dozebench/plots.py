@@ -67,8 +67,8 @@ def write_scale_results(args, res):
                     "probe item, p50; while the probes ran (doze): meta_round_p50_s / sync_p50_s: "
                     "p50 meta.db round (journal fdatasync) / disk sync from the broker's log, "
                     "cpu_per_item_s / core_busy_per_item_s: CPU of the process / of its core "
-                    "task per probe item; raw_sync_p50_s: p50 of small appends + fdatasync "
-                    "to a file beside the broker's, just after the probes (the disk then)",
+                    "task per probe item; raw_sync_p50_s: p50 of small writes + fdatasync "
+                    "into a file beside the broker's, just after the probes (the disk then)",
            "probe": probe,
            "dimensions": dict(kept, **{d: dict(taken, brokers={
                p: [{k: clean(v) for k, v in row.items()} for row in rows] for p, rows in per.items()})
