@@ -63,7 +63,12 @@ def write_scale_results(args, res):
                     "kib_per_item: RSS above the one before any item (partitions: above the "
                     "smallest count) per item; *_p50_s: seconds, p50 of requests one after the "
                     "other (probe: what `probe` says); clean_s/kill_s: start after SIGTERM / "
-                    "kill -9 until Metadata is answered",
+                    "kill -9 until Metadata is answered; probe_parts_p50_s: each request of the "
+                    "probe item, p50; while the probes ran (doze): meta_round_p50_s / sync_p50_s: "
+                    "p50 meta.db round (journal fdatasync) / disk sync from the broker's log, "
+                    "cpu_per_item_s / core_busy_per_item_s: CPU of the process / of its core "
+                    "task per probe item; raw_sync_p50_s: p50 of small writes + fdatasync "
+                    "into a file beside the broker's, just after the probes (the disk then)",
            "probe": probe,
            "dimensions": dict(kept, **{d: dict(taken, brokers={
                p: [{k: clean(v) for k, v in row.items()} for row in rows] for p, rows in per.items()})

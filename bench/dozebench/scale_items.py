@@ -8,11 +8,13 @@ after a second, the broker's VmRSS/VmHWM; memory per item is the RSS above
 the one before any item, divided by the items. Then the per-request cost at
 that size, SCALE_PROBES requests one after the other on one connection: the
 request that makes one more item (p50), and a Metadata v1 for no topic
-(p50). The sizes grow on one broker process, so that every RSS is set
-against the same empty one (a restarted JVM's RSS was 170 MiB above its
-first one with 10 items). For transactional ids and groups, at the largest
-size only, a clean stop and start and a kill -9 and start, each timed until
-Metadata is answered, and the RSS after.
+(p50); for doze also the p50 of each of the item's requests, and its meta.db
+rounds, disk syncs and CPU meanwhile (`ProbeWindow`). The sizes grow on one
+broker process, so that every RSS is set against the same empty one (a
+restarted JVM's RSS was 170 MiB above its first one with 10 items). For
+transactional ids and groups, at the largest size only, a clean stop and
+start and a kill -9 and start, each timed until Metadata is answered, and
+the RSS after.
 
   txn-ids      InitProducerId for a new transactional.id each (Kafka writes
                __transaction_state, doze meta.db)
@@ -26,6 +28,7 @@ Metadata is answered, and the RSS after.
                SyncGroup and heartbeats from the bench for every group)."""
 
 import asyncio
+import math
 import os
 import shutil
 import time
@@ -51,6 +54,12 @@ PROBE_WHAT = {
     "connections": "connect + ApiVersions on a new connection",
     "groups": "OffsetCommit of a new group",
 }
+# The requests of one item, as `Maker.parts` times them.
+PARTS = {
+    "txn-ids": ("InitProducerId",),
+    "open-txns": ("InitProducerId", "AddPartitionsToTxn", "Produce"),
+    "groups": ("OffsetCommit",),
+}
 ITEM = {"txn-ids": "id", "open-txns": "open txn", "connections": "connection", "groups": "group"}
 
 
@@ -63,12 +72,17 @@ class Maker:
 
     async def one(self, conn, i, name=None):
         """Item `i` (named `name`, by default after `i`) over `conn`; seconds its
-        requests took."""
+        requests took (`parts`: each request's, for open-txns)."""
+        return sum(await self.parts(conn, i, name))
+
+    async def parts(self, conn, i, name=None):
+        """Item `i` over `conn`: the seconds of each of its requests, in order
+        (PARTS names them)."""
         name = name or f"scale-item-{i}"
         if self.dim == "txn-ids":
             _, el = await wire.until_ok(conn, wire.init_producer_id_v1(name, TXN_TIMEOUT_MS),
                                         lambda b: wire.init_producer_id_result(b)[0], name)
-            return el
+            return [el]
         if self.dim == "open-txns":
             body, el = await wire.until_ok(conn, wire.init_producer_id_v1(name, TXN_TIMEOUT_MS),
                                            lambda b: wire.init_producer_id_result(b)[0], name)
@@ -79,11 +93,11 @@ class Maker:
             _, el3 = await wire.until_ok(conn, wire.produce_v3_txn(name, pid, epoch, TOPIC, part,
                                                                    b"x" * 100),
                                          wire.produce_error, name)
-            return el + el2 + el3
+            return [el, el2, el3]
         if self.dim == "groups":
             _, el = await wire.until_ok(conn, wire.offset_commit_v2(name, TOPIC, i % TOPIC_PARTITIONS, i),
                                         wire.offset_commit_error, name)
-            return el
+            return [el]
         raise ValueError(self.dim)
 
     async def prepare(self):
@@ -126,10 +140,11 @@ class Maker:
         await asyncio.gather(*(worker() for _ in range(min(SCALE_CONNS, want - have))))
 
     async def probe(self, n):
-        """(p50 of making one item more, p50 of Metadata v1 for no topic), in
-        seconds, SCALE_PROBES of each one after the other. The probes' items
-        are named apart and not counted (at most SCALE_PROBES per size)."""
-        item = []
+        """(p50 of making one item more, p50 of Metadata v1 for no topic, p50 of
+        each of the item's requests), in seconds, SCALE_PROBES of each one after
+        the other. The probes' items are named apart and not counted (at most
+        SCALE_PROBES per size)."""
+        item, parts = [], []
         if self.dim == "connections":
             for _ in range(SCALE_PROBES):
                 t0 = time.monotonic()
@@ -141,16 +156,109 @@ class Maker:
         try:
             if self.dim != "connections":
                 for k in range(SCALE_PROBES):
-                    item.append(await self.one(conn, k, f"scale-probe-{n}-{k}"))
+                    parts.append(await self.parts(conn, k, f"scale-probe-{n}-{k}"))
+                    item.append(sum(parts[-1]))
             meta = [(await conn.timed(wire.metadata_v1([])))[1] for _ in range(SCALE_PROBES)]
         finally:
             conn.close()
-        return pct(item, 50), pct(meta, 50)
+        return pct(item, 50), pct(meta, 50), [pct(list(p), 50) for p in zip(*parts)]
 
     def close(self):
         for c in self.kept:
             c.close()
         self.kept = []
+
+
+class ProbeWindow:
+    """What the broker did while a size's probes ran (doze only, from its log
+    and console): the p50 meta.db round (journal write + fdatasync, what
+    InitProducerId and AddPartitionsToTxn wait for) and p50 disk sync (what
+    an acks=all Produce waits for), and the CPU per probe item, of the
+    process (every thread) and of its core task (the window holds the
+    Metadata probes too, which cost little beside). A per-item cost that grows
+    with the size while these stay flat is work in the broker that grows;
+    one that grows with them is the disk (or the machine) at that moment:
+    the sizes run one after the other, so load that comes and goes during
+    the sweep moves some sizes and not others."""
+
+    def __init__(self, broker):
+        self.b = getattr(broker, "b", None)
+        if not hasattr(self.b, "io_stats"):
+            self.b = None
+            return
+        self.log0 = self.b.log_offset()
+        self.cpu0 = threads_cpu_s(self.b.proc.pid)
+        self.busy0 = self.b.core_busy_s()
+
+    def close(self, items):
+        if self.b is None or items == 0:
+            return {}
+        syncs, metas, _ = self.b.io_stats(self.log0)
+        row = {
+            "meta_round_p50_s": pct([us for _, us in metas], 50) / 1e6,
+            "sync_p50_s": pct([us for _, us in syncs], 50) / 1e6,
+            "cpu_per_item_s": (threads_cpu_s(self.b.proc.pid) - self.cpu0) / items,
+        }
+        busy = self.b.core_busy_s()
+        if busy is not None and self.busy0 is not None:
+            row["core_busy_per_item_s"] = (busy - self.busy0) / items
+        return row
+
+
+def threads_cpu_s(pid):
+    """CPU seconds of `pid`'s threads alive now, to the nanosecond
+    (/proc/PID/task/*/schedstat; /proc/PID/stat counts 10 ms ticks, too coarse
+    for 30 requests); a thread that ended meanwhile is left out."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
+def raw_sync_p50_s(directory, count=SCALE_PROBES):
+    """p50 of `count` small writes, each with an fdatasync, into a file of its
+    own in `directory`, written and synced whole first (as doze's meta.db
+    journal is; its partition logs' appends cost about the same): the disk
+    at that moment, whoever the broker. Here an fdatasync took about 0.1 ms,
+    or 4 ms in episodes of seconds (no broker running: 0.1 ms for 10 s, then
+    4.0 ms for 9 s, and so on), which a broker that syncs meets in every
+    request that waits for one."""
+    path = os.path.join(directory, "scale-raw-sync.bin")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    lat = []
+    try:
+        os.pwrite(fd, bytes(count * 4096), 0)
+        os.fsync(fd)
+        for k in range(count):
+            t0 = time.monotonic()
+            os.pwrite(fd, b"x" * 170, k * 4096)
+            os.fdatasync(fd)
+            lat.append(time.monotonic() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return pct(lat, 50)
+
+
+def window_text(row):
+    """The probe window's figures of `row`, one line."""
+    out = []
+    if "probe_parts_p50_s" in row:
+        out.append("p50 " + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in row["probe_parts_p50_s"].items())
+                   + " ms")
+    if "meta_round_p50_s" in row:
+        ms = lambda s: "n/a" if math.isnan(s) else f"{s * 1e3:.2f} ms"  # noqa: E731
+        out.append(f"meta.db round p50 {ms(row['meta_round_p50_s'])}, disk sync p50 "
+                   f"{ms(row['sync_p50_s'])}; CPU per probe item "
+                   f"{row['cpu_per_item_s'] * 1e3:.2f} ms"
+                   + (f" (core task {row['core_busy_per_item_s'] * 1e3:.3f} ms)"
+                      if "core_busy_per_item_s" in row else ""))
+    out.append(f"raw write + fdatasync p50 just after {row['raw_sync_p50_s'] * 1e3:.2f} ms")
+    return "; ".join(out)
 
 
 def sweep(args, work, peer, dim, sizes, broker_for):
@@ -181,12 +289,18 @@ def sweep(args, work, peer, dim, sizes, broker_for):
             st = status_mib(broker.pid)
             row["rss_mib"], row["hwm_mib"] = st.get("VmRSS", float("nan")), st.get("VmHWM", float("nan"))
             row["kib_per_item"] = (row["rss_mib"] - base) * 1024 / n
-            row["probe_p50_s"], row["metadata_p50_s"] = run(maker.probe(n))
+            window = ProbeWindow(broker)
+            row["probe_p50_s"], row["metadata_p50_s"], parts = run(maker.probe(n))
+            row.update(window.close(SCALE_PROBES if dim != "connections" else 0))
+            row["raw_sync_p50_s"] = raw_sync_p50_s(work)
+            if len(PARTS.get(dim, ())) > 1:
+                row["probe_parts_p50_s"] = dict(zip(PARTS[dim], parts))
             text = (f"{peer:13s} {dim} {n:7,d}: made in {row['grow_s']:.2f} s; VmRSS/VmHWM "
                     f"{row['rss_mib']:.0f}/{row['hwm_mib']:.0f} MiB = {row['kib_per_item']:.2f} KiB "
                     f"per {ITEM[dim]}; p50 {PROBE_WHAT[dim]} {row['probe_p50_s'] * 1e3:.2f} ms, "
                     f"Metadata {row['metadata_p50_s'] * 1e3:.2f} ms")
             say(text)
+            say(f"{'':13s} {'':{len(dim)}s} {'':7s}  {window_text(row)}")
             rows.append(row)
         if dim in RESTARTED and rows:
             row = rows[-1]

@@ -67,6 +67,10 @@ pub struct World {
     pub stopped: bool,
     responses: BTreeMap<ConnId, VecDeque<Bytes>>,
     pub closed: Vec<ConnId>,
+    /// Outputs carried out, and the bytes (keys and values) of the meta.db
+    /// writes among them: the work a request cost, counted, not timed.
+    pub outputs: u64,
+    pub meta_bytes: u64,
     /// What `Output::Authenticated` said, in order.
     pub authenticated: Vec<ConnId>,
     /// What `Output::NoResponse` said, in order.
@@ -105,6 +109,8 @@ impl World {
             stopped: false,
             responses: BTreeMap::new(),
             closed: Vec::new(),
+            outputs: 0,
+            meta_bytes: 0,
             authenticated: Vec::new(),
             no_responses: Vec::new(),
             next_correlation: 1,
@@ -256,6 +262,10 @@ impl World {
     }
 
     fn apply(&mut self, out: Output) {
+        self.outputs += 1;
+        if let Output::Meta { ops, .. } = &out {
+            self.meta_bytes += ops.iter().map(meta_op_bytes).sum::<u64>();
+        }
         match out {
             Output::Response { conn, frame } => {
                 self.responses.entry(conn).or_default().push_back(frame)
@@ -489,6 +499,13 @@ impl World {
             .filter(|((d, _, kind), _)| d == dir && *kind == SegmentFile::Log)
             .map(|(_, f)| f.synced_len)
             .sum()
+    }
+}
+
+fn meta_op_bytes(op: &MetaOp) -> u64 {
+    match op {
+        MetaOp::Put { key, value } => (key.len() + value.len()) as u64,
+        MetaOp::Delete { key } => key.len() as u64,
     }
 }
 
