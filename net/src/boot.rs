@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -96,7 +96,7 @@ pub fn load(data: &DataDir) -> anyhow::Result<Boot> {
 /// Every `<topic>-<partition>` dir under `logs/`, sorted so that start-up is
 /// the same from one run to the next whatever order the file system lists.
 fn scan_logs(logs: &Path) -> anyhow::Result<Vec<RecoveredPartition>> {
-    let mut partitions = Vec::new();
+    let mut dirs = Vec::new();
     let entries = fs::read_dir(logs).with_context(|| format!("cannot list {}", logs.display()))?;
     for entry in entries {
         let entry = entry.with_context(|| format!("cannot list {}", logs.display()))?;
@@ -115,10 +115,43 @@ fn scan_logs(logs: &Path) -> anyhow::Result<Vec<RecoveredPartition>> {
             warn!(path = %path.display(), "not a partition directory; ignored");
             continue;
         };
-        partitions.push(list_segments(dir, &path)?);
+        dirs.push((dir, path));
     }
+    let mut partitions = list_in_parallel(dirs)?;
     partitions.sort_by(|a, b| a.dir.cmp(&b.dir));
     Ok(partitions)
+}
+
+/// Threads that list partition directories at start-up.
+const LISTING_THREADS_MAX: usize = 4;
+
+/// `list_segments` of every dir, on up to `LISTING_THREADS_MAX` threads
+/// (each lists a contiguous share). Why: listing is system calls (a
+/// directory read and a stat per file), and one thread took 0.4-0.7 s of a
+/// start with 10,000 partitions, where a second core sat idle.
+fn list_in_parallel(dirs: Vec<(PartitionDir, PathBuf)>) -> anyhow::Result<Vec<RecoveredPartition>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, LISTING_THREADS_MAX);
+    let share = dirs.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let listers: Vec<_> = dirs
+            .chunks(share)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|(dir, path)| list_segments(dir.clone(), path))
+                        .collect::<anyhow::Result<Vec<_>>>()
+                })
+            })
+            .collect();
+        let mut partitions = Vec::with_capacity(dirs.len());
+        for lister in listers {
+            partitions.extend(lister.join().expect("a listing thread panicked")?);
+        }
+        Ok(partitions)
+    })
 }
 
 /// A partition's files: every segment with any of its four live files
@@ -172,9 +205,9 @@ fn list_segments(dir: PartitionDir, path: &Path) -> anyhow::Result<RecoveredPart
                     .len();
                 segment.log_bytes = Some(len);
             }
-            SegmentFile::OffsetIndex => segment.offset_index = read_index(&path),
-            SegmentFile::TimeIndex => segment.time_index = read_index(&path),
-            SegmentFile::TxnIndex => segment.txn_index = read_index(&path),
+            SegmentFile::OffsetIndex => segment.offset_index = read_index(&entry),
+            SegmentFile::TimeIndex => segment.time_index = read_index(&entry),
+            SegmentFile::TxnIndex => segment.txn_index = read_index(&entry),
         }
     }
     let swaps: Vec<RecoveredSegment> = swap
@@ -195,16 +228,17 @@ fn list_segments(dir: PartitionDir, path: &Path) -> anyhow::Result<RecoveredPart
 
 /// An index file whole. One that cannot be read (or is implausibly large) is
 /// handed over as absent: the core rebuilds it from the log and overwrites it,
-/// which is better than refusing to start over a cache.
-fn read_index(path: &Path) -> Option<Bytes> {
-    let read = fs::metadata(path).and_then(|meta| {
-        if meta.len() > INDEX_FILE_BYTES_MAX {
-            return Err(std::io::Error::other(format!(
-                "{} bytes, above {INDEX_FILE_BYTES_MAX}",
-                meta.len()
-            )));
-        }
-        fs::read(path)
+/// which is better than refusing to start over a cache. An empty one (an
+/// active segment's, below the first index interval) is not opened: with
+/// 10,000 partitions that was 30,000 opens, reads and closes of nothing.
+fn read_index(entry: &fs::DirEntry) -> Option<Bytes> {
+    let path = entry.path();
+    let read = entry.metadata().and_then(|meta| match meta.len() {
+        0 => Ok(Vec::new()),
+        len if len > INDEX_FILE_BYTES_MAX => Err(std::io::Error::other(format!(
+            "{len} bytes, above {INDEX_FILE_BYTES_MAX}"
+        ))),
+        _ => fs::read(&path),
     });
     match read {
         Ok(bytes) => Some(Bytes::from(bytes)),
@@ -301,6 +335,30 @@ mod tests {
         drop(boot);
         drop(data);
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn partitions_listed_on_several_threads_are_all_there_in_order() {
+        let logs = std::env::temp_dir().join(format!("doze-boot-test-many-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&logs);
+        // More dirs than threads, in a count no share divides evenly.
+        let count = LISTING_THREADS_MAX * 9 + 1;
+        for p in 0..count {
+            let part = logs.join(format!("t-{p}"));
+            fs::create_dir_all(&part).unwrap();
+            fs::write(part.join(SegmentFile::Log.file_name(0)), vec![b'x'; p]).unwrap();
+        }
+        let listed = scan_logs(&logs).unwrap();
+        let mut want: Vec<_> = (0..count)
+            .map(|p| (PartitionDir::new("t", p as i32), Some(p as u64)))
+            .collect();
+        want.sort();
+        let got: Vec<_> = listed
+            .iter()
+            .map(|p| (p.dir.clone(), p.segments[0].log_bytes))
+            .collect();
+        assert_eq!(got, want);
+        fs::remove_dir_all(&logs).unwrap();
     }
 
     #[test]
