@@ -197,6 +197,18 @@ pub const RESPONSE_CHUNK_BYTES: usize = 1024 * 1024;
 /// buffer and written with the responses around it.
 pub const RESPONSE_SPLICE_BYTES_MIN: u64 = 64 * 1024;
 
+/// A response frame of at most this many bytes may be written to a plain
+/// TCP socket by the thread that produced it, when the connection's writer
+/// is idle (net's `direct_write.rs`): it is written under the core's lock,
+/// so only a small one, which the socket's buffer takes in one system call.
+pub const RESPONSE_DIRECT_WRITE_BYTES_MAX: usize = 64 * 1024;
+/// Responses written directly (as above) per completion a storage worker
+/// hands the core on its own thread: one, the answer a lone waiting client
+/// waits for. Under load a completion answers many; their writers send
+/// them on the runtime's threads in parallel, while the worker goes back
+/// to its disk or meta.db work instead of making one system call each.
+pub const RESPONSE_DIRECT_WRITES_PER_COMPLETION_MAX: usize = 1;
+
 /// Produce requests recompressed at once on the driver's blocking pool
 /// (`Output::TopicCompression`), at most; fewer on a machine with fewer
 /// cores than this and one (net leaves a core to the core task). Kafka's

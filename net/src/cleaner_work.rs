@@ -23,10 +23,10 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread;
 
+use crate::storage::Completions;
 use bytes::Bytes;
 use doze_core::log::clean::work::{self, CleanerFiles, CleanerWork};
 use doze_core::{Input, IoError, IoId};
-use tokio::sync::mpsc::UnboundedSender;
 
 /// A job with its files open.
 pub struct CleanerJob {
@@ -78,7 +78,7 @@ pub struct CleanerThread {
 
 impl CleanerThread {
     /// Starts the thread; completions go to `completions`.
-    pub fn start(completions: UnboundedSender<Input>) -> io::Result<Self> {
+    pub fn start(completions: Completions) -> io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<CleanerJob>();
         thread::Builder::new()
             .name("doze-cleaner".into())

@@ -78,6 +78,7 @@ use tracing::{debug, warn};
 
 use crate::budget::{Charge, Lane, RequestBudget};
 use crate::console::metrics::{NetMetrics, OpenConnection};
+use crate::direct_write::DirectWrite;
 #[cfg(not(madsim))]
 use crate::filereader::SpliceError;
 use crate::produce_prep::{is_produce, prepare_off_core, TopicCodecs};
@@ -105,6 +106,9 @@ pub enum Response {
     /// A frame made of parts, its files pinned at dispatch: the writer
     /// awaits it, size prefix included.
     Parts(FrameFuture),
+    /// The rest of a frame a direct write began (`direct_write.rs`): bytes
+    /// for the socket as they are.
+    Rest(Bytes),
 }
 
 /// A response on its way to the writer, with when its request was read.
@@ -132,8 +136,13 @@ pub struct ConnHandle {
     /// (`Output::Authenticated`); the reader then reads frames as any
     /// logged-in connection's.
     pub authenticated: Arc<AtomicBool>,
-    /// Told of the requests the core answers with no response.
+    /// Told of the requests the core answers with no response, and of
+    /// those answered by a direct write.
     pub unanswered: Unanswered,
+    /// A plain TCP socket, for responses written where they are produced
+    /// while the writer is idle (`direct_write.rs`); `None`: always
+    /// through the writer.
+    pub direct: Option<Arc<DirectWrite>>,
 }
 
 /// A connection's requests read and not yet answered, at most
@@ -250,6 +259,12 @@ pub trait Socket: Send + 'static {
     type Read: AsyncRead + Unpin + Send + 'static;
     type Write: AsyncWrite + SpliceTarget + Unpin + Send + 'static;
     fn split(self) -> (Self::Read, Self::Write);
+    /// A descriptor of the socket of its own (dup(2)) for direct writes
+    /// (`direct_write.rs`); `None` where the bytes must go through the
+    /// writer: TLS, the in-process pipes, madsim.
+    fn direct_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        None
+    }
 }
 
 /// A writer half that large file-backed responses can be spliced into.
@@ -284,6 +299,12 @@ impl Socket for TcpStream {
 
     fn split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
         split(self)
+    }
+
+    #[cfg(not(madsim))]
+    fn direct_fd(&self) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::AsFd;
+        self.as_fd().try_clone_to_owned().ok()
     }
 }
 
@@ -347,6 +368,7 @@ pub async fn start<S: Socket>(
         metrics,
         codecs,
     } = shared;
+    let direct = stream.direct_fd().map(|fd| Arc::new(DirectWrite::new(fd)));
     let (read_half, write_half) = stream.split();
     let (responses, queued) = mpsc::channel(RESPONSES_QUEUED_MAX);
     let (stop_reader, reader_stopped) = oneshot::channel();
@@ -362,6 +384,7 @@ pub async fn start<S: Socket>(
         requests: RequestTimes::default(),
         authenticated: Arc::clone(&authenticated),
         unanswered: unanswered.clone(),
+        direct: direct.clone(),
     };
     let client_host = format!("/{}", peer.ip());
     if events
@@ -385,6 +408,7 @@ pub async fn start<S: Socket>(
             events: events.clone(),
             metrics: Arc::clone(&metrics),
             unanswered: unanswered.clone(),
+            direct,
         },
         write_half,
         queued,
@@ -534,6 +558,8 @@ struct Writer {
     metrics: Arc<NetMetrics>,
     /// Told of each response written: its request is answered.
     unanswered: Unanswered,
+    /// Told when it is idle and when it ends (`direct_write.rs`).
+    direct: Option<Arc<DirectWrite>>,
 }
 
 /// A file part of a response could not be read: the frame was not sent.
@@ -561,6 +587,10 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
             let failed = match response {
                 Response::Frame(frame) => {
                     write_frame(socket, &frame).await?;
+                    None
+                }
+                Response::Rest(bytes) => {
+                    socket.write_all(&bytes).await?;
                     None
                 }
                 Response::Parts(frame) => match frame.await {
@@ -600,6 +630,11 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
                 for t in unflushed.drain(..) {
                     metrics.request_done(t.api_key, t.read_at.elapsed());
                 }
+                // Everything handed to the socket: the next response may
+                // be written directly, unless one was queued meanwhile.
+                if let Some(direct) = &writer.direct {
+                    direct.writer_idle(|| queued.is_empty());
+                }
             }
         }
         // The broker dropped the connection: deliver what it had answered
@@ -630,6 +665,11 @@ async fn write_loop<W: AsyncWrite + SpliceTarget + Unpin>(
         // before anything the client does after seeing the close.
         let failed = Event::ResponseReadFailed { conn, range, error };
         let _ = writer.events.send(failed).await;
+    }
+    // No direct write after this one's end: their bytes would follow a
+    // frame cut short, or go to a socket nobody writes.
+    if let Some(direct) = &writer.direct {
+        direct.writer_closed();
     }
     // Closes our side; the broker task stops the reader, and the socket is
     // gone once both have.

@@ -83,6 +83,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
+use crate::storage::Completions;
 use bytes::Bytes;
 use doze_core::log::clean::work::{CleanerError, CleanerOutcome, CleanerWork};
 use doze_core::{batch, limits};
@@ -91,7 +92,6 @@ use doze_core::{
     SyncScope,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
-use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
@@ -187,7 +187,7 @@ impl DiskWorker {
     /// are deleted; each group commit is measured into `metrics`.
     pub fn spawn(
         logs_dir: PathBuf,
-        completions: UnboundedSender<Input>,
+        completions: Completions,
         reader: FileReader,
         backlog: Arc<Backlog>,
         metrics: Arc<NetMetrics>,
@@ -204,7 +204,7 @@ impl DiskWorker {
 
     fn spawn_with(
         logs_dir: PathBuf,
-        completions: UnboundedSender<Input>,
+        completions: Completions,
         reader: FileReader,
         open_files_max: usize,
         backlog: Arc<Backlog>,
@@ -519,7 +519,7 @@ impl Disk {
     fn run(
         mut self,
         queue: mpsc::Receiver<Queued>,
-        completions: UnboundedSender<Input>,
+        completions: Completions,
         metrics: Arc<NetMetrics>,
     ) -> Result<(), IoError> {
         let (rounds, syncer_queue) = mpsc::channel::<SyncRound>();
@@ -601,7 +601,7 @@ impl Disk {
         inbox: &mut Inbox,
         held: &mut Option<Job>,
         syncs: &mut Vec<(IoId, Option<IoError>)>,
-        completions: &UnboundedSender<Input>,
+        completions: &Completions,
     ) {
         match job {
             Job::Op(op) if is_append(&op) => {
@@ -631,7 +631,7 @@ impl Disk {
         &mut self,
         op: DiskOp,
         syncs: &mut Vec<(IoId, Option<IoError>)>,
-        completions: &UnboundedSender<Input>,
+        completions: &Completions,
     ) {
         let name_change = changes_live_names(&op);
         let result = match op {
@@ -872,7 +872,7 @@ impl Disk {
     /// Exactly `range.len` bytes; a missing or shorter file is an error.
     /// A cleaner job: its files opened here, in order, its work on the
     /// cleaner's thread. A file that will not open is the job's outcome.
-    fn clean(&mut self, io: IoId, work: CleanerWork, completions: &UnboundedSender<Input>) {
+    fn clean(&mut self, io: IoId, work: CleanerWork, completions: &Completions) {
         let dir = work.dir.clone();
         let live = (
             dir.clone(),
@@ -1292,7 +1292,7 @@ impl Disk {
 /// or on the worker's own (`limits::DISK_INLINE_SYNC_BYTES_MAX`).
 fn finish_round(
     round: SyncRound,
-    completions: &UnboundedSender<Input>,
+    completions: &Completions,
     dirs_to_retry: &Mutex<Vec<PathBuf>>,
     pool: &SyncPool,
     metrics: &NetMetrics,
@@ -1309,9 +1309,9 @@ fn finish_round(
             (None, Err(e)) => Err(e.clone()),
             (None, Ok(())) => Ok(()),
         };
-        // The broker task is gone only during shutdown, when nobody
-        // waits for the answer any more.
-        let _ = completions.send(Input::SyncDone { io, result });
+        // Handed to the core here (`Completions::deliver`): the writes it
+        // made durable are answered without a trip through the broker task.
+        let _ = completions.deliver(Input::SyncDone { io, result });
     }
     // After the answers: a debug line (which `make bench` reads) is not
     // on the way of the commits it reports.
@@ -1407,6 +1407,7 @@ mod tests {
         open_files_max: usize,
     ) -> (DiskQueue, UnboundedReceiver<Input>, Join, Arc<Backlog>) {
         let (tx, done) = unbounded_channel();
+        let tx: Completions = tx.into();
         let reader = FileReader::new(logs.to_path_buf());
         let backlog = Arc::new(Backlog::default());
         let (queue, thread) = DiskWorker::spawn_with(
@@ -1503,6 +1504,7 @@ mod tests {
     fn spawn_metered(logs: &Path) -> Metered {
         let metrics = Arc::new(NetMetrics::default());
         let (tx, done) = unbounded_channel();
+        let tx: Completions = tx.into();
         let (queue, thread) = DiskWorker::spawn_with(
             logs.to_path_buf(),
             tx,
@@ -1837,6 +1839,7 @@ mod tests {
         // the files that are there, their directory and logs/.
         let mut disk = hand_driven(&logs, 4);
         let (tx, _rx) = unbounded_channel();
+        let tx: Completions = tx.into();
         let mut syncs = Vec::new();
         disk.execute(adopt(0), &mut syncs, &tx);
         disk.execute(adopt(99), &mut syncs, &tx); // nothing there: nothing to sync
@@ -1920,6 +1923,7 @@ mod tests {
         let max = 16;
         let mut disk = hand_driven(&logs, max);
         let (tx, _rx) = unbounded_channel();
+        let tx: Completions = tx.into();
         let mut syncs = Vec::new();
         let key = |part: i32| {
             (
@@ -1984,6 +1988,7 @@ mod tests {
         };
         let mut disk = hand_driven(&logs, 4);
         let (tx, _rx) = unbounded_channel();
+        let tx: Completions = tx.into();
         let mut syncs = Vec::new();
         for part in 0..partitions {
             disk.execute(adopt(part), &mut syncs, &tx);
@@ -2227,6 +2232,7 @@ mod tests {
         backlog.add(b"old".len() + b"new".len() + b"unsynced".len());
         let mut disk = Disk::new(logs.clone(), FileReader::new(logs.clone()), 4, backlog);
         let (tx, _rx) = unbounded_channel();
+        let tx: Completions = tx.into();
         let p = PartitionDir::new("d", 0);
         // A swap into place, executed, not submitted: counted here as the
         // queue counts it.
@@ -2298,6 +2304,7 @@ mod tests {
         let backlog = Arc::new(Backlog::default());
         let mut disk = Disk::new(logs.clone(), FileReader::new(logs.clone()), 8, backlog);
         let (tx, _rx) = unbounded_channel();
+        let tx: Completions = tx.into();
         let p = PartitionDir::new("s", 0);
         let name = |kind: SegmentFile| format!("s-0/{}", kind.file_name(0));
         let round = |disk: &mut Disk, ops: Vec<DiskOp>, scope| {
@@ -2408,7 +2415,7 @@ mod tests {
         jobs: Inbox,
         disk: Disk,
         reader: FileReader,
-        completions: UnboundedSender<Input>,
+        completions: Completions,
     }
 
     impl HandDriven {
@@ -2428,6 +2435,7 @@ mod tests {
                 reader: reader.clone(),
             };
             let (completions, _) = unbounded_channel();
+            let completions: Completions = completions.into();
             let jobs = Inbox {
                 queue: jobs,
                 taken: VecDeque::new(),
@@ -2846,6 +2854,7 @@ mod tests {
         use FileStage::{Cleaned, Live, Swap};
         let logs = temp_logs("pin-thread");
         let (tx, mut done) = unbounded_channel();
+        let tx: Completions = tx.into();
         let (queue, thread) = DiskWorker::spawn_with(
             logs.clone(),
             tx,

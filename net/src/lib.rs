@@ -20,6 +20,7 @@ pub mod config;
 pub mod conn;
 pub mod console;
 pub mod datadir;
+pub mod direct_write;
 pub mod dump_log;
 // Threads and real files: not in a madsim build (see `storage.rs`).
 #[cfg(not(madsim))]

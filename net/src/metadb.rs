@@ -14,8 +14,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
+use crate::storage::Completions;
 use doze_core::{Input, IoError, IoId, MetaOp};
-use tokio::sync::mpsc::UnboundedSender;
 use tracing::{debug, info, warn};
 
 use crate::metastore::{MetaStore, Stored};
@@ -36,7 +36,7 @@ pub struct MetaWorker {
 }
 
 impl MetaWorker {
-    pub fn spawn(store: MetaStore, completions: UnboundedSender<Input>) -> std::io::Result<Self> {
+    pub fn spawn(store: MetaStore, completions: Completions) -> std::io::Result<Self> {
         let (writes, queue) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("doze-meta".into())
@@ -66,7 +66,7 @@ impl MetaQueue {
 fn run(
     mut store: MetaStore,
     queue: mpsc::Receiver<MetaWrite>,
-    completions: UnboundedSender<Input>,
+    completions: Completions,
 ) -> Result<(), IoError> {
     while let Ok(first) = queue.recv() {
         let started = Instant::now();
@@ -87,9 +87,10 @@ fn run(
             Ok(Stored::Flushed(results)) => results,
             Err(e) => vec![Err(e); round.len()],
         };
-        // The broker task is gone only during shutdown.
+        // Handed to the core here (`Completions::deliver`): what waited
+        // for the write goes on without a trip through the broker task.
         for (write, result) in round.iter().zip(results) {
-            let _ = completions.send(Input::MetaDone {
+            let _ = completions.deliver(Input::MetaDone {
                 io: write.io,
                 result,
             });
@@ -126,7 +127,7 @@ mod tests {
         let data = crate::datadir::DataDir::open(&root).unwrap();
         let store = MetaStore::open(&data).unwrap();
         let (tx, mut done) = unbounded_channel();
-        let (queue, thread) = MetaWorker::spawn(store, tx).unwrap().into_parts();
+        let (queue, thread) = MetaWorker::spawn(store, tx.into()).unwrap().into_parts();
         let put = |k: &[u8], v: &[u8]| MetaOp::Put {
             key: k.to_vec(),
             value: v.to_vec(),

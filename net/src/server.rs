@@ -17,16 +17,21 @@
 //!  readers ──Frame───────┤ events (bounded)           ┌─► writers (per connection)
 //!          ──Disconnected┤            ▼               │     file parts: pinned, pread
 //!  writers ──ReadFailed──┘     broker task ── Broker ─┼─► disk worker thread ──┐
-//!  disk, meta ──SyncDone/ReadDone/MetaDone──► ▲       └─► meta worker thread ──┤
+//!  disk, meta ──ReadDone/CleanerDone/...────► ▲       └─► meta worker thread ──┤
 //!               (completions, unbounded)      ◄───────────────────────────────┘
+//!  disk, meta ──SyncDone/MetaDone: handled on their own thread, under the lock
 //! ```
 //!
-//! One task owns the `Broker`: the core is a single-threaded state machine,
-//! and a single owner needs no lock. After every `handle` the task drains
-//! `poll_output` until it is empty, so outputs leave in the order the core
-//! produced them; disk ops in particular go to one queue in that order, and
-//! a response's file parts are pinned there too (`response_frame`), so they
-//! read the files as the ops before it left them whatever runs after.
+//! The core is a single-threaded state machine: one lock (`SharedDriver`)
+//! holds it with the driver, and whoever has an input handles it whole
+//! under that lock and drains `poll_output` until it is empty, so outputs
+//! leave in the order the core produced them; disk ops in particular go to
+//! one queue in that order, and a response's file parts are pinned there
+//! too (`response_frame`), so they read the files as the ops before it left
+//! them whatever runs after. The broker task has the events, the timers and
+//! most completions; a storage worker hands the core the two completions
+//! requests wait on itself (`SharedDriver::deliver`), so that a commit's
+//! markers and answer do not each wait for the broker task to wake.
 //!
 //! Listeners: one acceptor task per listener, all numbering connections
 //! from one counter and counting them against one limit. A TLS listener
@@ -46,16 +51,19 @@
 //! connection's reader stops while it has `CONN_REQUESTS_IN_FLIGHT_MAX`
 //! requests unanswered (`conn::Unanswered`).
 //! Completions go through an unbounded one: there are few of them (the core
-//! has one sync in flight at a time) and a worker thread must never block.
+//! has one sync in flight at a time) and a worker thread must never block;
+//! nor does it under the lock, where nothing waits (the queues are
+//! unbounded, the writers' channels are only tried).
 
 use std::future::Future;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{anyhow, Context};
 use bytes::Bytes;
+use doze_core::limits::RESPONSE_DIRECT_WRITES_PER_COMPLETION_MAX;
 use doze_core::security::{Listener, SecurityProtocol};
 use doze_core::{
     BootState, Broker, BrokerConfig, ConnId, FileRange, FramePart, Input, IoError, Output,
@@ -63,7 +71,7 @@ use doze_core::{
 use rustc_hash::FxHashMap;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -73,10 +81,11 @@ use crate::budget::{Charge, RequestBudget};
 use crate::config::{ClientLimits, HostPort};
 use crate::conn::{self, ConnHandle, Reply, RequestTiming, Response};
 use crate::console::metrics::NetMetrics;
+use crate::direct_write::{DirectWrite, WriterState, Written};
 use crate::metadb::MetaWrite;
 use crate::produce_prep::TopicCodecs;
 use crate::quotas::PerIp;
-use crate::storage::{Started, Storage, StorageQueue};
+use crate::storage::{Completions, Started, Storage, StorageQueue};
 
 /// Connection events queued for the broker task before readers wait.
 const EVENTS_QUEUED_MAX: usize = 4096;
@@ -217,11 +226,12 @@ pub async fn serve<S: Storage>(
     };
 
     let (completion_tx, completions) = mpsc::unbounded_channel();
+    let completion_tx = Completions::new(completion_tx);
     let Started {
         queue: storage,
         backlog,
         finished: storage_finished,
-    } = storage.start(completion_tx)?;
+    } = storage.start(completion_tx.clone())?;
 
     // Boot before the first connection: the core must see `Input::Boot` first,
     // and its repairs are queued before any append.
@@ -237,12 +247,27 @@ pub async fn serve<S: Storage>(
         stopping: false,
         serving: false,
         stopped: false,
+        waits_for_ms: None,
+        failed: None,
+        direct_writes_left: 0,
     };
     driver.handle(Input::Boot(boot))?;
 
     let (event_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
     let (stop_broker, broker_stop) = oneshot::channel();
-    let mut broker_task = tokio::spawn(driver.run(events, completions, broker_stop));
+    let shared = Arc::new(SharedDriver {
+        driver: Mutex::new(driver),
+        wake: Notify::new(),
+    });
+    // Weak: the broker task holds the only strong reference, so its end
+    // drops the driver, and with it the storage queues that tell the
+    // workers to finish.
+    let direct = Arc::downgrade(&shared);
+    completion_tx.set_direct(Box::new(move |input| match direct.upgrade() {
+        Some(shared) => shared.deliver(input),
+        None => Some(input),
+    }));
+    let mut broker_task = tokio::spawn(run_broker(shared, events, completions, broker_stop));
     let mut acceptors: Vec<JoinHandle<()>> = Vec::new();
     let accepting = Accepting {
         shared: conn::Shared {
@@ -555,60 +580,156 @@ struct Driver<Q> {
     serving: bool,
     /// The core answered `Output::Stopped`.
     stopped: bool,
+    /// The core's deadline the broker task sleeps towards (`poll_timeout`
+    /// when it last looked), so that a completion handled on a worker's
+    /// thread knows whether the task must look again.
+    waits_for_ms: Option<i64>,
+    /// A completion handled on a worker's thread failed (a worker gone, or
+    /// the core panicked): the broker task ends with it.
+    failed: Option<anyhow::Error>,
+    /// Responses that may still be written directly (`direct_write.rs`)
+    /// while handling the current input: some on a worker's thread, none
+    /// on the broker task, whose writers' wake-ups cost little.
+    direct_writes_left: usize,
 }
 
-impl<Q: StorageQueue> Driver<Q> {
-    async fn run(
-        mut self,
-        mut events: mpsc::Receiver<Event>,
-        mut completions: mpsc::UnboundedReceiver<Input>,
-        mut stop: oneshot::Receiver<()>,
-    ) -> anyhow::Result<()> {
-        // Set once the shutdown starts: when to give up waiting for the core.
-        let mut give_up: Option<Instant> = None;
-        loop {
-            if self.stopped {
+/// The driver as the broker task and the storage's workers share it.
+///
+/// The broker task handles events, timers and the completions that come
+/// through the channel; the completions a request waits on (`MetaDone`,
+/// `SyncDone`) are handled on the worker's own thread that has them
+/// (`Completions::deliver`), under the same lock, so one commit's steps do
+/// not each wait for the broker task to wake: the meta worker's thread
+/// queues the markers once the decision is durable, the disk worker's (or
+/// its syncer's) answers once they are. Each `handle` still runs whole
+/// under the lock and drains the core's outputs in order, so outputs keep
+/// the core's order whichever thread drains them; nothing under the lock
+/// waits (the queues and the writers' channels never block).
+struct SharedDriver<Q> {
+    driver: Mutex<Driver<Q>>,
+    /// Wakes the broker task after a completion handled elsewhere changed
+    /// what it waits for: an earlier deadline, the core stopped, a failure.
+    wake: Notify,
+}
+
+impl<Q: StorageQueue> SharedDriver<Q> {
+    /// For the broker task. The lock is poisoned only by a panic on the
+    /// broker task itself (`deliver` catches the core's), which ends it.
+    fn lock(&self) -> MutexGuard<'_, Driver<Q>> {
+        self.driver.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A completion, handled on the calling worker's thread. Given back if
+    /// the broker task panicked holding the lock (it is ending).
+    fn deliver(&self, input: Input) -> Option<Input> {
+        let Ok(mut driver) = self.driver.lock() else {
+            return Some(input);
+        };
+        if driver.failed.is_some() {
+            return None; // the broker task is ending; nobody waits for it
+        }
+        // The first response it lets go may leave from here
+        // (`direct_write.rs`); the others go through their writers, which
+        // write them on the runtime's threads, in parallel, while this one
+        // goes back to its disk or meta.db work.
+        driver.direct_writes_left = RESPONSE_DIRECT_WRITES_PER_COMPLETION_MAX;
+        // A panic in the core must end the broker, as it does on the
+        // broker task, and not the worker's thread, which the final sync
+        // still needs.
+        let handled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.handle(input)));
+        driver.direct_writes_left = 0;
+        let wake = match handled {
+            Ok(Ok(())) => {
+                let earlier = match (driver.broker.poll_timeout(), driver.waits_for_ms) {
+                    (Some(due), Some(waits)) => due < waits,
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                earlier || driver.stopped
+            }
+            Ok(Err(e)) => {
+                driver.failed = Some(e);
+                true
+            }
+            Err(_) => {
+                driver.failed = Some(anyhow!("the core panicked handling a completion"));
+                true
+            }
+        };
+        drop(driver);
+        if wake {
+            self.wake.notify_one();
+        }
+        None
+    }
+}
+
+/// The broker task: events, timers and queued completions, until the core
+/// stops or the broker fails.
+async fn run_broker<Q: StorageQueue>(
+    shared: Arc<SharedDriver<Q>>,
+    mut events: mpsc::Receiver<Event>,
+    mut completions: mpsc::UnboundedReceiver<Input>,
+    mut stop: oneshot::Receiver<()>,
+) -> anyhow::Result<()> {
+    // Set once the shutdown starts: when to give up waiting for the core.
+    let mut give_up: Option<Instant> = None;
+    loop {
+        let deadline_ms = {
+            let mut driver = shared.lock();
+            if let Some(e) = driver.failed.take() {
+                return Err(e);
+            }
+            if driver.stopped {
                 info!("the broker stopped cleanly");
                 return Ok(());
             }
-            let deadline_ms = self.broker.poll_timeout();
-            // `poll_timeout` is wall-clock time; sleeping is monotonic. Sleep
-            // towards the deadline, but look at the wall clock again at least
-            // every TIMER_RECHECK_MS in case it jumped.
-            let wake = deadline_ms.map(|deadline| {
-                let wait_ms = (deadline - now_ms()).clamp(0, TIMER_RECHECK_MS);
-                Instant::now() + Duration::from_millis(wait_ms as u64)
-            });
-            tokio::select! {
-                // Order matters: the shutdown first, then a due timer (so a
-                // stream of frames cannot starve it), then completions (they
-                // unblock waiting requests), then new work.
-                biased;
-                _ = &mut stop, if give_up.is_none() => {
-                    info!("stopping: waiting for the broker to make everything durable");
-                    give_up = Some(Instant::now() + SHUTDOWN_WAIT);
-                    self.stopping = true;
-                    self.handle(Input::Shutdown)?;
-                }
-                () = tokio::time::sleep_until(give_up.unwrap_or_else(Instant::now)), if give_up.is_some() => {
-                    error!(
-                        wait_s = SHUTDOWN_WAIT.as_secs(),
-                        "the broker did not stop in time; stopping anyway (the next start may scan more)"
-                    );
-                    return Ok(());
-                }
-                () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
-                    if deadline_ms.is_some_and(|deadline| now_ms() >= deadline) {
-                        self.handle(Input::Tick)?;
-                    }
-                }
-                Some(completion) = completions.recv() => self.handle(completion)?,
-                Some(event) = events.recv() => self.on_event(event)?,
-                else => return Err(anyhow!("every event source closed")),
+            let deadline_ms = driver.broker.poll_timeout();
+            driver.waits_for_ms = deadline_ms;
+            deadline_ms
+        };
+        // `poll_timeout` is wall-clock time; sleeping is monotonic. Sleep
+        // towards the deadline, but look at the wall clock again at least
+        // every TIMER_RECHECK_MS in case it jumped.
+        let wake = deadline_ms.map(|deadline| {
+            let wait_ms = (deadline - now_ms()).clamp(0, TIMER_RECHECK_MS);
+            Instant::now() + Duration::from_millis(wait_ms as u64)
+        });
+        tokio::select! {
+            // Order matters: the shutdown first, then a due timer (so a
+            // stream of frames cannot starve it), then completions (they
+            // unblock waiting requests), then new work.
+            biased;
+            _ = &mut stop, if give_up.is_none() => {
+                info!("stopping: waiting for the broker to make everything durable");
+                give_up = Some(Instant::now() + SHUTDOWN_WAIT);
+                let mut driver = shared.lock();
+                driver.stopping = true;
+                driver.handle(Input::Shutdown)?;
             }
+            () = tokio::time::sleep_until(give_up.unwrap_or_else(Instant::now)), if give_up.is_some() => {
+                error!(
+                    wait_s = SHUTDOWN_WAIT.as_secs(),
+                    "the broker did not stop in time; stopping anyway (the next start may scan more)"
+                );
+                return Ok(());
+            }
+            () = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                if deadline_ms.is_some_and(|deadline| now_ms() >= deadline) {
+                    shared.lock().handle(Input::Tick)?;
+                }
+            }
+            // A completion handled on a worker's thread: look again.
+            () = shared.wake.notified() => {}
+            Some(completion) = completions.recv() => shared.lock().handle(completion)?,
+            Some(event) = events.recv() => shared.lock().on_event(event)?,
+            else => return Err(anyhow!("every event source closed")),
         }
     }
+}
 
+impl<Q: StorageQueue> Driver<Q> {
     fn on_event(&mut self, event: Event) -> anyhow::Result<()> {
         match event {
             Event::Connected {
@@ -764,7 +885,36 @@ impl<Q: StorageQueue> Driver<Q> {
         let Some(handle) = self.conns.get(&conn) else {
             return; // gone; its reader has sent or will send Disconnected
         };
-        match handle.responses.try_send(Reply { response, timing }) {
+        let mut response = response;
+        // Written here if allowed and the writer is idle
+        // (`direct_write.rs`); else, or for what the socket did not take,
+        // queued under the same lock, so that the writer does not go idle
+        // with it queued.
+        let mut direct = handle.direct.as_deref().map(|d| (d, d.lock()));
+        if let Some((socket, state)) = direct.as_mut() {
+            if **state == WriterState::Idle {
+                if let Response::Frame(frame) = &response {
+                    if self.direct_writes_left > 0 && DirectWrite::fits(frame.len()) {
+                        self.direct_writes_left -= 1;
+                        match socket.write(state, frame) {
+                            Written::Whole => {
+                                handle.unanswered.answered();
+                                if let Some(t) = timing {
+                                    self.metrics.request_done(t.api_key, t.read_at.elapsed());
+                                }
+                                return;
+                            }
+                            Written::Rest(rest) => response = Response::Rest(rest),
+                            Written::Nothing => {}
+                        }
+                    }
+                }
+                **state = WriterState::Busy;
+            }
+        }
+        let sent = handle.responses.try_send(Reply { response, timing });
+        drop(direct);
+        match sent {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
                 // Unreachable while each response answers one request

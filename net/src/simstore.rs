@@ -57,7 +57,8 @@ use tokio::sync::oneshot;
 
 use crate::metadb::MetaWrite;
 use crate::storage::{
-    assemble_frame, Finished, Frame, FrameFuture, FrameReadError, Started, Storage, StorageQueue,
+    assemble_frame, Completions, Finished, Frame, FrameFuture, FrameReadError, Started, Storage,
+    StorageQueue,
 };
 
 /// How a killed node's unsynced segment bytes fare.
@@ -444,7 +445,7 @@ impl StorageQueue for SimQueue {
 impl Storage for SimStorage {
     type Queue = SimQueue;
 
-    fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<SimQueue>> {
+    fn start(self, completions: Completions) -> anyhow::Result<Started<SimQueue>> {
         let store = self.0;
         let generation = store.lock().generation;
         let (disk, disk_queue) = mpsc::unbounded_channel();
@@ -484,7 +485,7 @@ async fn disk_worker(
     store: Arc<SimStore>,
     generation: u64,
     mut queue: UnboundedReceiver<Job>,
-    completions: UnboundedSender<Input>,
+    completions: Completions,
 ) {
     let (rounds, syncer_queue) = mpsc::unbounded_channel();
     let syncer = tokio::spawn(syncer(
@@ -572,7 +573,7 @@ async fn syncer(
     store: Arc<SimStore>,
     generation: u64,
     mut rounds: UnboundedReceiver<(IoId, Vec<IoId>)>,
-    completions: UnboundedSender<Input>,
+    completions: Completions,
 ) {
     while let Some((disk_sync, syncs)) = rounds.recv().await {
         tokio::time::sleep(SimStore::draw_us(store.latency.sync_us)).await;
@@ -581,7 +582,7 @@ async fn syncer(
         };
         for io in syncs {
             let result = result.clone();
-            if completions.send(Input::SyncDone { io, result }).is_err() {
+            if completions.deliver(Input::SyncDone { io, result }).is_err() {
                 return;
             }
         }
@@ -592,7 +593,7 @@ async fn meta_worker(
     store: Arc<SimStore>,
     generation: u64,
     mut queue: UnboundedReceiver<MetaWrite>,
-    completions: UnboundedSender<Input>,
+    completions: Completions,
 ) {
     while let Some(write) = queue.recv().await {
         tokio::time::sleep(SimStore::draw_us(store.latency.meta_us)).await;
@@ -603,7 +604,7 @@ async fn meta_worker(
             io: write.io,
             result: Ok(()),
         };
-        if completions.send(done).is_err() {
+        if completions.deliver(done).is_err() {
             return;
         }
     }

@@ -94,6 +94,76 @@ impl Backlog {
     }
 }
 
+/// Where the storage's workers report completions.
+///
+/// `send` queues one for the broker task. `deliver` is for the two a
+/// request waits on, `MetaDone` and `SyncDone`: once the server has set its
+/// direct path (`set_direct`), the core takes them in on the worker's own
+/// thread, under the broker task's lock (`server.rs`), and what they let go
+/// on leaves from there: a commit's markers go to the disk queue as soon as
+/// its decision is durable, and its answer to the connection's writer as
+/// soon as the markers are, instead of each completion first waking the
+/// broker task to be handled there: two wake-ups of a thread, on the way
+/// of every commit and every acks=all produce (one producer's EndTxn p50
+/// went from 0.38-0.40 ms to 0.35-0.36 ms beside it on the bench's
+/// machine, whose fdatasync p50 is 0.12 ms).
+#[derive(Clone)]
+pub struct Completions {
+    channel: UnboundedSender<Input>,
+    direct: Arc<std::sync::OnceLock<DirectPath>>,
+}
+
+/// Hands a completion to the core where it is called; gives it back when the
+/// core is gone (the broker task ended), and it then goes to the channel.
+pub type DirectPath = Box<dyn Fn(Input) -> Option<Input> + Send + Sync>;
+
+/// The broker task has ended (at shutdown): nobody takes completions.
+#[derive(Debug)]
+pub struct BrokerGone;
+
+impl Completions {
+    pub fn new(channel: UnboundedSender<Input>) -> Self {
+        Self {
+            channel,
+            direct: Arc::default(),
+        }
+    }
+
+    /// Queues a completion for the broker task. Fails only once the broker
+    /// task is gone (at shutdown).
+    pub fn send(&self, input: Input) -> Result<(), BrokerGone> {
+        self.channel.send(input).map_err(|_| BrokerGone)
+    }
+
+    /// A completion a request may wait on: handed to the core on this
+    /// thread if the direct path is set, else queued as `send` does. Fails
+    /// as `send` does, once the broker task is gone.
+    pub fn deliver(&self, input: Input) -> Result<(), BrokerGone> {
+        let input = match self.direct.get() {
+            Some(direct) => match direct(input) {
+                None => return Ok(()),
+                Some(input) => input,
+            },
+            None => input,
+        };
+        self.send(input)
+    }
+
+    /// Sets the direct path, once (the server does, once its core exists).
+    pub fn set_direct(&self, direct: DirectPath) {
+        assert!(
+            self.direct.set(direct).is_ok(),
+            "the direct path is set once"
+        );
+    }
+}
+
+impl From<UnboundedSender<Input>> for Completions {
+    fn from(channel: UnboundedSender<Input>) -> Self {
+        Self::new(channel)
+    }
+}
+
 /// A storage before it starts: `serve` starts it once, before the core boots.
 pub trait Storage {
     type Queue: StorageQueue;
@@ -101,7 +171,7 @@ pub trait Storage {
     /// Starts the workers. Completions go to `completions`. Dropping the
     /// returned queue tells the workers to finish; `finished` says when they
     /// have (it does nothing until polled).
-    fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<Self::Queue>>;
+    fn start(self, completions: Completions) -> anyhow::Result<Started<Self::Queue>>;
 }
 
 /// A started storage.
@@ -273,12 +343,13 @@ mod production {
     use std::sync::Arc;
 
     use anyhow::{anyhow, Context};
-    use doze_core::{DiskOp, FramePart, Input, IoError};
+    use doze_core::{DiskOp, FramePart, IoError};
 
     use super::Backlog;
-    use tokio::sync::mpsc::UnboundedSender;
 
-    use super::{CleanerWork, Finished, FrameFuture, IoId, Started, Storage, StorageQueue};
+    use super::{
+        CleanerWork, Completions, Finished, FrameFuture, IoId, Started, Storage, StorageQueue,
+    };
     use crate::console::metrics::NetMetrics;
     use crate::disk::{DiskQueue, DiskWorker};
     use crate::filereader::FileReader;
@@ -327,7 +398,7 @@ mod production {
     impl Storage for DiskAndSled {
         type Queue = Workers;
 
-        fn start(self, completions: UnboundedSender<Input>) -> anyhow::Result<Started<Workers>> {
+        fn start(self, completions: Completions) -> anyhow::Result<Started<Workers>> {
             let reader = FileReader::new(self.logs_dir.clone());
             let backlog = Arc::new(Backlog::default());
             let (disk, disk_thread) = DiskWorker::spawn(

@@ -172,9 +172,10 @@ pub struct NetMetrics {
     group_commit_bytes: Histogram,
     connections_accepted: AtomicU64,
     connections_open: AtomicU64,
-    /// Nanoseconds the broker task spent in the core and carrying out its
-    /// outputs: one task does all of the core's work, so this over the
-    /// wall time is how near the core is to being the bottleneck.
+    /// Nanoseconds spent in the core and carrying out its outputs, on the
+    /// broker task or a storage worker's thread (`server::SharedDriver`):
+    /// one of them at a time does the core's work, so this over the wall
+    /// time is how near the core is to being the bottleneck.
     core_busy_ns: AtomicU64,
     /// Produce batches recompressed on connection tasks for their topic's
     /// compression.type (`produce_prep`), which the core then took as they were.
@@ -237,7 +238,7 @@ impl NetMetrics {
         (self.fsync.count(), appends, bytes)
     }
 
-    /// The broker task spent `elapsed` on one input to the core.
+    /// `elapsed` went to one input to the core (on whichever thread).
     pub fn core_busy(&self, elapsed: Duration) {
         let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.core_busy_ns.fetch_add(ns, Ordering::Relaxed);
@@ -458,8 +459,8 @@ pub fn render(core: &Snapshot, net: &NetMetrics) -> String {
     out.family(
         "doze_core_busy_seconds_total",
         "counter",
-        "Time the broker task spent in the core and carrying out its outputs (one task does all \
-         of the core's work: its rate is the share of one CPU the core takes).",
+        "Time spent in the core and carrying out its outputs (one thread at a time does the \
+         core's work: its rate is the share of one CPU the core takes).",
     );
     let busy_ns = net.core_busy_ns.load(Ordering::Relaxed);
     out.sample(
