@@ -45,7 +45,9 @@ fn users_add(
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{password}").unwrap();
+    // A usage error (an unknown mechanism) exits before reading stdin, and
+    // then the write fails with a broken pipe: the exit code tells.
+    let _ = writeln!(child.stdin.take().unwrap(), "{password}");
     let out = child.wait_with_output().unwrap();
     (
         out.status.code().unwrap_or(-1),
