@@ -57,6 +57,9 @@ pub const CONN_REQUESTS_IN_FLIGHT_MAX: usize = 1024;
 pub const SASL_AUTHENTICATION_TIMEOUT_MS: i64 = 10_000;
 /// Connections on SASL listeners not yet authenticated, at most; more are
 /// closed as they come (authenticated ones are bounded by the driver's
+/// Connections the kernel holds for a listener before the broker accepts
+/// them (listen(2)'s backlog; net's `main.rs` says why it is not std's 128).
+pub const LISTEN_BACKLOG: i32 = 4096;
 /// connection limit).
 pub const UNAUTHENTICATED_CONNECTIONS_MAX: usize = 1024;
 /// Bytes of one SASL token (a SCRAM message is a few hundred).

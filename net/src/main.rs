@@ -284,6 +284,14 @@ fn run(cli: Cli, settings: Settings, mut plan: Vec<PlannedListener>) -> anyhow::
     for p in plan {
         let listener = std::net::TcpListener::bind((p.bind.host.as_str(), p.bind.port))
             .with_context(|| format!("cannot listen on {} ({})", p.bind, p.name))?;
+        // std listens with a backlog of 128: a crowd connecting at once (10,000
+        // clients, `tests/test_hostile.py`) overflowed it whenever the accept
+        // loop fell 128 behind, and each dropped SYN cost its client a 1 s
+        // retransmit (8,700-9,990 of 10,000 connected in 60 s). The kernel
+        // caps it at net.core.somaxconn.
+        socket2::SockRef::from(&listener)
+            .listen(doze_core::limits::LISTEN_BACKLOG)
+            .with_context(|| format!("cannot listen on {} ({})", p.bind, p.name))?;
         listener
             .set_nonblocking(true)
             .context("cannot make the listener non-blocking")?;
