@@ -20,8 +20,11 @@ pub struct TxnEntry {
     pub record: TxnRecord,
     /// A meta.db write for this id is in flight (Kafka's pending state).
     pub write_in_flight: bool,
-    /// The stored decision being carried out.
-    pub completion: Option<Completion>,
+    /// The stored decision being carried out. Boxed: an id spends most of
+    /// its life without one, and every id ever seen has an entry: 200 bytes
+    /// an entry became 136, and 100,000 ids cost the broker 0.96-0.99 KiB
+    /// each instead of 1.10-1.14 (`make bench` section 9).
+    pub completion: Option<Box<Completion>>,
     /// The owed Complete record (`Txns::owed`) is being written on its own.
     flushing_complete: bool,
 }
@@ -73,7 +76,7 @@ impl Txns {
     pub fn begin_completion(&mut self, id: &str, completion: Completion) {
         let entry = self.map.get_mut(id).expect("a decided transaction");
         assert!(entry.completion.is_none(), "one completion at a time");
-        entry.completion = Some(completion);
+        entry.completion = Some(Box::new(completion));
         self.completing.insert(id.to_string());
     }
 
@@ -82,7 +85,7 @@ impl Txns {
         let was = self.completing.remove(id);
         assert!(was, "transaction {id} was not being completed");
         let entry = self.map.get_mut(id).expect("a transaction being completed");
-        entry.completion.take().expect("being completed")
+        *entry.completion.take().expect("being completed")
     }
 
     /// `id`'s decision is carried out and its Complete record (already its
@@ -150,7 +153,7 @@ impl Txns {
     /// Ids with a decision being carried out, and their completions.
     pub fn completing(&self) -> impl Iterator<Item = (&String, &Completion)> {
         self.completing.iter().map(|id| {
-            let c = self.map[id].completion.as_ref();
+            let c = self.map[id].completion.as_deref();
             (id, c.expect("listed ids are being completed"))
         })
     }
