@@ -28,7 +28,7 @@
 //! here, and their responses always go through the writer.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::{Bytes, BytesMut};
@@ -122,42 +122,18 @@ impl DirectWrite {
         Written::Rest(rest.freeze())
     }
 
-    /// One sendmsg(2) of what is left from byte `sent` of prefix + frame.
+    /// One sendmsg(2) of what is left from byte `sent` of prefix + frame,
+    /// without waiting; a closed peer is an EPIPE, not a SIGPIPE.
     fn send_from(&self, prefix: &[u8], frame: &[u8], sent: usize) -> io::Result<usize> {
         let (head, body) = if sent < prefix.len() {
             (&prefix[sent..], frame)
         } else {
             (&prefix[..0], &frame[sent - prefix.len()..])
         };
-        let mut iov = [
-            libc::iovec {
-                iov_base: head.as_ptr() as *mut libc::c_void,
-                iov_len: head.len(),
-            },
-            libc::iovec {
-                iov_base: body.as_ptr() as *mut libc::c_void,
-                iov_len: body.len(),
-            },
-        ];
-        // SAFETY: a zeroed msghdr is valid (no name, no control data).
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = iov.as_mut_ptr();
-        msg.msg_iovlen = iov.len() as _;
-        // SAFETY: `fd` is open for as long as `self` lives, and the iovecs
-        // point into slices that outlive the call; the kernel only reads
-        // them. MSG_NOSIGNAL: a closed peer is an EPIPE, not a SIGPIPE.
-        let n = unsafe {
-            libc::sendmsg(
-                self.fd.as_raw_fd(),
-                &msg,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        socket2::SockRef::from(&self.fd).send_vectored_with_flags(
+            &[io::IoSlice::new(head), io::IoSlice::new(body)],
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
     }
 
     /// The writer has written and flushed everything it was given: idle,

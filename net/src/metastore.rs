@@ -216,15 +216,27 @@ mod tests {
     use super::*;
     use crate::metajournal::tests::put;
 
-    #[test]
-    fn a_journaled_write_sled_never_got_is_there_after_a_crash() {
-        let root = std::env::temp_dir().join(format!("doze-metastore-test-{}", std::process::id()));
+    /// A fresh data dir named after `test` under the temp dir, and meta.db
+    /// open in it.
+    fn fresh(test: &str) -> (std::path::PathBuf, DataDir, MetaStore) {
+        let root =
+            std::env::temp_dir().join(format!("doze-metastore-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let data = DataDir::open(&root).unwrap();
-        let mut store = MetaStore::open(&data).unwrap();
-        let first = [put("a", "1"), put("b", "2")];
-        assert!(matches!(store.store(&[&first]), Ok(Stored::Journaled)));
-        store.apply_journaled(vec![first.to_vec()]);
+        let store = MetaStore::open(&data).unwrap();
+        (root, data, store)
+    }
+
+    /// `ops` made durable in the journal and taken in for the next checkpoint.
+    fn journal(store: &mut MetaStore, ops: &[MetaOp]) {
+        assert!(matches!(store.store(&[ops]), Ok(Stored::Journaled)));
+        store.apply_journaled(vec![ops.to_vec()]);
+    }
+
+    #[test]
+    fn a_journaled_write_sled_never_got_is_there_after_a_crash() {
+        let (root, data, mut store) = fresh("test");
+        journal(&mut store, &[put("a", "1"), put("b", "2")]);
         store.checkpoint().unwrap();
         // Durable in the journal only: the crash comes before sled is told.
         let second = [MetaOp::Delete { key: b"a".to_vec() }, put("c", "3")];
@@ -242,11 +254,7 @@ mod tests {
 
     #[test]
     fn a_round_larger_than_the_journal_is_flushed_to_sled() {
-        let root =
-            std::env::temp_dir().join(format!("doze-metastore-large-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let data = DataDir::open(&root).unwrap();
-        let mut store = MetaStore::open(&data).unwrap();
+        let (root, data, mut store) = fresh("large");
         let value = "v".repeat(doze_core::limits::META_JOURNAL_BYTES_MAX as usize);
         let large = [put("large", &value)];
         match store.store(&[&large]) {
@@ -266,16 +274,10 @@ mod tests {
 
     #[test]
     fn a_checkpoint_of_more_writes_than_one_sled_batch_applies_them_all_in_order() {
-        let root =
-            std::env::temp_dir().join(format!("doze-metastore-chunks-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let data = DataDir::open(&root).unwrap();
-        let mut store = MetaStore::open(&data).unwrap();
+        let (root, data, mut store) = fresh("chunks");
         let keys = META_DB_APPLY_OPS_MAX * 2 + 7;
         for i in 0..keys {
-            let round = [put(&format!("k{i}"), "old")];
-            assert!(matches!(store.store(&[&round]), Ok(Stored::Journaled)));
-            store.apply_journaled(vec![round.to_vec()]);
+            journal(&mut store, &[put(&format!("k{i}"), "old")]);
         }
         // A key written again and one deleted: sled gets their last word.
         let last = [
@@ -284,8 +286,7 @@ mod tests {
                 key: b"k1".to_vec(),
             },
         ];
-        assert!(matches!(store.store(&[&last]), Ok(Stored::Journaled)));
-        store.apply_journaled(vec![last.to_vec()]);
+        journal(&mut store, &last);
         store.checkpoint().unwrap();
         drop(store);
         let store = MetaStore::open(&data).unwrap();
